@@ -1,0 +1,41 @@
+# Two commands matter: `make demo` (the whole pipeline locally) and `make test` (every test).
+# Both build what they need; nothing has to be installed by hand first.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: venv demo demo-spark test test-unit test-integration lint format bench deploy local-up local-down clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+demo: venv
+	$(BIN)/python -m lakehouse.demo
+
+# The Spark pipeline alone over generated DMS files (no local AWS).
+demo-spark: venv
+	$(BIN)/python -m lakehouse.demo
+
+test: venv
+	$(BIN)/python -m pytest
+
+test-unit: venv
+	$(BIN)/python -m pytest -m "not integration"
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: venv
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+clean:
+	rm -rf var .pytest_cache .ruff_cache .aws-sam
