@@ -1,0 +1,1 @@
+"""LocalStack plugins of the embedded local AWS (loaded by LocalStack through setuptools entry points)."""

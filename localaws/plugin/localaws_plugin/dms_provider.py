@@ -1,0 +1,7 @@
+"""placeholder"""
+
+from localstack.services.plugins import ServiceLifecycleHook
+
+
+class DmsReplicationProvider(ServiceLifecycleHook):
+    pass

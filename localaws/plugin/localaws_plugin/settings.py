@@ -1,0 +1,35 @@
+"""Settings of the plugins, read from the environment that `localaws.stack` gives LocalStack."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+_REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+def host_python() -> str:
+    """The interpreter that runs Lambda handlers and Glue scripts (the project's Python 3.11 venv)."""
+    return os.environ.get("LOCALAWS_HOST_PYTHON") or str(_REPO_ROOT / ".venv" / "bin" / "python")
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("LOCALAWS_STATE_DIR") or _REPO_ROOT / "var" / "localstack")
+
+
+def warehouse() -> str:
+    return os.environ.get("LOCALAWS_WAREHOUSE") or str(_REPO_ROOT / "var" / "warehouse" / "clean")
+
+
+def endpoint_url() -> str:
+    return os.environ.get("LOCALAWS_ENDPOINT_URL") or "http://127.0.0.1:4566"
+
+
+def glue_max_parallel_runs() -> int:
+    return int(os.environ.get("LOCALAWS_GLUE_MAX_PARALLEL_RUNS") or 2)
+
+
+def host_process_base_env() -> dict[str, str]:
+    """What a host process inherits from LocalStack's environment: paths and locale, not LocalStack's config."""
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "SPARK_HOME", "TZ", "USER")
+    return {name: os.environ[name] for name in keep if name in os.environ}
