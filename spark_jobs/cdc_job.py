@@ -1,0 +1,11 @@
+"""Glue job: apply one manifest of DMS CDC files to the clean zone (`--manifest s3://…`)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
+
+from lakehouse.jobs import cdc_main
+
+if __name__ == "__main__":
+    sys.exit(cdc_main(sys.argv[1:]))

@@ -1,0 +1,11 @@
+"""Glue job: load the DMS full-load (LOAD*.csv) files of every table into the clean zone."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
+
+from lakehouse.jobs import full_load_main
+
+if __name__ == "__main__":
+    sys.exit(full_load_main(sys.argv[1:]))

@@ -1,0 +1,1 @@
+"""DMS change files to Apache Iceberg: the Spark library behind the Glue jobs."""

@@ -1,0 +1,179 @@
+"""Read DMS CSV files into one DataFrame of raw text values, in file then record order.
+
+Files are read by Spark's own CSV reader (quotes, commas and newlines inside values; one file is
+never split, so records keep their order). Files of one table may carry different headers (a column
+added on the source mid-stream), so files are grouped by header and the groups unioned by name.
+"""
+
+from __future__ import annotations
+
+import csv
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from urllib.parse import unquote_plus
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakehouse.dms_files import DmsFile
+from lakehouse.storage import read_first_line
+
+log = logging.getLogger(__name__)
+
+FILE_URI = "_file_uri"
+FILE_ORDER = "_file_order"
+RECORD = "_record"
+POSITION = "_pos"
+CORRUPT = "_corrupt_record"
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How DMS was told to write (S3 target settings), so we read it back faithfully."""
+
+    csv_null_value: str | None = None
+    delimiter: str = ","
+
+
+@dataclass(frozen=True)
+class FileRejection:
+    """A whole file that could not be read; it goes to quarantine with its reason."""
+
+    file: DmsFile
+    reason: str
+
+
+@dataclass
+class RawRead:
+    rows: DataFrame | None
+    rejected: list[FileRejection]
+    headers: dict[str, list[str]]
+
+
+def parse_header(line: str, delimiter: str = ",") -> list[str]:
+    return next(csv.reader([line], delimiter=delimiter)) if line else []
+
+
+def _normalise(path: str) -> str:
+    path = unquote_plus(path)
+    for prefix in ("file://", "file:"):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return path
+
+
+def read_headers(
+    files: Sequence[DmsFile], spark_paths: dict[str, str], options: ReaderOptions
+) -> tuple[dict[str, list[str]], list[FileRejection]]:
+    """The header row of each file (AddColumnName=true), read in parallel; unreadable files rejected."""
+
+    def probe(file: DmsFile) -> tuple[DmsFile, list[str] | None, str | None]:
+        try:
+            header = parse_header(read_first_line(spark_paths[file.uri]), options.delimiter)
+        except Exception as error:  # any I/O or decoding failure: this file only
+            return file, None, f"unreadable file: {type(error).__name__}: {error}"
+        if not header or any(not name.strip() for name in header):
+            return file, None, "missing or blank header row (DMS AddColumnName=true is required)"
+        if len({name.lower() for name in header}) != len(header):
+            return file, None, f"duplicate column names in header: {header}"
+        return file, header, None
+
+    headers: dict[str, list[str]] = {}
+    rejected: list[FileRejection] = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for file, header, problem in pool.map(probe, files):
+            if header is None:
+                rejected.append(FileRejection(file, problem or "unreadable"))
+            else:
+                headers[file.uri] = header
+    return headers, rejected
+
+
+def read_dms_csv(
+    spark: SparkSession,
+    files: Sequence[DmsFile],
+    spark_paths: dict[str, str],
+    options: ReaderOptions = ReaderOptions(),
+) -> RawRead:
+    """All records of `files` as text, plus `_file_uri`, `_file_order` (the position of the file in
+    `files`) and `_pos` (rises with the record's position in its file; see `with_record_numbers`)."""
+    headers, rejected = read_headers(files, spark_paths, options)
+    groups: dict[tuple[str, ...], list[DmsFile]] = defaultdict(list)
+    for file in files:
+        if file.uri in headers:
+            groups[tuple(headers[file.uri])].append(file)
+    if not groups:
+        return RawRead(None, rejected, headers)
+
+    order = spark.createDataFrame(
+        [(_normalise(spark_paths[f.uri]), f.uri, position) for position, f in enumerate(files)],
+        T.StructType(
+            [
+                T.StructField("_path", T.StringType()),
+                T.StructField(FILE_URI, T.StringType()),
+                T.StructField(FILE_ORDER, T.IntegerType()),
+            ]
+        ),
+    )
+    frames = [
+        _read_group(spark, list(header), [spark_paths[f.uri] for f in group], options)
+        for header, group in groups.items()
+    ]
+    raw = frames[0]
+    for frame in frames[1:]:
+        raw = raw.unionByName(frame, allowMissingColumns=True)
+    raw = raw.join(F.broadcast(order), "_path").drop("_path")
+    return RawRead(raw, rejected, headers)
+
+
+def _read_group(
+    spark: SparkSession, header: list[str], paths: list[str], options: ReaderOptions
+) -> DataFrame:
+    schema = T.StructType(
+        [T.StructField(name, T.StringType()) for name in header] + [T.StructField(CORRUPT, T.StringType())]
+    )
+    null_value = options.csv_null_value if options.csv_null_value is not None else ""
+    frame = (
+        spark.read.format("csv")
+        .schema(schema)
+        .options(
+            header="true",
+            multiLine="true",
+            escape='"',
+            quote='"',
+            sep=options.delimiter,
+            nullValue=null_value,
+            emptyValue="",
+            mode="PERMISSIVE",
+            columnNameOfCorruptRecord=CORRUPT,
+            enforceSchema="true",
+            ignoreLeadingWhiteSpace="false",
+            ignoreTrailingWhiteSpace="false",
+            encoding="UTF-8",
+        )
+        .load(paths)
+        # A file is never split and its records are read in order: ids rise within a file.
+        .withColumn(POSITION, F.monotonically_increasing_id())
+        .withColumn("_path", _normalise_column(F.expr("_metadata.file_path")))
+    )
+    return frame
+
+
+def _normalise_column(path: F.Column) -> F.Column:
+    decoded = F.call_function("reflect", F.lit("java.net.URLDecoder"), F.lit("decode"), path, F.lit("UTF-8"))
+    return F.regexp_replace(decoded, r"^file:(//)?", "")
+
+
+def with_record_numbers(rows: DataFrame, everything: DataFrame) -> DataFrame:
+    """Add `_record` (1-based record number in its file, header excluded) to `rows`, a subset of
+    `everything`. It costs one more pass over the files, so it is done only for quarantined rows."""
+    first = everything.groupBy(FILE_URI).agg(F.min(POSITION).alias("_first"))
+    return (
+        rows.join(F.broadcast(first), FILE_URI)
+        .withColumn(RECORD, (F.col(POSITION) - F.col("_first") + 1).cast("long"))
+        .drop("_first")
+    )

@@ -1,0 +1,95 @@
+"""Quarantine: every rejected file or record, with where it came from and why, in an Iceberg table.
+
+Nothing rejected is lost: the table keeps the raw record text, so it can be fixed and replayed.
+A re-run quarantines the same record once (keyed by source file and record number).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakehouse.changes import RAW, REASON
+from lakehouse.dms_reader import FILE_URI, RECORD
+from lakehouse.iceberg import create_table
+
+QUARANTINE_SCHEMA = T.StructType(
+    [
+        T.StructField("run_id", T.StringType()),
+        T.StructField("quarantined_at", T.TimestampType()),
+        T.StructField("job", T.StringType()),
+        T.StructField("source_table", T.StringType()),
+        T.StructField("source_uri", T.StringType()),
+        T.StructField("record_number", T.LongType()),
+        T.StructField("reason", T.StringType()),
+        T.StructField("record", T.StringType()),
+    ]
+)
+
+
+@dataclass(frozen=True)
+class FileProblem:
+    source_table: str
+    source_uri: str
+    reason: str
+
+
+def record_rejections(rows: DataFrame, source_table: str) -> DataFrame:
+    """Rejected records (with `_record`, `_reason`, `_raw`) in the quarantine's shape, minus run fields."""
+    return rows.select(
+        F.lit(source_table).alias("source_table"),
+        F.col(FILE_URI).alias("source_uri"),
+        F.col(RECORD).alias("record_number"),
+        F.col(REASON).alias("reason"),
+        F.col(RAW).alias("record"),
+    )
+
+
+def file_rejections(spark: SparkSession, problems: Sequence[FileProblem]) -> DataFrame:
+    return spark.createDataFrame(
+        [(p.source_table, p.source_uri, None, p.reason, None) for p in problems],
+        "source_table string, source_uri string, record_number long, reason string, record string",
+    )
+
+
+def write_quarantine(
+    spark: SparkSession, table: str, run_id: str, job: str, parts: Sequence[DataFrame]
+) -> int:
+    """Add rejected files and records to the quarantine table, once each; returns how many were new."""
+    if not parts:
+        return 0
+    rejected = parts[0]
+    for part in parts[1:]:
+        rejected = rejected.unionByName(part)
+    rows = (
+        rejected.select(
+            F.lit(run_id).alias("run_id"),
+            F.current_timestamp().alias("quarantined_at"),
+            F.lit(job).alias("job"),
+            "source_table",
+            "source_uri",
+            "record_number",
+            "reason",
+            "record",
+        )
+        .dropDuplicates(["source_uri", "record_number"])
+        .localCheckpoint()
+    )
+    count = rows.count()
+    if count == 0:
+        return 0
+    create_table(spark, table, QUARANTINE_SCHEMA, "DMS files and records that could not be applied")
+    view = f"quarantine_{run_id.replace('-', '_')}"
+    rows.createOrReplaceTempView(view)
+    before = spark.table(table).count()
+    spark.sql(
+        f"MERGE INTO {table} q USING {view} r "
+        "ON q.source_uri = r.source_uri AND q.record_number <=> r.record_number "
+        "WHEN NOT MATCHED THEN INSERT *"
+    )
+    spark.catalog.dropTempView(view)
+    return spark.table(table).count() - before

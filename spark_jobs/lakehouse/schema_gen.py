@@ -1,0 +1,81 @@
+"""Generate the schema file from the source database's catalog (SQLAlchemy reflection).
+
+    python -m lakehouse.schema_gen --url 'mysql+pymysql://user:pw@host/db' --schema sales --out schema.json
+    python -m lakehouse.schema_gen --url sqlite:///var/source.db --schema main --out schema.json
+
+Run it again after DDL on the source: the CDC job reads the schema file on every run, so added
+columns get their real types and widened types are widened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+DIALECT_NAMES = {
+    "mysql": "mysql",
+    "mariadb": "mysql",
+    "mssql": "mssql",
+    "postgresql": "postgresql",
+    "sqlite": "sqlite",
+}
+
+
+def reflect_schema(url: str, schemas: Sequence[str], tables: Sequence[str] = ()) -> dict[str, Any]:
+    """Read columns, types and primary keys of every table in `schemas` from the live catalog."""
+    from sqlalchemy import create_engine, inspect
+
+    engine = create_engine(url)
+    try:
+        dialect = DIALECT_NAMES.get(engine.dialect.name)
+        if dialect is None:
+            raise ValueError(f"unsupported source dialect {engine.dialect.name!r}")
+        inspector = inspect(engine)
+        document: dict[str, Any] = {"version": 1, "dialect": dialect, "tables": {}}
+        for schema in schemas:
+            reflect_from = None if dialect == "sqlite" and schema == "main" else schema
+            for table in sorted(inspector.get_table_names(schema=reflect_from)):
+                if tables and f"{schema}.{table}" not in tables and table not in tables:
+                    continue
+                columns = [
+                    {
+                        "name": column["name"],
+                        "type": column["type"].compile(dialect=engine.dialect).lower(),
+                        "nullable": bool(column.get("nullable", True)),
+                    }
+                    for column in inspector.get_columns(table, schema=reflect_from)
+                ]
+                primary_key = (
+                    inspector.get_pk_constraint(table, schema=reflect_from).get("constrained_columns") or []
+                )
+                document["tables"][f"{schema}.{table}"] = {"primary_key": primary_key, "columns": columns}
+        return document
+    finally:
+        engine.dispose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--url", required=True, help="SQLAlchemy URL of the source database")
+    parser.add_argument("--schema", action="append", required=True, help="source schema (repeatable)")
+    parser.add_argument("--table", action="append", default=[], help="only these tables (repeatable)")
+    parser.add_argument("--out", default="-", help="output file, or - for standard output")
+    args = parser.parse_args(argv)
+    document = reflect_schema(args.url, args.schema, args.table)
+    text = json.dumps(document, indent=2) + "\n"
+    if args.out == "-":
+        sys.stdout.write(text)
+    else:
+        from lakehouse.storage import write_text
+
+        write_text(args.out, text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

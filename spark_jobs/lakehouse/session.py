@@ -1,0 +1,77 @@
+"""The one SparkSession factory: a local warehouse or the AWS Glue Data Catalog."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from lakehouse.config import LakeConfig
+
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+
+
+def iceberg_runtime_jar() -> str:
+    """The pinned Iceberg Spark runtime (Apache Iceberg 1.10.2, Scala 2.12) from its PyPI wheel."""
+    jars = resources.files("snowpark_connect_deps_iceberg") / "jars"
+    jar = jars / "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+    if not jar.is_file():
+        raise FileNotFoundError(f"{jar} is missing: install snowpark-connect-deps-iceberg==1.0.2")
+    return str(jar)
+
+
+def catalog_conf(config: LakeConfig) -> dict[str, str]:
+    """Spark settings of the Iceberg catalog. Glue: GlueCatalog + S3FileIO; local: a hadoop warehouse."""
+    prefix = f"spark.sql.catalog.{config.catalog_name}"
+    conf = {
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        "spark.sql.extensions": ICEBERG_EXTENSIONS,
+        "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
+    }
+    if config.catalog_type == "glue":
+        conf |= {
+            f"{prefix}.catalog-impl": "org.apache.iceberg.aws.glue.GlueCatalog",
+            f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
+            f"{prefix}.warehouse": config.warehouse,
+            f"{prefix}.glue.skip-name-validation": "false",
+        }
+    else:
+        conf |= {
+            f"{prefix}.type": "hadoop",
+            f"{prefix}.warehouse": _absolute(config.warehouse),
+        }
+    return conf
+
+
+def _absolute(location: str) -> str:
+    if "://" in location:
+        return location
+    return Path(location).resolve().as_uri()
+
+
+def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSession:
+    """Return the SparkSession for `config`. On Glue the session exists already: we only add the
+    catalog settings (catalogs load lazily, so setting them at run time is enough)."""
+    if config.catalog_type == "glue":
+        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        for key, value in catalog_conf(config).items():
+            if key != "spark.sql.extensions":
+                spark.conf.set(key, value)
+        return spark
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(os.environ.get("LAKE_SPARK_MASTER", "local[2]"))
+        .config("spark.jars", iceberg_runtime_jar())
+        .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.adaptive.enabled", "true")
+        .config("spark.default.parallelism", str(config.shuffle_partitions))
+    )
+    for key, value in catalog_conf(config).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("LAKE_SPARK_LOG_LEVEL", "WARN"))
+    return spark

@@ -1,0 +1,118 @@
+"""The small I/O layer: read and list objects on S3 or a local disk, stage S3 inputs for a local Spark.
+
+On AWS, Spark reads s3:// itself (Glue's S3 file system). Locally, Spark has no S3 connector, so
+inputs on the local emulator's S3 are copied once into a staging folder first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+HEADER_PROBE_BYTES = 1 << 16
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    uri: str
+    size: int
+
+
+def is_s3(uri: str) -> bool:
+    return uri.startswith(("s3://", "s3a://"))
+
+
+def split_s3(uri: str) -> tuple[str, str]:
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def local_path(uri: str) -> Path:
+    return Path(urlparse(uri).path) if uri.startswith("file://") else Path(uri)
+
+
+@cache
+def _s3_client(endpoint_url: str | None) -> Any:
+    import boto3
+
+    return boto3.client("s3", endpoint_url=endpoint_url) if endpoint_url else boto3.client("s3")
+
+
+def read_bytes(uri: str, endpoint_url: str | None = None, max_bytes: int | None = None) -> bytes:
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        extra = {"Range": f"bytes=0-{max_bytes - 1}"} if max_bytes else {}
+        return _s3_client(endpoint_url).get_object(Bucket=bucket, Key=key, **extra)["Body"].read()
+    with local_path(uri).open("rb") as handle:
+        return handle.read(max_bytes) if max_bytes else handle.read()
+
+
+def read_text(uri: str, endpoint_url: str | None = None) -> str:
+    return read_bytes(uri, endpoint_url).decode("utf-8")
+
+
+def read_json(uri: str, endpoint_url: str | None = None) -> Any:
+    return json.loads(read_text(uri, endpoint_url))
+
+
+def write_text(uri: str, text: str, endpoint_url: str | None = None) -> None:
+    if is_s3(uri):
+        bucket, key = split_s3(uri)
+        _s3_client(endpoint_url).put_object(Bucket=bucket, Key=key, Body=text.encode("utf-8"))
+        return
+    path = local_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+def list_objects(prefix_uri: str, endpoint_url: str | None = None) -> list[ObjectInfo]:
+    """Every object below a prefix, sorted by key."""
+    if is_s3(prefix_uri):
+        bucket, prefix = split_s3(prefix_uri)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        paginator = _s3_client(endpoint_url).get_paginator("list_objects_v2")
+        found = [
+            ObjectInfo(f"s3://{bucket}/{item['Key']}", item["Size"])
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix)
+            for item in page.get("Contents", [])
+        ]
+    else:
+        root = local_path(prefix_uri)
+        found = [ObjectInfo(str(path), path.stat().st_size) for path in root.rglob("*") if path.is_file()]
+    return sorted(found, key=lambda info: info.uri)
+
+
+def stage_for_spark(uris: list[str], endpoint_url: str | None, staging_dir: str) -> dict[str, str]:
+    """Map each input URI to a path Spark can read. Only S3 objects on a local emulator are copied."""
+    if not endpoint_url:
+        return {uri: uri for uri in uris}
+
+    def stage(uri: str) -> tuple[str, str]:
+        if not is_s3(uri):
+            return uri, uri
+        bucket, key = split_s3(uri)
+        digest = hashlib.sha1(uri.encode()).hexdigest()[:12]
+        target = Path(staging_dir).resolve() / bucket / f"{digest}-{Path(key).name}"
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_suffix(target.suffix + ".part")
+            _s3_client(endpoint_url).download_file(bucket, key, str(partial))
+            os.replace(partial, target)
+        return uri, str(target)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        return dict(pool.map(stage, uris))
+
+
+def read_first_line(uri: str, endpoint_url: str | None = None) -> str:
+    """The first line of a file (a DMS header row), without reading the whole file."""
+    head = read_bytes(uri, endpoint_url, max_bytes=HEADER_PROBE_BYTES)
+    line = head.split(b"\n", 1)[0].rstrip(b"\r")
+    return line.decode("utf-8-sig")
