@@ -1,7 +1,246 @@
-"""placeholder"""
+"""DMS: moto keeps endpoints and replication instances; this provider owns replication tasks and runs them.
 
+Source endpoint (local convention): EngineName `sqlite`, DatabaseName = path of the SQLite file on the host,
+ExtraConnectionAttributes `schemaName=<name>` (default `main`) = the schema folder of the files.
+Target endpoint: EngineName `s3` with S3Settings (BucketName, BucketFolder, AddColumnName, IncludeOpForFullLoad,
+TimestampColumnName, CsvNullValue, CdcMaxBatchInterval, CdcMinFileSize, MaxFileSize).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import string
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import boto3
+from localstack.aws.api import CommonServiceException, RequestContext, handler
 from localstack.services.plugins import ServiceLifecycleHook
+
+from localaws_plugin import settings
+from localaws_plugin.dms_format import S3TargetSettings, TableMapping
+from localaws_plugin.dms_replication import ReplicationRun, SourceSettings, TaskOptions
+
+SECONDS_IN_CREATING = 0.5
+
+
+def _fault(code: str, message: str) -> CommonServiceException:
+    return CommonServiceException(code, message, status_code=400)
+
+
+@dataclass
+class ReplicationTask:
+    identifier: str
+    arn: str
+    account_id: str
+    region: str
+    request: dict[str, Any]
+    run: ReplicationRun
+    created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    created_monotonic: float = field(default_factory=time.monotonic)
+    started_once: bool = False
+
+    def status(self) -> str:
+        if not self.started_once:
+            return "creating" if time.monotonic() - self.created_monotonic < SECONDS_IN_CREATING else "ready"
+        return self.run.status
+
+    def as_api(self) -> dict[str, Any]:
+        run = self.run
+        task: dict[str, Any] = {
+            "ReplicationTaskIdentifier": self.identifier,
+            "ReplicationTaskArn": self.arn,
+            "SourceEndpointArn": self.request["SourceEndpointArn"],
+            "TargetEndpointArn": self.request["TargetEndpointArn"],
+            "ReplicationInstanceArn": self.request.get("ReplicationInstanceArn", ""),
+            "MigrationType": self.request["MigrationType"],
+            "TableMappings": self.request["TableMappings"],
+            "ReplicationTaskSettings": self.request.get("ReplicationTaskSettings") or "{}",
+            "Status": self.status(),
+            "ReplicationTaskCreationDate": self.created_at,
+        }
+        if run.start_date:
+            task["ReplicationTaskStartDate"] = run.start_date
+        if run.stop_reason:
+            task["StopReason"] = run.stop_reason
+        if run.last_failure_message:
+            task["LastFailureMessage"] = run.last_failure_message
+        stats: dict[str, Any] = {
+            "FullLoadProgressPercent": run.full_load_percent,
+            "ElapsedTimeMillis": run.elapsed_millis,
+            "TablesLoaded": run.tables_loaded,
+            "TablesLoading": run.tables_loading,
+            "TablesQueued": run.tables_queued,
+            "TablesErrored": run.tables_errored,
+        }
+        for key, value in (
+            ("FreshStartDate", run.fresh_start_date),
+            ("StartDate", run.start_date),
+            ("StopDate", run.stop_date),
+            ("FullLoadStartDate", run.full_load_start),
+            ("FullLoadFinishDate", run.full_load_finish),
+        ):
+            if value is not None:
+                stats[key] = value
+        task["ReplicationTaskStats"] = stats
+        return task
 
 
 class DmsReplicationProvider(ServiceLifecycleHook):
-    pass
+    def __init__(self) -> None:
+        self._tasks: dict[str, ReplicationTask] = {}
+        self._lock = threading.Lock()
+
+    def on_before_stop(self) -> None:
+        for task in self._tasks.values():
+            if task.run.status in ("starting", "running"):
+                task.run.stop(wait=False)
+
+    def _endpoint(self, context: RequestContext, arn: str) -> Any:
+        from moto.dms.models import dms_backends
+
+        for endpoint in dms_backends[context.account_id][context.region].endpoints.values():
+            if endpoint.endpoint_arn == arn:
+                return endpoint
+        raise _fault("ResourceNotFoundFault", f"Endpoint {arn} not found")
+
+    def _task(self, context: RequestContext, arn: str) -> ReplicationTask:
+        task = self._tasks.get(arn)
+        if task is None or task.account_id != context.account_id or task.region != context.region:
+            raise _fault("ResourceNotFoundFault", f"Replication Task {arn} not found")
+        return task
+
+    def _put_object_for(self, context: RequestContext) -> Any:
+        client = boto3.client(
+            "s3",
+            endpoint_url=settings.endpoint_url(),
+            region_name=context.region,
+            aws_access_key_id=context.account_id,
+            aws_secret_access_key="test",
+        )
+
+        def put_object(bucket: str, key: str, body: bytes) -> None:
+            client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/csv")
+
+        return put_object
+
+    def _build_run(self, context: RequestContext, request: dict[str, Any]) -> ReplicationRun:
+        source = self._endpoint(context, request["SourceEndpointArn"])
+        target = self._endpoint(context, request["TargetEndpointArn"])
+        if str(source.engine_name).lower() != "sqlite":
+            raise _fault(
+                "InvalidParameterValueException", "the local DMS replicates from EngineName 'sqlite' sources"
+            )
+        if str(target.engine_name).lower() != "s3":
+            raise _fault("InvalidParameterValueException", "the local DMS writes to EngineName 's3' targets")
+        try:
+            target_settings = S3TargetSettings.from_endpoint(
+                target.s3_settings, target.extra_connection_attributes
+            )
+            mapping = TableMapping.parse(request["TableMappings"])
+            task_settings = json.loads(request.get("ReplicationTaskSettings") or "{}")
+        except (ValueError, KeyError) as error:
+            raise _fault("InvalidParameterValueException", str(error)) from error
+        return ReplicationRun(
+            migration_type=request["MigrationType"],
+            source=SourceSettings.from_endpoint(
+                source.database_name, source.server_name, source.extra_connection_attributes
+            ),
+            target=target_settings,
+            mapping=mapping,
+            options=TaskOptions.from_task_settings(task_settings),
+            put_object=self._put_object_for(context),
+        )
+
+    @handler("CreateReplicationTask", expand=False)
+    def create_replication_task(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        identifier = request["ReplicationTaskIdentifier"]
+        with self._lock:
+            if any(
+                t.identifier == identifier and t.account_id == context.account_id
+                for t in self._tasks.values()
+            ):
+                raise _fault("ResourceAlreadyExistsFault", f"Replication task {identifier} already exists")
+            resource_id = request.get("ResourceIdentifier") or "".join(
+                secrets.choice(string.ascii_uppercase + string.digits) for _ in range(26)
+            )
+            arn = f"arn:aws:dms:{context.region}:{context.account_id}:task:{resource_id}"
+            task = ReplicationTask(
+                identifier,
+                arn,
+                context.account_id,
+                context.region,
+                dict(request),
+                self._build_run(context, request),
+            )
+            self._tasks[arn] = task
+        return {"ReplicationTask": task.as_api()}
+
+    @handler("StartReplicationTask", expand=False)
+    def start_replication_task(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(context, request["ReplicationTaskArn"])
+        if task.status() in ("creating", "starting", "running", "stopping"):
+            raise _fault(
+                "InvalidResourceStateFault", f"Replication task is {task.status()}, it cannot be started"
+            )
+        task.started_once = True
+        task.run.start(request.get("StartReplicationTaskType") or "start-replication")
+        return {"ReplicationTask": task.as_api()}
+
+    @handler("StopReplicationTask", expand=False)
+    def stop_replication_task(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(context, request["ReplicationTaskArn"])
+        if task.status() not in ("starting", "running"):
+            raise _fault(
+                "InvalidResourceStateFault", f"Replication task is {task.status()}, it cannot be stopped"
+            )
+        task.run.stop(wait=False)
+        return {"ReplicationTask": task.as_api()}
+
+    @handler("DeleteReplicationTask", expand=False)
+    def delete_replication_task(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(context, request["ReplicationTaskArn"])
+        if task.status() in ("starting", "running"):
+            raise _fault("InvalidResourceStateFault", "Replication task is running; stop it first")
+        self._tasks.pop(task.arn, None)
+        response = task.as_api()
+        response["Status"] = "deleting"
+        return {"ReplicationTask": response}
+
+    @handler("DescribeReplicationTasks", expand=False)
+    def describe_replication_tasks(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        tasks = [
+            t
+            for t in self._tasks.values()
+            if t.account_id == context.account_id and t.region == context.region
+        ]
+        for name, values in ((f["Name"], set(f["Values"])) for f in request.get("Filters") or []):
+            if name == "replication-task-arn":
+                tasks = [t for t in tasks if t.arn in values]
+            elif name == "replication-task-id":
+                tasks = [t for t in tasks if t.identifier in values]
+            elif name == "migration-type":
+                tasks = [t for t in tasks if t.request["MigrationType"] in values]
+            elif name == "endpoint-arn":
+                tasks = [
+                    t
+                    for t in tasks
+                    if {t.request["SourceEndpointArn"], t.request["TargetEndpointArn"]} & values
+                ]
+            elif name == "replication-instance-arn":
+                tasks = [t for t in tasks if t.request.get("ReplicationInstanceArn") in values]
+        if request.get("Filters") and not tasks:
+            raise _fault("ResourceNotFoundFault", "No replication tasks found matching the filters")
+        return {"ReplicationTasks": [t.as_api() for t in tasks]}
+
+    @handler("DescribeTableStatistics", expand=False)
+    def describe_table_statistics(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(context, request["ReplicationTaskArn"])
+        return {
+            "ReplicationTaskArn": task.arn,
+            "TableStatistics": [s.as_api() for s in task.run.table_statistics.values()],
+        }

@@ -1,0 +1,366 @@
+"""A replication task that really replicates: full load of an SQLite source into DMS-format files, then CDC.
+
+No LocalStack import: the files go through `put_object(bucket, key, body)`, which the provider binds to S3 in
+LocalStack (so bucket notifications fire) and unit tests bind to a dict.
+
+Full load then CDC, as DMS: the capture starts (triggers installed, position P taken) before the first table
+is read, each table is read in a consistent snapshot, and CDC replays every change after P, so changes
+committed during the full load appear in a LOAD file and again in the first CDC files. LOAD rows carry the
+change-log position of their table's snapshot as AR_H_CHANGE_SEQ: every later change has a higher one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from localaws_plugin.dms_format import (
+    ChangeRow,
+    FileLayout,
+    S3TargetSettings,
+    TableMapping,
+    cdc_file_name,
+    load_file_name,
+    object_key,
+    split_into_files,
+)
+from localaws_plugin.dms_sqlite import CapturedChange, SqliteSource
+
+LOG = logging.getLogger(__name__)
+
+PutObject = Callable[[str, str, bytes], None]
+
+# Capture positions of every run per source file: the change log is pruned only below the slowest run.
+_positions_lock = threading.Lock()
+_positions_by_source: dict[str, dict[int, int]] = {}
+
+
+def _record_position_and_prune(source: SqliteSource, run_id: int, position: int) -> None:
+    with _positions_lock:
+        positions = _positions_by_source.setdefault(source.path, {})
+        positions[run_id] = position
+        floor = min(positions.values())
+    source.prune(floor)
+
+
+def _forget_position(path: str, run_id: int) -> None:
+    with _positions_lock:
+        _positions_by_source.get(path, {}).pop(run_id, None)
+
+
+FULL_LOAD_TYPES = ("full-load", "full-load-and-cdc")
+CDC_TYPES = ("cdc", "full-load-and-cdc")
+
+
+@dataclass(frozen=True)
+class SourceSettings:
+    """An SQLite source endpoint: the file path (DatabaseName) and the schema name files are written under."""
+
+    path: str
+    schema: str = "main"
+
+    @classmethod
+    def from_endpoint(
+        cls, database_name: str | None, server_name: str | None, extra_connection_attributes: str | None
+    ) -> SourceSettings:
+        attributes = {}
+        for part in (extra_connection_attributes or "").split(";"):
+            if "=" in part:
+                key, value = part.split("=", 1)
+                attributes[key.strip().lower()] = value.strip()
+        path = database_name or attributes.get("path") or server_name or ""
+        return cls(path=path, schema=attributes.get("schemaname") or attributes.get("schema") or "main")
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    poll_seconds: float = 0.5
+    max_rows_per_load_file: int | None = None
+
+    @classmethod
+    def from_task_settings(cls, settings: dict[str, Any]) -> TaskOptions:
+        local = settings.get("LocalAws") or {}
+        max_rows = local.get("MaxRowsPerLoadFile")
+        return cls(
+            poll_seconds=float(local.get("PollSeconds", 0.5)),
+            max_rows_per_load_file=int(max_rows) if max_rows else None,
+        )
+
+
+@dataclass
+class TableStatistics:
+    schema: str
+    table: str
+    state: str = "Table does not exist"
+    full_load_rows: int = 0
+    inserts: int = 0
+    updates: int = 0
+    deletes: int = 0
+    last_update: datetime = field(default_factory=lambda: datetime.now(UTC))
+
+    def as_api(self) -> dict[str, Any]:
+        return {
+            "SchemaName": self.schema,
+            "TableName": self.table,
+            "Inserts": self.inserts,
+            "Updates": self.updates,
+            "Deletes": self.deletes,
+            "Ddls": 0,
+            "FullLoadRows": self.full_load_rows,
+            "FullLoadCondtnlChkFailedRows": 0,
+            "FullLoadErrorRows": 0,
+            "LastUpdateTime": self.last_update,
+            "TableState": self.state,
+            "ValidationState": "Not enabled",
+        }
+
+
+class ReplicationRun:
+    """The state and the worker thread of one replication task."""
+
+    def __init__(
+        self,
+        migration_type: str,
+        source: SourceSettings,
+        target: S3TargetSettings,
+        mapping: TableMapping,
+        options: TaskOptions,
+        put_object: PutObject,
+    ) -> None:
+        self.migration_type = migration_type
+        self.source_settings = source
+        self.target = target
+        self.mapping = mapping
+        self.options = options
+        self.put_object = put_object
+        self.status = "ready"
+        self.stop_reason: str | None = None
+        self.last_failure_message: str | None = None
+        self.full_load_percent = 0
+        self.tables_loaded = self.tables_loading = self.tables_queued = self.tables_errored = 0
+        self.start_date: datetime | None = None
+        self.fresh_start_date: datetime | None = None
+        self.stop_date: datetime | None = None
+        self.full_load_start: datetime | None = None
+        self.full_load_finish: datetime | None = None
+        self.table_statistics: dict[str, TableStatistics] = {}
+        self.flushed_seq: int | None = None  # CDC resumes after this
+        self.full_load_done = False
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._last_cdc_name: dict[str, str] = {}
+        self._load_counters: dict[str, int] = {}
+
+    # lifecycle -----------------------------------------------------------------------------------------
+    def start(self, start_type: str = "start-replication") -> None:
+        if self._thread is not None and self._thread.is_alive():
+            raise RuntimeError("the replication task is already running")
+        if start_type == "reload-target" or self.start_date is None:
+            self.full_load_done = False
+            self.flushed_seq = None
+            self.fresh_start_date = datetime.now(UTC)
+        self.status = "starting"
+        self.stop_reason = self.last_failure_message = None
+        self.stop_date = None
+        self.start_date = datetime.now(UTC)
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="dms-replication", daemon=True)
+        self._thread.start()
+
+    def stop(self, wait: bool = True) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            raise RuntimeError("the replication task is not running")
+        self.status = "stopping"
+        self._stop.set()
+        if wait:
+            self._thread.join(timeout=60)
+
+    def wait(self, timeout: float | None = None) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    @property
+    def elapsed_millis(self) -> int:
+        if self.start_date is None:
+            return 0
+        return int(((self.stop_date or datetime.now(UTC)) - self.start_date).total_seconds() * 1000)
+
+    def _run(self) -> None:
+        source: SqliteSource | None = None
+        try:
+            source = SqliteSource(self.source_settings.path)
+            tables = [t for t in source.tables() if self.mapping.selects(self.source_settings.schema, t)]
+            if not tables:
+                raise RuntimeError(
+                    f"no source table of {self.source_settings.path} matches the table mappings"
+                )
+            capture_start = source.install_capture(tables)
+            if self.flushed_seq is None:
+                self.flushed_seq = capture_start
+            self.status = "running"
+            if self.migration_type in FULL_LOAD_TYPES and not self.full_load_done:
+                self._full_load(source, tables)
+            if self.migration_type not in CDC_TYPES:
+                self._finish("stopped", "Stop Reason FULL_LOAD_ONLY_FINISHED")
+                return
+            self._capture_changes(source, tables)
+            self._finish("stopped", "Stop Reason NORMAL")
+        except Exception as error:
+            LOG.exception("replication task failed")
+            self.last_failure_message = f"{type(error).__name__}: {error}"
+            self.tables_errored = max(self.tables_errored, 1) if self.tables_loading else self.tables_errored
+            self._finish("failed", "Stop Reason FATAL_ERROR")
+        finally:
+            _forget_position(self.source_settings.path, id(self))
+            if source is not None:
+                source.close()
+
+    def _finish(self, status: str, reason: str) -> None:
+        self.stop_date = datetime.now(UTC)
+        self.stop_reason = reason
+        self.status = status
+
+    # full load -----------------------------------------------------------------------------------------
+    def _full_load(self, source: SqliteSource, tables: list[str]) -> None:
+        schema = self.source_settings.schema
+        self.full_load_start = datetime.now(UTC)
+        row_counts = {table: source.count_rows(table) for table in tables}
+        total_rows = sum(row_counts.values())
+        loaded_rows = 0
+        self.tables_queued, self.tables_loaded, self.full_load_percent = len(tables), 0, 0
+        for table in tables:
+            self.table_statistics[table] = TableStatistics(schema, table, state="Before load")
+        for table in tables:
+            if self._stop.is_set():
+                return
+            self.tables_queued -= 1
+            self.tables_loading = 1
+            statistics = self.table_statistics[table]
+            statistics.state = "Full load"
+            snapshot_seq, columns, rows = source.snapshot(table)
+            loaded_at = datetime.now(UTC).replace(tzinfo=None)
+            layout = FileLayout(
+                include_op=self.target.include_op_for_full_load,
+                timestamp_column=self.target.timestamp_column_name,
+                data_columns=tuple(columns),
+                before_image_columns=self._before_image_columns(source, table, columns),
+                added_columns=tuple(self.mapping.added_columns_for(schema, table)),
+            )
+            change_rows = [
+                ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
+            ]
+            written = 0
+            for body in split_into_files(
+                layout, change_rows, self.target, self.options.max_rows_per_load_file
+            ):
+                self._load_counters[table] = self._load_counters.get(table, 0) + 1
+                name = load_file_name(self._load_counters[table])
+                self.put_object(
+                    self.target.bucket_name,
+                    object_key(self.target.bucket_folder, schema, table, name),
+                    body.encode(),
+                )
+                file_rows = body.count(self.target.csv_row_delimiter) - (
+                    1 if self.target.add_column_name else 0
+                )
+                written += file_rows
+                loaded_rows += file_rows
+                if total_rows:
+                    self.full_load_percent = min(99, loaded_rows * 100 // total_rows)
+            statistics.full_load_rows = len(rows)
+            statistics.state = "Table completed"
+            statistics.last_update = datetime.now(UTC)
+            self.tables_loading = 0
+            self.tables_loaded += 1
+        self.full_load_percent = 100
+        self.full_load_finish = datetime.now(UTC)
+        self.full_load_done = True
+
+    def _before_image_columns(
+        self, source: SqliteSource, table: str, columns: list[str] | tuple[str, ...]
+    ) -> tuple[tuple[str, str], ...]:
+        if self.mapping.before_image_prefix is None:
+            return ()
+        chosen = source.primary_key(table) if self.mapping.before_image_pk_only else list(columns)
+        prefix, suffix = self.mapping.before_image_prefix, self.mapping.before_image_suffix
+        return tuple((f"{prefix}{c}{suffix}", c) for c in chosen if c in columns)
+
+    # change data capture -------------------------------------------------------------------------------
+    def _capture_changes(self, source: SqliteSource, tables: list[str]) -> None:
+        schema = self.source_settings.schema
+        for table in tables:
+            self.table_statistics.setdefault(table, TableStatistics(schema, table))
+        position = self.flushed_seq or 0
+        pending: list[CapturedChange] = []
+        pending_bytes = 0
+        oldest_pending: float | None = None
+        interval = self.target.cdc_max_batch_interval_seconds
+        min_bytes = self.target.cdc_min_file_size_kb * 1024
+        while True:
+            stopping = self._stop.wait(self.options.poll_seconds)
+            current = [t for t in source.tables() if self.mapping.selects(schema, t)]
+            for table in source.refresh_triggers(current):
+                self.table_statistics.setdefault(table, TableStatistics(schema, table))
+                LOG.info("DMS capture: triggers of %s rebuilt for columns %s", table, source.columns(table))
+            changes = source.changes_after(position)
+            if changes:
+                position = changes[-1].seq
+                pending += [c for c in changes if c.table in self.table_statistics]
+                pending_bytes += sum(len(str(c.values)) for c in changes)
+                oldest_pending = oldest_pending or time.monotonic()
+            due = oldest_pending is not None and (
+                time.monotonic() - oldest_pending >= interval or pending_bytes >= min_bytes
+            )
+            if pending and (due or stopping):
+                self._write_cdc_files(source, pending)
+                pending, pending_bytes, oldest_pending = [], 0, None
+            if not pending:
+                self.flushed_seq = position
+                _record_position_and_prune(source, id(self), position)
+            if stopping:
+                return
+
+    def _write_cdc_files(self, source: SqliteSource, changes: list[CapturedChange]) -> None:
+        """One file per table and column set (a schema change starts a new file), in change order."""
+        schema = self.source_settings.schema
+        groups: dict[tuple[str, tuple[str, ...]], list[CapturedChange]] = {}
+        for change in changes:
+            groups.setdefault((change.table, tuple(change.values)), []).append(change)
+        for (table, columns), group in sorted(groups.items(), key=lambda item: item[1][0].seq):
+            layout = FileLayout(
+                include_op=True,
+                timestamp_column=self.target.timestamp_column_name,
+                data_columns=columns,
+                before_image_columns=self._before_image_columns(source, table, columns),
+                added_columns=tuple(self.mapping.added_columns_for(schema, table)),
+            )
+            rows = [ChangeRow(c.op, c.seq, c.committed_at, c.values, c.before_image) for c in group]
+            for body in split_into_files(layout, rows, self.target):
+                name = self._next_cdc_name(table)
+                self.put_object(
+                    self.target.bucket_name,
+                    object_key(self.target.bucket_folder, schema, table, name),
+                    body.encode(),
+                )
+            statistics = self.table_statistics[table]
+            statistics.inserts += sum(1 for c in group if c.op == "I")
+            statistics.updates += sum(1 for c in group if c.op == "U")
+            statistics.deletes += sum(1 for c in group if c.op == "D")
+            statistics.last_update = datetime.now(UTC)
+            if statistics.state != "Table completed":
+                statistics.state = "Table completed"
+
+    def _next_cdc_name(self, table: str) -> str:
+        """Names by time, strictly increasing per table, so the files sort in change order."""
+        moment = datetime.now(UTC).replace(tzinfo=None)
+        name = cdc_file_name(moment)
+        while name <= self._last_cdc_name.get(table, ""):
+            moment += timedelta(milliseconds=1)
+            name = cdc_file_name(moment)
+        self._last_cdc_name[table] = name
+        return name
