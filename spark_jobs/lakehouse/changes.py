@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import reduce
 from decimal import Decimal
 
 from pyspark.sql import Column, DataFrame
@@ -229,7 +230,7 @@ def expand_key_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:
         return changes.drop(*[c for c in changes.columns if c.startswith("bi_")])
     moved = (
         (F.col(OP) == "U")
-        & F.greatest(*[F.col(b).isNotNull() for b in before])
+        & reduce(lambda a, b: a | b, [F.col(b).isNotNull() for b in before])
         & ~F.expr(" AND ".join(f"`{b}` <=> `{k}`" for b, k in zip(before, key, strict=True)))
     )
     data_columns = [c for c in changes.columns if not c.startswith("bi_")]

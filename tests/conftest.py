@@ -1,0 +1,46 @@
+"""One SparkSession for the whole test run (starting one costs seconds); each test gets its own
+clean-zone database in the shared warehouse, so tests never see each other's tables."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+_database_numbers = itertools.count(1)
+
+
+@pytest.fixture(scope="session")
+def warehouse_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("warehouse"))
+
+
+@pytest.fixture(scope="session")
+def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    from lakehouse.config import LakeConfig
+
+    return LakeConfig(
+        warehouse=warehouse_dir,
+        staging_dir=str(tmp_path_factory.mktemp("staging")),
+        shuffle_partitions=2,
+    )
+
+
+@pytest.fixture(scope="session")
+def spark(base_config) -> Iterator:  # noqa: ANN001
+    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
+    from lakehouse.session import build_session
+
+    session = build_session(base_config, "lakehouse-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def lake_config(base_config, spark):  # noqa: ANN001, ANN201
+    """A LakeConfig whose clean and refined databases are new for this test."""
+    number = next(_database_numbers)
+    return replace(base_config, clean_database=f"clean_{number}", refined_database=f"refined_{number}")

@@ -1,0 +1,230 @@
+"""The CDC correctness rules of DESIGN.md, each proven on a whole table ordered by key."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from lakehouse.iceberg import read_watermark
+from lakehouse.pipeline import apply_cdc, full_load
+from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
+
+pytestmark = pytest.mark.spark
+
+CUSTOMER = "sales.customer"
+COLUMNS = ["id", "name", "balance"]
+SCHEMA = schema_of({CUSTOMER: (["id"], [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")])})
+
+
+@pytest.fixture
+def dms(tmp_path) -> DmsWriter:  # noqa: ANN001
+    return DmsWriter(tmp_path / "raw" / "dms")
+
+
+def table(config) -> str:  # noqa: ANN001
+    return config.clean_table("sales_customer")
+
+
+def load(spark, config, dms, rows, schema=SCHEMA):  # noqa: ANN001, ANN201
+    dms.load(CUSTOMER, COLUMNS, rows)
+    report = full_load(spark, config, schema, str(dms.root))
+    assert not report.failed, report.failed
+    return report
+
+
+def test_last_change_per_key_wins_by_change_sequence(spark, lake_config, dms):
+    """Given many changes to one key spread over files, out of order within a file,
+    When one manifest is applied,
+    Then the change with the highest AR_H_CHANGE_SEQ is what the table holds."""
+    load(spark, lake_config, dms, [(1, "a", 1)])
+    first = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "seq 3", 3)), ("U", (1, "seq 2", 2))], seqs=[3, 2])
+    second = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "seq 5", 5)), ("U", (1, "seq 4", 4))], seqs=[5, 4])
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(first, second))
+
+    assert rows_of(spark, table(lake_config)) == [(1, "seq 5", Decimal("5.00"))]
+
+
+def test_equal_sequence_ties_go_to_the_later_file_then_the_later_record(spark, lake_config, dms):
+    """Given changes to one key with the same change sequence in two files, two in the later file,
+    When applied together,
+    Then the later file wins, and within it the later record."""
+    load(spark, lake_config, dms, [])
+    early = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "early file", 1))], seqs=[7])
+    late = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "late file, first", 2)), ("U", (1, "late file, last", 3))], seqs=[7, 7])
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(late, early))  # manifest order must not matter
+
+    assert rows_of(spark, table(lake_config)) == [(1, "late file, last", Decimal("3.00"))]
+
+
+def test_insert_update_delete_outcomes_for_present_and_missing_keys(spark, lake_config, dms):
+    """Given keys 1..4 loaded,
+    When a batch deletes 1 then re-inserts it, inserts 2 again (a DMS replay), updates missing key 7,
+    deletes missing key 8, inserts 5 then deletes it, and deletes 3,
+    Then 1 is back with its new values, 2 is upserted, 7 is inserted, 8 and 5 are absent, 3 is gone."""
+    load(spark, lake_config, dms, [(1, "a", 1), (2, "b", 2), (3, "c", 3), (4, "d", 4)])
+    batch = dms.cdc(
+        CUSTOMER,
+        COLUMNS,
+        [
+            ("D", (1, None, None)),
+            ("I", (1, "a reborn", 10)),
+            ("I", (2, "b replayed", 20)),
+            ("U", (7, "g from update", 70)),
+            ("D", (8, None, None)),
+            ("I", (5, "e", 5)),
+            ("D", (5, None, None)),
+            ("D", (3, None, None)),
+        ],
+    )
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(batch))
+
+    assert rows_of(spark, table(lake_config)) == [
+        (1, "a reborn", Decimal("10.00")),
+        (2, "b replayed", Decimal("20.00")),
+        (4, "d", Decimal("4.00")),
+        (7, "g from update", Decimal("70.00")),
+    ]
+    assert report.tables[0].deleted == 3  # 3, 5 and 8 (a delete of a missing key is a no-op)
+
+
+def test_primary_key_change_through_before_image_moves_the_row(spark, lake_config, dms):
+    """Given rows 1 and 2, and DMS writing pk-only before-image columns (BI_id),
+    When an update changes row 1's key to 10 and a later update touches key 1 again as an insert,
+    Then key 10 holds the moved row and key 1 holds only the later insert."""
+    load(spark, lake_config, dms, [(1, "a", 1), (2, "b", 2)])
+    columns = ["BI_id", *COLUMNS]
+    moved = dms.cdc(CUSTOMER, columns, [("U", (1, 10, "a moved", 1)), ("U", (2, 2, "b updated", 2))])
+    again = dms.cdc(CUSTOMER, columns, [("I", (None, 1, "new one", 9))])
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(moved, again))
+
+    assert rows_of(spark, table(lake_config)) == [
+        (1, "new one", Decimal("9.00")),
+        (2, "b updated", Decimal("2.00")),
+        (10, "a moved", Decimal("1.00")),
+    ]
+
+
+def test_rerun_and_overlapping_manifest_apply_nothing_twice(spark, lake_config, dms):
+    """Given a batch applied once,
+    When the same manifest runs again, then an overlapping one with one new file,
+    Then the retry commits nothing and the overlap applies only the new file's changes."""
+    load(spark, lake_config, dms, [(1, "a", 1)])
+    first = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "once", 2)), ("I", (2, "b", 1))])
+    apply_cdc(spark, lake_config, SCHEMA, manifest(first))
+    snapshots = snapshot_count(spark, table(lake_config))
+
+    retry = apply_cdc(spark, lake_config, SCHEMA, manifest(first))
+    assert snapshot_count(spark, table(lake_config)) == snapshots
+    assert retry.tables[0].skipped_already_applied == 2
+
+    newer = dms.cdc(CUSTOMER, COLUMNS, [("D", (2, None, None))])
+    overlap = apply_cdc(spark, lake_config, SCHEMA, manifest(first, newer))
+
+    assert rows_of(spark, table(lake_config)) == [(1, "once", Decimal("2.00"))]
+    assert overlap.tables[0].skipped_already_applied == 2
+    assert overlap.tables[0].deleted == 1
+
+
+def test_watermark_is_in_the_merge_commit_and_never_moves_backwards(spark, lake_config, dms):
+    """Given a newer batch applied,
+    When an older batch (lower sequences, earlier file) is applied after it,
+    Then nothing changes and the watermark still names the newer batch."""
+    load(spark, lake_config, dms, [(1, "a", 1)])
+    older = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "older", 2))], seqs=[100])
+    newer = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "newer", 3))], seqs=[200])
+    apply_cdc(spark, lake_config, SCHEMA, manifest(newer))
+    summary = spark.sql(
+        f"SELECT summary FROM {table(lake_config)}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()["summary"]
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(older))
+
+    assert summary["dms.watermark.change-seq"] == "200"
+    assert rows_of(spark, table(lake_config)) == [(1, "newer", Decimal("3.00"))]
+    mark = read_watermark(spark, table(lake_config))
+    assert (mark.change_seq, mark.cdc_file) == (Decimal(200), newer.rsplit("/", 1)[-1])
+
+
+def test_files_without_change_sequence_fall_back_to_file_then_record_order(spark, lake_config, dms):
+    """Given DMS without the AR_H_CHANGE_SEQ column (files and records give the order),
+    When two files are applied, then the first again,
+    Then the last record of the last file wins and the re-run of the earlier file is skipped."""
+    from lakehouse.dms_files import CsvFormat
+
+    plain = DmsWriter(dms.root, CsvFormat(add_change_seq=False))
+    load(spark, lake_config, plain, [(1, "a", 1)])
+    first = plain.cdc(CUSTOMER, COLUMNS, [("U", (1, "first", 1)), ("U", (1, "second", 2))], seqs=[None, None])
+    second = plain.cdc(CUSTOMER, COLUMNS, [("U", (1, "third", 3))], seqs=[None])
+    apply_cdc(spark, lake_config, SCHEMA, manifest(first))
+    assert rows_of(spark, table(lake_config)) == [(1, "second", Decimal("2.00"))]
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(second))
+    apply_cdc(spark, lake_config, SCHEMA, manifest(first))
+
+    assert rows_of(spark, table(lake_config)) == [(1, "third", Decimal("3.00"))]
+
+
+def test_schema_evolution_adds_widens_and_keeps_dropped_columns(spark, lake_config, dms):
+    """Given a table with id int and a small decimal,
+    When the source adds a column `email`, widens `balance`, and a later file no longer has `name`,
+    Then the table gains `email`, `balance` is wider, and `name` stays with null for the new row."""
+    load(spark, lake_config, dms, [(1, "a", 1)])
+    evolved = schema_of(
+        {
+            CUSTOMER: (
+                ["id"],
+                [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(14,2)"), ("email", "varchar(80)")],
+            )
+        }
+    )
+    added = dms.cdc(CUSTOMER, [*COLUMNS, "email"], [("I", (2, "b", 123456789012, "b@example.com"))])
+    dropped = dms.cdc(CUSTOMER, ["id", "balance", "email"], [("I", (3, 3, "c@example.com"))])
+
+    report = apply_cdc(spark, lake_config, evolved, manifest(added, dropped))
+
+    fields = {f.name: f.dataType.simpleString() for f in spark.table(table(lake_config)).schema.fields}
+    assert fields["balance"] == "decimal(14,2)"
+    assert fields["email"] == "string"
+    assert rows_of(spark, table(lake_config), ["id", "name", "balance", "email"]) == [
+        (1, "a", Decimal("1.00"), None),
+        (2, "b", Decimal("123456789012.00"), "b@example.com"),
+        (3, None, Decimal("3.00"), "c@example.com"),
+    ]
+    assert "widened balance decimal(10,2) -> decimal(14,2)" in report.tables[0].schema_changes
+
+
+def test_int_widens_to_bigint_when_the_schema_file_says_so(spark, lake_config, dms):
+    """Given `id` int, When the schema file says bigint and a change brings a big key,
+    Then the column is widened and the row is stored."""
+    load(spark, lake_config, dms, [(1, "a", 1)])
+    wide = schema_of({CUSTOMER: (["id"], [("id", "bigint"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")])})
+    change = dms.cdc(CUSTOMER, COLUMNS, [("I", (5_000_000_000, "big", 1))])
+
+    apply_cdc(spark, lake_config, wide, manifest(change))
+
+    assert spark.table(table(lake_config)).schema["id"].dataType.simpleString() == "bigint"
+    assert rows_of(spark, table(lake_config)) == [(1, "a", Decimal("1.00")), (5_000_000_000, "big", Decimal("1.00"))]
+
+
+def test_table_without_primary_key_appends_inserts_and_quarantines_the_rest(spark, lake_config, dms):
+    """Given a table with no primary key,
+    When inserts, an update and a delete arrive (and the batch is retried),
+    Then the inserts are appended once, and the update and delete are quarantined with the reason."""
+    events = "sales.events"
+    schema = schema_of({events: ([], [("what", "varchar(20)"), ("amount", "int")])})
+    change = dms.cdc(events, ["what", "amount"], [("I", ("x", 1)), ("I", ("y", 2)), ("U", ("x", 3)), ("D", ("y", 2))])
+
+    apply_cdc(spark, lake_config, schema, manifest(change))
+    apply_cdc(spark, lake_config, schema, manifest(change))
+
+    assert rows_of(spark, lake_config.clean_table("sales_events")) == [("x", 1), ("y", 2)]
+    reasons = rows_of(spark, lake_config.quarantine, ["record_number", "reason"])
+    assert reasons == [
+        (3, "table has no primary key: updates and deletes can't be applied (mode append)"),
+        (4, "table has no primary key: updates and deletes can't be applied (mode append)"),
+    ]
