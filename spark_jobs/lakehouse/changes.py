@@ -107,6 +107,7 @@ def typed_changes(
     layout: HeaderLayout,
     types: dict[str, T.DataType],
     names: ChangeColumns = ChangeColumns(),
+    null_marker: str | None = None,
 ) -> DataFrame:
     """Typed change rows. Columns: the data columns (lower case) and `bi_<key>` before images, `_op`,
     `_seq`, `_commit_ts`, `_file_uri`, `_file_order`, `_pos`, `_raw` and `_reason` (null when valid)."""
@@ -114,7 +115,13 @@ def typed_changes(
     reasons: list[Column] = []
 
     def text(name: str | None) -> Column:
-        return F.col(f"`{name}`") if name and name in present else F.lit(None).cast("string")
+        if not name or name not in present:
+            return F.lit(None).cast("string")
+        value = F.col(f"`{name}`")
+        if null_marker is None:
+            return value
+        # CsvNullValue set: the marker is null, and any empty field is an empty string.
+        return F.when(value == null_marker, F.lit(None)).otherwise(F.coalesce(value, F.lit("")))
 
     op_name = next((c for c in raw.columns if c.lower() == names.op.lower()), None)
     seq_name = next((c for c in raw.columns if c.lower() == names.change_seq.lower()), None)

@@ -28,6 +28,7 @@ FILE_URI = "_file_uri"
 FILE_ORDER = "_file_order"
 RECORD = "_record"
 POSITION = "_pos"
+NEVER_NULL = "\u0000never-null\u0000"
 CORRUPT = "_corrupt_record"
 
 
@@ -136,7 +137,10 @@ def _read_group(
     schema = T.StructType(
         [T.StructField(name, T.StringType()) for name in header] + [T.StructField(CORRUPT, T.StringType())]
     )
-    null_value = options.csv_null_value if options.csv_null_value is not None else ""
+    # With a CsvNullValue marker, Spark must not turn empty fields into nulls: they are empty strings
+    # (see changes.typed_changes). Spark can't tell an unquoted empty field from null, so we read
+    # with a value that never occurs and map the marker ourselves.
+    null_value = NEVER_NULL if options.csv_null_value is not None else ""
     frame = (
         spark.read.format("csv")
         .schema(schema)

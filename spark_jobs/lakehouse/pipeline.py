@@ -166,7 +166,9 @@ class _Pipeline:
             return None, None, None
         layout = C.union_layout(list(raw.headers.values()), spec, self.options.names)
         types = C.column_types(layout, spec)
-        typed = C.typed_changes(raw.rows, spec, layout, types, self.options.names)
+        typed = C.typed_changes(
+            raw.rows, spec, layout, types, self.options.names, self.options.reader.csv_null_value
+        )
         return raw.rows, typed, types
 
     def quarantine_records(self, spec: TableSpec, typed: DataFrame, raw: DataFrame) -> None:

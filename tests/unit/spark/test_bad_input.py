@@ -1,0 +1,95 @@
+"""Bad input gets a clear reason in quarantine, loses nothing, and never stops the rest."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from lakehouse.pipeline import apply_cdc
+from tests.support import DmsWriter, manifest, rows_of, schema_of
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = ["id", "name", "balance"]
+SCHEMA = schema_of(
+    {
+        "sales.customer": (["id"], [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")]),
+        "sales.item": (["sku"], [("sku", "varchar(10)"), ("price", "decimal(7,2)")]),
+    }
+)
+
+
+@pytest.fixture
+def dms(tmp_path) -> DmsWriter:  # noqa: ANN001
+    return DmsWriter(tmp_path / "raw" / "dms")
+
+
+def quarantine(spark, config):  # noqa: ANN001, ANN201
+    return rows_of(spark, config.quarantine, ["source_table", "record_number", "reason"])
+
+
+def test_malformed_records_are_quarantined_with_file_record_and_reason(spark, lake_config, dms):
+    """Given a CDC file whose 2nd record has a field too many, 3rd an invalid Op, 4th a non-numeric
+    decimal, 5th a null key, 6th a bad change sequence, and good records around them,
+    When applied,
+    Then the good records are in the table and each bad one is quarantined with its record number."""
+    path = dms.cdc("sales.customer", COLUMNS, [("I", (1, "good", 1))])
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("I,2026-11-22 10:00:01.000000,00000000000000000000000000000000100,2,x,1,extra\n")
+        handle.write("X,2026-11-22 10:00:01.000000,00000000000000000000000000000000101,3,bad op,1\n")
+        handle.write("I,2026-11-22 10:00:01.000000,00000000000000000000000000000000102,4,bad money,12abc\n")
+        handle.write("I,2026-11-22 10:00:01.000000,00000000000000000000000000000000103,,no key,1\n")
+        handle.write("I,2026-11-22 10:00:01.000000,not-a-number,6,bad seq,1\n")
+        handle.write('I,2026-11-22 10:00:01.000000,00000000000000000000000000000000105,7,"also good",7\n')
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(path))
+
+    assert rows_of(spark, lake_config.clean_table("sales_customer")) == [
+        (1, "good", Decimal("1.00")),
+        (7, "also good", Decimal("7.00")),
+    ]
+    assert quarantine(spark, lake_config) == [
+        ("sales.customer", 2, "malformed CSV record (field count differs from header)"),
+        ("sales.customer", 3, "invalid Op X"),
+        ("sales.customer", 4, "balance: 12abc is not a valid decimal(10,2)"),
+        ("sales.customer", 5, "primary key column id is null or missing"),
+        ("sales.customer", 6, "AR_H_CHANGE_SEQ is not a number: not-a-number"),
+    ]
+    assert report.tables[0].quarantined_records == 5
+    raw = spark.table(lake_config.quarantine).where("record_number = 4").first()["record"]
+    assert '"balance":"12abc"' in raw  # the raw record is kept, so it can be fixed and replayed
+
+
+def test_unreadable_file_and_unknown_table_do_not_stop_other_tables(spark, lake_config, dms, tmp_path):
+    """Given a manifest with a missing file, a file without header, a file of an unknown table,
+    a key outside the DMS layout, and one good file,
+    When applied,
+    Then the good file's table is applied and each bad file is quarantined with its reason."""
+    good = dms.cdc("sales.item", ["sku", "price"], [("I", ("A-1", 9.99))])
+    missing = str(dms.table_dir("sales.customer") / "20261122-100000001.csv")
+    empty = dms.table_dir("sales.customer") / "20261122-100000002.csv"
+    empty.write_text("")
+    unknown = dms.cdc("sales.ghost", ["id"], [("I", (1,))])
+    stray = tmp_path / "notes.txt"
+    stray.write_text("hello")
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(missing, str(empty), unknown, str(stray), good))
+
+    assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
+    reasons = {uri.rsplit("/", 1)[-1]: reason for uri, reason in rows_of(spark, lake_config.quarantine, ["source_uri", "reason"])}
+    assert reasons[missing.rsplit("/", 1)[-1]].startswith("unreadable file: FileNotFoundError")
+    assert reasons["20261122-100000002.csv"] == "missing or blank header row (DMS AddColumnName=true is required)"
+    assert reasons[unknown.rsplit("/", 1)[-1]] == "unknown table: not in the schema file"
+    assert reasons["notes.txt"].endswith("expected …/<schema>/<table>/<file>.csv") or "neither a LOAD file" in reasons["notes.txt"]
+    assert not report.failed
+
+
+def test_quarantine_keeps_one_row_per_record_when_a_batch_is_retried(spark, lake_config, dms):
+    """Given a file with one bad record, When the batch runs twice, Then the record is quarantined once."""
+    path = dms.cdc("sales.customer", COLUMNS, [("I", (1, "ok", 1)), ("I", (2, "bad", "1.2.3"))])
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(path))
+    apply_cdc(spark, lake_config, SCHEMA, manifest(path, run_id="retry"))
+
+    assert quarantine(spark, lake_config) == [("sales.customer", 2, "balance: 1.2.3 is not a valid decimal(10,2)")]
