@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import threading
 import time
@@ -125,7 +126,9 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
         for runs in self._runs.values():
             for run in runs.values():
                 if run.process and run.process.poll() is None:
-                    run.process.kill()
+                    run.stop_requested = True
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(run.process.pid, signal.SIGKILL)  # the script and its Spark JVM
 
     def _job(self, context: RequestContext, job_name: str) -> dict[str, Any]:
         from moto.glue.models import glue_backends
@@ -314,7 +317,7 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
     @staticmethod
     def _kill_group(process: subprocess.Popen) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, 9)
+            os.killpg(process.pid, signal.SIGKILL)
         process.wait()
 
     @staticmethod
