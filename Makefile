@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv demo demo-spark test test-unit test-integration lint format bench deploy local-up local-down clean
+.PHONY: venv localstack-venv demo demo-spark test test-unit test-integration lint format bench deploy local-up local-down clean
 
 venv: $(STAMP)
 
@@ -23,11 +23,24 @@ demo: venv
 demo-spark: venv
 	$(BIN)/python -m lakehouse.demo
 
-test: venv
+test: venv localstack-venv
 	$(BIN)/python -m pytest
 
 test-unit: venv
 	$(BIN)/python -m pytest -m "not integration"
+
+test-integration: venv localstack-venv
+	$(BIN)/python -m pytest -m integration
+
+# LocalStack (community, host mode, no Docker) in its own Python 3.13 venv, with our plugins.
+localstack-venv: venv
+	$(BIN)/python -m localaws.setup_venv
+
+local-up: venv
+	$(BIN)/python -m localaws.stack up
+
+local-down:
+	$(BIN)/python -m localaws.stack down
 
 lint: venv
 	$(BIN)/ruff check .
