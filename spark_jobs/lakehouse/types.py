@@ -118,6 +118,8 @@ def spark_type(source_type: str, dialect: str = "mysql") -> T.DataType:
         name = "timestamp_mssql"  # SQL Server's timestamp is a row version, not a time
     if dialect == "mysql" and name == "tinyint" and params == ["1"]:
         return T.BooleanType()
+    if dialect == "sqlite" and (name in _INTEGERS or name in ("real", "double", "float")):
+        return T.LongType() if name in _INTEGERS else T.DoubleType()  # SQLite stores 8-byte ints and reals
     if name in _INTEGERS:
         return _integer(name, unsigned=sign == "unsigned")
     if name in ("decimal", "numeric", "number", "dec"):

@@ -1,0 +1,139 @@
+"""Source types → Iceberg types, and the DMS key and file-format contract (no Spark session needed)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+from pyspark.sql import types as T
+
+from lakehouse.dms_files import (
+    CsvFormat,
+    NotADmsFileError,
+    cdc_file_name,
+    change_seq,
+    load_file_name,
+    parse_dms_key,
+    write_dms_csv,
+)
+from lakehouse.schema import SchemaFile
+from lakehouse.types import UnsupportedTypeError, can_widen, spark_type
+
+D = T.DecimalType
+
+
+@pytest.mark.parametrize(
+    ("dialect", "source", "expected"),
+    [
+        ("mysql", "tinyint", T.IntegerType()),
+        ("mysql", "tinyint(1)", T.BooleanType()),
+        ("mysql", "smallint unsigned", T.IntegerType()),
+        ("mysql", "int unsigned", T.LongType()),
+        ("mysql", "bigint unsigned", D(20, 0)),
+        ("mysql", "mediumint", T.IntegerType()),
+        ("mysql", "decimal(7,2)", D(7, 2)),
+        ("mysql", "float", T.FloatType()),
+        ("mysql", "double", T.DoubleType()),
+        ("mysql", "varchar(255)", T.StringType()),
+        ("mysql", "longtext", T.StringType()),
+        ("mysql", "datetime(6)", T.TimestampNTZType()),
+        ("mysql", "timestamp", T.TimestampType()),
+        ("mysql", "time", T.StringType()),
+        ("mysql", "bit(1)", T.BooleanType()),
+        ("mysql", "bit(8)", T.LongType()),
+        ("mysql", "varbinary(16)", T.BinaryType()),
+        ("mysql", "json", T.StringType()),
+        ("mssql", "nvarchar(max)", T.StringType()),
+        ("mssql", "datetime2(7)", T.TimestampNTZType()),
+        ("mssql", "datetimeoffset", T.TimestampType()),
+        ("mssql", "uniqueidentifier", T.StringType()),
+        ("mssql", "money", D(19, 4)),
+        ("mssql", "bit", T.BooleanType()),
+        ("mssql", "timestamp", T.BinaryType()),
+        ("mssql", "float(24)", T.FloatType()),
+        ("mssql", "float", T.DoubleType()),
+        ("postgresql", "integer", T.IntegerType()),
+        ("postgresql", "bigserial", T.LongType()),
+        ("postgresql", "numeric(38,10)", D(38, 10)),
+        ("postgresql", "numeric", D(38, 0)),
+        ("postgresql", "numeric(50,2)", T.StringType()),
+        ("postgresql", "double precision", T.DoubleType()),
+        ("postgresql", "character varying(20)", T.StringType()),
+        ("postgresql", "timestamp without time zone", T.TimestampNTZType()),
+        ("postgresql", "timestamp with time zone", T.TimestampType()),
+        ("postgresql", "uuid", T.StringType()),
+        ("postgresql", "jsonb", T.StringType()),
+        ("postgresql", "bytea", T.BinaryType()),
+        ("postgresql", "boolean", T.BooleanType()),
+        ("postgresql", "integer[]", T.StringType()),
+        ("sqlite", "INTEGER", T.LongType()),
+        ("sqlite", "DECIMAL(7,2)", D(7, 2)),
+        ("sqlite", "VARCHAR(50)", T.StringType()),
+        ("sqlite", "DATE", T.DateType()),
+        ("sqlite", "TIMESTAMP", T.TimestampNTZType()),
+        ("sqlite", "REAL", T.DoubleType()),
+        ("sqlite", "BLOB", T.BinaryType()),
+        ("sqlite", "UNSIGNED BIG INT", T.LongType()),
+    ],
+)
+def test_source_types_map_to_iceberg_types(dialect, source, expected):
+    """Given a source column type, When mapped, Then it becomes the Iceberg type that holds it exactly."""
+    assert spark_type(source, dialect) == expected
+
+
+def test_unknown_types_are_an_error_not_a_string():
+    """Given a type no mapping knows, When mapped, Then it fails loudly (never 'everything is a string')."""
+    with pytest.raises(UnsupportedTypeError):
+        spark_type("hyperloglog", "postgresql")
+
+
+@pytest.mark.parametrize(
+    ("current", "wanted", "allowed"),
+    [
+        (T.IntegerType(), T.LongType(), True),
+        (T.FloatType(), T.DoubleType(), True),
+        (D(7, 2), D(12, 2), True),
+        (D(7, 2), D(12, 3), False),
+        (T.LongType(), T.IntegerType(), False),
+        (T.StringType(), T.LongType(), False),
+    ],
+)
+def test_only_iceberg_type_promotions_count_as_widening(current, wanted, allowed):
+    assert can_widen(current, wanted) is allowed
+
+
+def test_load_files_count_in_hex_and_sort_by_their_number():
+    """Given LOAD files 1..11, When named and parsed back, Then …09 comes before …0A and …0B."""
+    names = [load_file_name(n) for n in range(1, 12)]
+    assert names[8:11] == ["LOAD00000009.csv", "LOAD0000000A.csv", "LOAD0000000B.csv"]
+    parsed = sorted(parse_dms_key(f"s3://raw/dms/sales/item/{n}") for n in reversed(names))
+    assert [p.name for p in parsed] == names
+
+
+def test_keys_name_their_schema_table_and_kind():
+    cdc = parse_dms_key("s3://raw/dms/sales/web_sales/20261122-101010123.csv", 10)
+    assert (cdc.source_schema, cdc.table, cdc.is_full_load, cdc.size) == ("sales", "web_sales", False, 10)
+    assert cdc_file_name(datetime(2026, 11, 22, 10, 10, 10, 123999)) == "20261122-101010123.csv"
+    with pytest.raises(NotADmsFileError):
+        parse_dms_key("s3://raw/dms/sales/web_sales/notes.txt")
+    with pytest.raises(NotADmsFileError):
+        parse_dms_key("notes.csv")
+
+
+def test_writer_quotes_like_dms_and_keeps_null_apart_from_empty_with_a_marker():
+    """Given values with quotes, commas, newlines, null and empty strings,
+    When written with and without a CsvNullValue marker,
+    Then quoting is RFC 4180 and only the marker mode tells null from empty."""
+    when = datetime(2026, 1, 2, 3, 4, 5, 6)
+    rows = [("I", change_seq(1), when, ['say "hi", ok\nbye', None, ""])]
+    assert write_dms_csv(["a", "b", "c"], rows) == (
+        "Op,dms_timestamp,AR_H_CHANGE_SEQ,a,b,c\n"
+        f'I,2026-01-02 03:04:05.000006,{"0" * 34}1,"say ""hi"", ok\nbye",,\n'
+    )
+    marked = write_dms_csv(["a", "b", "c"], rows, CsvFormat(csv_null_value="NULL"))
+    assert marked.splitlines()[-1] == 'bye",NULL,""'
+
+
+def test_schema_file_rejects_a_primary_key_that_is_not_a_column():
+    with pytest.raises(ValueError, match="primary key"):
+        SchemaFile.from_dict({"tables": {"s.t": {"primary_key": ["nope"], "columns": [{"name": "a", "type": "int"}]}}})
