@@ -1,0 +1,87 @@
+"""The full-load job and the job entry points (arguments in, report out, exit code)."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from lakehouse.jobs import cdc_main, full_load_main
+from lakehouse.pipeline import apply_cdc, full_load
+from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
+
+pytestmark = pytest.mark.spark
+
+SCHEMA = schema_of(
+    {
+        "sales.item": (["sku"], [("sku", "varchar(10)"), ("price", "decimal(7,2)")]),
+        "sales.region": (["code"], [("code", "char(2)"), ("name", "varchar(20)")]),
+    }
+)
+
+
+@pytest.fixture
+def dms(tmp_path) -> DmsWriter:  # noqa: ANN001
+    return DmsWriter(tmp_path / "raw" / "dms")
+
+
+def test_full_load_reads_every_load_file_of_every_table(spark, lake_config, dms):
+    """Given two tables, one with its rows over three LOAD files,
+    When the full load runs,
+    Then both tables hold all their rows with source types."""
+    dms.load("sales.item", ["sku", "price"], [("A", 1.5)], counter=1)
+    dms.load("sales.item", ["sku", "price"], [("B", 2)], counter=2)
+    dms.load("sales.item", ["sku", "price"], [("C", 3.25)], counter=10)
+    dms.load("sales.region", ["code", "name"], [("NY", "New York"), ("CA", "California")])
+
+    report = full_load(spark, lake_config, SCHEMA, str(dms.root))
+
+    assert rows_of(spark, lake_config.clean_table("sales_item")) == [
+        ("A", Decimal("1.50")), ("B", Decimal("2.00")), ("C", Decimal("3.25"))
+    ]
+    assert rows_of(spark, lake_config.clean_table("sales_region")) == [("CA", "California"), ("NY", "New York")]
+    assert {t.table: t.files for t in report.tables} == {"sales.item": 3, "sales.region": 1}
+
+
+def test_rerunning_the_full_load_keeps_cdc_changes_unless_reload(spark, lake_config, dms):
+    """Given a loaded table with a CDC change applied,
+    When the full load runs again, Then nothing changes (no new snapshot);
+    When it runs with reload, Then the table is the LOAD files again."""
+    dms.load("sales.item", ["sku", "price"], [("A", 1)])
+    full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"])
+    apply_cdc(spark, lake_config, SCHEMA, manifest(dms.cdc("sales.item", ["sku", "price"], [("U", ("A", 9))])))
+    table = lake_config.clean_table("sales_item")
+    snapshots = snapshot_count(spark, table)
+
+    full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"])
+    assert rows_of(spark, table) == [("A", Decimal("9.00"))]
+    assert snapshot_count(spark, table) == snapshots
+
+    full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"], reload=True)
+    assert rows_of(spark, table) == [("A", Decimal("1.00"))]
+
+
+def test_job_entry_points_take_glue_arguments_and_report(spark, lake_config, dms, tmp_path):
+    """Given a schema file, LOAD files and a manifest on disk,
+    When the full-load and CDC entry points run with Glue-style arguments (plus Glue's own extras),
+    Then they exit 0, write their JSON reports, and the table holds the changes."""
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    dms.load("sales.region", ["code", "name"], [("NY", "New York")])
+    change = dms.cdc("sales.region", ["code", "name"], [("I", ("TX", "Texas")), ("D", ("NY", None))])
+    manifest_file = tmp_path / "manifest.json"
+    manifest_file.write_text(json.dumps(manifest(change, run_id="run-7").to_dict()))
+    common = [
+        "--catalog_type", "hadoop", "--warehouse", lake_config.warehouse,
+        "--clean_database", lake_config.clean_database, "--schema_file", str(schema_file),
+        "--JOB_ID", "j_1", "--job-bookmark-option", "job-bookmark-disable",
+    ]
+
+    assert full_load_main([*common, "--raw_path", str(dms.root), "--tables", "sales.region"]) == 0
+    assert cdc_main([*common, "--manifest", str(manifest_file), "--report_uri", str(tmp_path / "r.json")]) == 0
+
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["run_id"] == "run-7"
+    assert report["totals"]["inserted_or_updated"] == 1 and report["totals"]["deleted"] == 1
+    assert rows_of(spark, lake_config.clean_table("sales_region")) == [("TX", "Texas")]
