@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import reduce
 from decimal import Decimal
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -217,16 +217,21 @@ def file_name(column: str = FILE_URI) -> Column:
     return F.element_at(F.split(F.col(column), "/"), -1)
 
 
-def above_watermark(changes: DataFrame, watermark: Watermark) -> DataFrame:
-    """Drop what an earlier commit applied: changes at or below the change sequence, or, where DMS
-    wrote no sequence, in files at or before the last applied CDC file."""
+def is_above_watermark(watermark: Watermark) -> Column:
+    """True for changes an earlier commit has not applied: above the change sequence, or, where DMS
+    wrote no sequence, in files after the last applied CDC file."""
     by_seq = F.col(SEQ).isNotNull()
     if watermark.change_seq is not None:
         by_seq = by_seq & (F.col(SEQ) > F.lit(watermark.change_seq).cast(SEQ_TYPE))
     by_file = F.col(SEQ).isNull()
     if watermark.cdc_file is not None:
         by_file = by_file & (file_name() > F.lit(watermark.cdc_file))
-    return changes.where(by_seq | by_file)
+    return by_seq | by_file
+
+
+def above_watermark(changes: DataFrame, watermark: Watermark) -> DataFrame:
+    """Drop what an earlier commit applied (exactly once)."""
+    return changes.where(is_above_watermark(watermark))
 
 
 def expand_key_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -85,13 +85,17 @@ def evolve_schema(spark: SparkSession, table: str, wanted: dict[str, T.DataType]
     return done
 
 
-def snapshot_properties(spark: SparkSession, table: str) -> list[dict[str, str]]:
-    """Summaries of the table's current lineage, newest first."""
-    rows = spark.sql(
-        f"SELECT s.summary FROM {table}.snapshots s JOIN {table}.history h ON s.snapshot_id = h.snapshot_id "
-        "WHERE h.is_current_ancestor ORDER BY h.made_current_at DESC, s.committed_at DESC"
-    ).collect()
-    return [dict(row["summary"] or {}) for row in rows]
+def snapshot_properties(spark: SparkSession, table: str) -> Iterator[dict[str, str]]:
+    """Summaries of the table's current lineage, newest first, read from table metadata through the
+    Iceberg API (no Spark job; lazily, so a caller that finds what it wants early stops early)."""
+    jvm = spark.sparkContext._jvm
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    iceberg_table.refresh()
+    snapshot = iceberg_table.currentSnapshot()
+    while snapshot is not None:
+        yield dict(snapshot.summary())
+        parent = snapshot.parentId()
+        snapshot = iceberg_table.snapshot(parent) if parent is not None else None
 
 
 def read_watermark(spark: SparkSession, table: str) -> Watermark:

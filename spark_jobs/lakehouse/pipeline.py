@@ -239,38 +239,33 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
         return
     typed = typed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        watermark = read_watermark(spark, table)
+        valid = F.col(C.REASON).isNull()
+        fresh_valid = valid & C.is_above_watermark(watermark)
         stats = typed.agg(
             F.count(F.lit(1)).alias("records"),
             F.count(C.REASON).alias("bad"),
+            F.count(F.when(fresh_valid, 1)).alias("fresh"),
+            F.max(F.when(fresh_valid, F.col(C.SEQ))).alias("seq"),
+            F.max(F.when(fresh_valid, F.col(C.COMMIT_TS))).alias("ts"),
         ).first()
         report.records = stats["records"]
         report.quarantined_records = stats["bad"]
         if stats["bad"]:
             run.quarantine_records(spec, typed, raw)
-        good = typed.where(F.col(C.REASON).isNull()).drop(C.REASON, C.RAW)
-
-        watermark = read_watermark(spark, table)
-        fresh = C.above_watermark(good, watermark)
+        fresh = typed.where(fresh_valid).drop(C.REASON, C.RAW)
         if not spec.has_primary_key:
             _apply_without_key(run, spec, table, fresh, raw, files, report)
-            fresh_stats = None
-        else:
-            fresh_stats = fresh.agg(
-                F.count(F.lit(1)).alias("n"), F.max(C.SEQ).alias("seq"), F.max(C.COMMIT_TS).alias("ts")
-            ).first()
-        n_good = report.records - report.quarantined_records
-        if fresh_stats is None:
             return
-        report.skipped_already_applied = n_good - fresh_stats["n"]
-        cdc_names = [f.name for f in files]
-        batch_mark = C.Watermark(fresh_stats["seq"], max(cdc_names) if cdc_names else None)
+        report.skipped_already_applied = stats["records"] - stats["bad"] - stats["fresh"]
+        batch_mark = C.Watermark(stats["seq"], max(f.name for f in files))
         new_mark = watermark.advanced_to(batch_mark)
         report.watermark_seq = str(new_mark.change_seq) if new_mark.change_seq is not None else None
         report.watermark_file = new_mark.cdc_file
-        if fresh_stats["n"] == 0:
+        if stats["fresh"] == 0:
             log.info("%s: nothing above the watermark %s; nothing to apply", table, watermark)
             return
-        report.max_commit_ts = fresh_stats["ts"].isoformat() if fresh_stats["ts"] else None
+        report.max_commit_ts = stats["ts"].isoformat() if stats["ts"] else None
         report.schema_changes = evolve_schema(spark, table, types)
         key = [k.lower() for k in spec.primary_key]
         latest = C.last_change_per_key(C.expand_key_changes(fresh, key), key)

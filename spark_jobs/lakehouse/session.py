@@ -66,6 +66,7 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
         .config("spark.jars", iceberg_runtime_jar())
         .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.default.parallelism", str(config.shuffle_partitions))
