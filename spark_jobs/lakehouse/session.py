@@ -29,6 +29,7 @@ def catalog_conf(config: LakeConfig) -> dict[str, str]:
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
         "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
+        "spark.sql.session.timeZone": "UTC",  # DMS writes commit times in UTC
     }
     if config.catalog_type == "glue":
         conf |= {
@@ -52,10 +53,14 @@ def _absolute(location: str) -> str:
 
 
 def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSession:
-    """Return the SparkSession for `config`. On Glue the session exists already: we only add the
-    catalog settings (catalogs load lazily, so setting them at run time is enough)."""
+    """Return the SparkSession for `config`. On Glue our script creates the session (it never makes a
+    GlueContext first), so the Iceberg extensions and catalog are set at creation; if a session exists
+    already, the catalog settings are applied at run time (catalogs load lazily)."""
     if config.catalog_type == "glue":
-        spark = SparkSession.builder.appName(app_name).getOrCreate()
+        builder = SparkSession.builder.appName(app_name)
+        for key, value in catalog_conf(config).items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
         for key, value in catalog_conf(config).items():
             if key != "spark.sql.extensions":
                 spark.conf.set(key, value)
@@ -67,7 +72,6 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
         .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.adaptive.enabled", "true")
         .config("spark.default.parallelism", str(config.shuffle_partitions))
     )

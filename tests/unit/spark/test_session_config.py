@@ -1,0 +1,31 @@
+"""The catalog is configuration: the same code talks to the Glue Data Catalog or a local folder."""
+
+from lakehouse.config import LakeConfig, parse_job_arguments
+from lakehouse.session import catalog_conf, iceberg_runtime_jar
+
+
+def test_glue_catalog_uses_glue_catalog_and_s3_file_io():
+    conf = catalog_conf(LakeConfig(catalog_type="glue", catalog_name="lake", warehouse="s3://clean/warehouse/"))
+    assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf["spark.sql.catalog.lake.warehouse"] == "s3://clean/warehouse/"
+    assert conf["spark.sql.extensions"].endswith("IcebergSparkSessionExtensions")
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+
+
+def test_local_catalog_is_a_hadoop_warehouse_folder(tmp_path):
+    conf = catalog_conf(LakeConfig(catalog_type="hadoop", warehouse=str(tmp_path)))
+    assert conf["spark.sql.catalog.lake.type"] == "hadoop"
+    assert conf["spark.sql.catalog.lake.warehouse"] == tmp_path.resolve().as_uri()
+
+
+def test_glue_job_arguments_parse_and_unknown_glue_arguments_are_ignored():
+    config, _ = parse_job_arguments(
+        ["--catalog_type", "glue", "--warehouse", "s3://c/w", "--JOB_RUN_ID", "jr_1", "--TempDir", "s3://t"]
+    )
+    assert (config.catalog_type, config.warehouse, config.clean_database) == ("glue", "s3://c/w", "clean")
+
+
+def test_pinned_iceberg_runtime_jar_is_installed():
+    assert iceberg_runtime_jar().endswith("iceberg-spark-runtime-3.5_2.12-1.10.2.jar")
