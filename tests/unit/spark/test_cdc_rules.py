@@ -228,3 +228,24 @@ def test_table_without_primary_key_appends_inserts_and_quarantines_the_rest(spar
         (3, "table has no primary key: updates and deletes can't be applied (mode append)"),
         (4, "table has no primary key: updates and deletes can't be applied (mode append)"),
     ]
+
+
+def test_many_tables_in_one_manifest_are_applied_in_parallel_each_with_its_own_watermark(spark, lake_config, dms):
+    """Given one manifest with files of three tables interleaved in arrival order,
+    When applied (tables in parallel, one MERGE each),
+    Then every table holds its changes and each commit carries its own table's watermark."""
+    names = ["sales.a", "sales.b", "sales.c"]
+    schema = schema_of({n: (["id"], [("id", "int"), ("v", "varchar(5)")]) for n in names})
+    paths = []
+    for round_ in range(2):
+        for offset, name in enumerate(names):
+            seq = 100 * (offset + 1) + round_
+            paths.append(dms.cdc(name, ["id", "v"], [("I", (round_, f"{name[-1]}{round_}"))], seqs=[seq]))
+
+    report = apply_cdc(spark, lake_config, schema, manifest(*paths))
+
+    assert not report.failed
+    for offset, name in enumerate(names):
+        iceberg = lake_config.clean_table(name.replace(".", "_"))
+        assert rows_of(spark, iceberg) == [(0, f"{name[-1]}0"), (1, f"{name[-1]}1")]
+        assert read_watermark(spark, iceberg).change_seq == Decimal(100 * (offset + 1) + 1)
