@@ -17,11 +17,11 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 demo: venv
-	$(BIN)/python -m lakehouse.demo
+	$(BIN)/python -m lakehouse.demo_spark
 
 # The Spark pipeline alone over generated DMS files (no local AWS).
 demo-spark: venv
-	$(BIN)/python -m lakehouse.demo
+	$(BIN)/python -m lakehouse.demo_spark
 
 test: venv localstack-venv
 	$(BIN)/python -m pytest
