@@ -277,7 +277,3 @@ def last_change_per_key(changes: DataFrame, key: Sequence[str]) -> DataFrame:
         F.max(F.struct(*ordering, *[F.col(c) for c in payload])).alias("__last")
     )
     return latest.select(*key, *[F.col(f"__last.{c}").alias(c) for c in payload])
-
-
-def count_by_op(changes: DataFrame) -> dict[str, int]:
-    return {row[OP]: row["count"] for row in changes.groupBy(OP).count().collect()}

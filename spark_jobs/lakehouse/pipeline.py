@@ -269,12 +269,18 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
         report.schema_changes = evolve_schema(spark, table, types)
         key = [k.lower() for k in spec.primary_key]
         latest = C.last_change_per_key(C.expand_key_changes(fresh, key), key)
-        latest = _with_metadata(latest).localCheckpoint()
-        counts = C.count_by_op(latest)
-        report.deleted = counts.get("D", 0)
-        report.inserted_or_updated = counts.get("I", 0) + counts.get("U", 0)
+        # Counted while the MERGE runs (no extra pass over the changes).
+        counted = Observation(f"merge_{spec.iceberg_name}_{id(report)}")
+        latest = _with_metadata(latest).observe(
+            counted,
+            F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
+            F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
+        )
         properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
         merge_changes(spark, table, latest, key, properties)
+        counts = counted.get
+        report.deleted = counts["deletes"]
+        report.inserted_or_updated = counts["upserts"]
     finally:
         typed.unpersist()
 
