@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cache
@@ -114,5 +115,7 @@ def stage_for_spark(uris: list[str], endpoint_url: str | None, staging_dir: str)
 def read_first_line(uri: str, endpoint_url: str | None = None) -> str:
     """The first line of a file (a DMS header row), without reading the whole file."""
     head = read_bytes(uri, endpoint_url, max_bytes=HEADER_PROBE_BYTES)
+    if uri.endswith(".gz"):  # DMS CompressionType=GZIP: the start of the stream is enough
+        head = zlib.decompressobj(wbits=zlib.MAX_WBITS | 16).decompress(head, HEADER_PROBE_BYTES)
     line = head.split(b"\n", 1)[0].rstrip(b"\r")
     return line.decode("utf-8-sig")

@@ -93,3 +93,19 @@ def test_quarantine_keeps_one_row_per_record_when_a_batch_is_retried(spark, lake
     apply_cdc(spark, lake_config, SCHEMA, manifest(path, run_id="retry"))
 
     assert quarantine(spark, lake_config) == [("sales.customer", 2, "balance: 1.2.3 is not a valid decimal(10,2)")]
+
+
+def test_gzip_compressed_dms_files_are_read_like_plain_ones(spark, lake_config, dms):
+    """Given a CDC file compressed by DMS (CompressionType=GZIP, `.csv.gz`),
+    When applied, Then its changes land like those of a plain file."""
+    import gzip
+    from pathlib import Path
+
+    plain = Path(dms.cdc("sales.item", ["sku", "price"], [("I", ("Z-9", 1.25))]))
+    packed = plain.with_name(plain.name + ".gz")
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    plain.unlink()
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(str(packed)))
+
+    assert rows_of(spark, lake_config.clean_table("sales_item")) == [("Z-9", Decimal("1.25"))]
