@@ -16,7 +16,9 @@ from lakehouse.schema import SchemaFile
 BASE_TIME = datetime(2026, 11, 22, 10, 0, 0, 123456)
 
 
-def schema_of(tables: dict[str, tuple[Sequence[str], Sequence[tuple[str, str]]]], dialect: str = "mysql") -> SchemaFile:
+def schema_of(
+    tables: dict[str, tuple[Sequence[str], Sequence[tuple[str, str]]]], dialect: str = "mysql"
+) -> SchemaFile:
     """tables: {"sales.customer": (primary_key, [(column, source type), …])}."""
     return SchemaFile.from_dict(
         {
@@ -45,9 +47,13 @@ class DmsWriter:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def load(self, qualified: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], counter: int = 1) -> str:
+    def load(
+        self, qualified: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], counter: int = 1
+    ) -> str:
         path = self.table_dir(qualified) / load_file_name(counter)
-        path.write_text(write_dms_csv(columns, [("I", "", BASE_TIME, r) for r in rows], self.fmt), encoding="utf-8")
+        path.write_text(
+            write_dms_csv(columns, [("I", "", BASE_TIME, r) for r in rows], self.fmt), encoding="utf-8"
+        )
         return str(path)
 
     def cdc(

@@ -5,8 +5,8 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-
 from lakehouse.pipeline import apply_cdc
+
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
 pytestmark = pytest.mark.spark
@@ -21,11 +21,11 @@ SCHEMA = schema_of(
 
 
 @pytest.fixture
-def dms(tmp_path) -> DmsWriter:  # noqa: ANN001
+def dms(tmp_path) -> DmsWriter:
     return DmsWriter(tmp_path / "raw" / "dms")
 
 
-def quarantine(spark, config):  # noqa: ANN001, ANN201
+def quarantine(spark, config):
     return rows_of(spark, config.quarantine, ["source_table", "record_number", "reason"])
 
 
@@ -77,11 +77,20 @@ def test_unreadable_file_and_unknown_table_do_not_stop_other_tables(spark, lake_
     report = apply_cdc(spark, lake_config, SCHEMA, manifest(missing, str(empty), unknown, str(stray), good))
 
     assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
-    reasons = {uri.rsplit("/", 1)[-1]: reason for uri, reason in rows_of(spark, lake_config.quarantine, ["source_uri", "reason"])}
+    reasons = {
+        uri.rsplit("/", 1)[-1]: reason
+        for uri, reason in rows_of(spark, lake_config.quarantine, ["source_uri", "reason"])
+    }
     assert reasons[missing.rsplit("/", 1)[-1]].startswith("unreadable file: FileNotFoundError")
-    assert reasons["20261122-100000002.csv"] == "missing or blank header row (DMS AddColumnName=true is required)"
+    assert (
+        reasons["20261122-100000002.csv"]
+        == "missing or blank header row (DMS AddColumnName=true is required)"
+    )
     assert reasons[unknown.rsplit("/", 1)[-1]] == "unknown table: not in the schema file"
-    assert reasons["notes.txt"].endswith("expected …/<schema>/<table>/<file>.csv") or "neither a LOAD file" in reasons["notes.txt"]
+    assert (
+        reasons["notes.txt"].endswith("expected …/<schema>/<table>/<file>.csv")
+        or "neither a LOAD file" in reasons["notes.txt"]
+    )
     assert not report.failed
 
 
@@ -92,7 +101,9 @@ def test_quarantine_keeps_one_row_per_record_when_a_batch_is_retried(spark, lake
     apply_cdc(spark, lake_config, SCHEMA, manifest(path))
     apply_cdc(spark, lake_config, SCHEMA, manifest(path, run_id="retry"))
 
-    assert quarantine(spark, lake_config) == [("sales.customer", 2, "balance: 1.2.3 is not a valid decimal(10,2)")]
+    assert quarantine(spark, lake_config) == [
+        ("sales.customer", 2, "balance: 1.2.3 is not a valid decimal(10,2)")
+    ]
 
 
 def test_gzip_compressed_dms_files_are_read_like_plain_ones(spark, lake_config, dms):

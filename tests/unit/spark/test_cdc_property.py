@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from lakehouse.pipeline import apply_cdc, full_load
+
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
 pytestmark = pytest.mark.spark
@@ -33,7 +33,7 @@ change = st.tuples(
 
 
 @st.composite
-def scenarios(draw):  # noqa: ANN001, ANN201
+def scenarios(draw):
     initial = draw(st.dictionaries(keys, st.integers(0, 99), max_size=6))
     changes = draw(st.lists(change, min_size=1, max_size=40))
     # cut the stream into files, and the files into batches
@@ -69,7 +69,9 @@ def test_table_equals_oracle_after_every_batch_even_with_retries(spark, base_con
         dms.load(TABLE, COLUMNS, [(k, v, f"init {k}") for k, v in sorted(initial.items())])
         full_load(spark, config, SCHEMA, str(dms.root))
         oracle = {k: (v, f"init {k}") for k, v in initial.items()}
-        paths = [dms.cdc(TABLE, COLUMNS, [(op, (key, qty, label)) for op, key, qty, label in f]) for f in files]
+        paths = [
+            dms.cdc(TABLE, COLUMNS, [(op, (key, qty, label)) for op, key, qty, label in f]) for f in files
+        ]
         previous: list[str] = []
         for batch, retry in zip(batches, retries, strict=True):
             chosen = [paths[i] for i in batch]

@@ -5,28 +5,30 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-
 from lakehouse.iceberg import read_watermark
 from lakehouse.pipeline import apply_cdc, full_load
+
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 
 pytestmark = pytest.mark.spark
 
 CUSTOMER = "sales.customer"
 COLUMNS = ["id", "name", "balance"]
-SCHEMA = schema_of({CUSTOMER: (["id"], [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")])})
+SCHEMA = schema_of(
+    {CUSTOMER: (["id"], [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")])}
+)
 
 
 @pytest.fixture
-def dms(tmp_path) -> DmsWriter:  # noqa: ANN001
+def dms(tmp_path) -> DmsWriter:
     return DmsWriter(tmp_path / "raw" / "dms")
 
 
-def table(config) -> str:  # noqa: ANN001
+def table(config) -> str:
     return config.clean_table("sales_customer")
 
 
-def load(spark, config, dms, rows, schema=SCHEMA):  # noqa: ANN001, ANN201
+def load(spark, config, dms, rows, schema=SCHEMA):
     dms.load(CUSTOMER, COLUMNS, rows)
     report = full_load(spark, config, schema, str(dms.root))
     assert not report.failed, report.failed
@@ -52,7 +54,9 @@ def test_equal_sequence_ties_go_to_the_later_file_then_the_later_record(spark, l
     Then the later file wins, and within it the later record."""
     load(spark, lake_config, dms, [])
     early = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "early file", 1))], seqs=[7])
-    late = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "late file, first", 2)), ("U", (1, "late file, last", 3))], seqs=[7, 7])
+    late = dms.cdc(
+        CUSTOMER, COLUMNS, [("U", (1, "late file, first", 2)), ("U", (1, "late file, last", 3))], seqs=[7, 7]
+    )
 
     apply_cdc(spark, lake_config, SCHEMA, manifest(late, early))  # manifest order must not matter
 
@@ -178,7 +182,12 @@ def test_schema_evolution_adds_widens_and_keeps_dropped_columns(spark, lake_conf
         {
             CUSTOMER: (
                 ["id"],
-                [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(14,2)"), ("email", "varchar(80)")],
+                [
+                    ("id", "int"),
+                    ("name", "varchar(40)"),
+                    ("balance", "decimal(14,2)"),
+                    ("email", "varchar(80)"),
+                ],
             )
         }
     )
@@ -202,13 +211,18 @@ def test_int_widens_to_bigint_when_the_schema_file_says_so(spark, lake_config, d
     """Given `id` int, When the schema file says bigint and a change brings a big key,
     Then the column is widened and the row is stored."""
     load(spark, lake_config, dms, [(1, "a", 1)])
-    wide = schema_of({CUSTOMER: (["id"], [("id", "bigint"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")])})
+    wide = schema_of(
+        {CUSTOMER: (["id"], [("id", "bigint"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")])}
+    )
     change = dms.cdc(CUSTOMER, COLUMNS, [("I", (5_000_000_000, "big", 1))])
 
     apply_cdc(spark, lake_config, wide, manifest(change))
 
     assert spark.table(table(lake_config)).schema["id"].dataType.simpleString() == "bigint"
-    assert rows_of(spark, table(lake_config)) == [(1, "a", Decimal("1.00")), (5_000_000_000, "big", Decimal("1.00"))]
+    assert rows_of(spark, table(lake_config)) == [
+        (1, "a", Decimal("1.00")),
+        (5_000_000_000, "big", Decimal("1.00")),
+    ]
 
 
 def test_table_without_primary_key_appends_inserts_and_quarantines_the_rest(spark, lake_config, dms):
@@ -217,7 +231,9 @@ def test_table_without_primary_key_appends_inserts_and_quarantines_the_rest(spar
     Then the inserts are appended once, and the update and delete are quarantined with the reason."""
     events = "sales.events"
     schema = schema_of({events: ([], [("what", "varchar(20)"), ("amount", "int")])})
-    change = dms.cdc(events, ["what", "amount"], [("I", ("x", 1)), ("I", ("y", 2)), ("U", ("x", 3)), ("D", ("y", 2))])
+    change = dms.cdc(
+        events, ["what", "amount"], [("I", ("x", 1)), ("I", ("y", 2)), ("U", ("x", 3)), ("D", ("y", 2))]
+    )
 
     apply_cdc(spark, lake_config, schema, manifest(change))
     apply_cdc(spark, lake_config, schema, manifest(change))
@@ -230,7 +246,9 @@ def test_table_without_primary_key_appends_inserts_and_quarantines_the_rest(spar
     ]
 
 
-def test_many_tables_in_one_manifest_are_applied_in_parallel_each_with_its_own_watermark(spark, lake_config, dms):
+def test_many_tables_in_one_manifest_are_applied_in_parallel_each_with_its_own_watermark(
+    spark, lake_config, dms
+):
     """Given one manifest with files of three tables interleaved in arrival order,
     When applied (tables in parallel, one MERGE each),
     Then every table holds its changes and each commit carries its own table's watermark."""

@@ -6,9 +6,9 @@ import json
 from decimal import Decimal
 
 import pytest
-
 from lakehouse.jobs import cdc_main, full_load_main
 from lakehouse.pipeline import apply_cdc, full_load
+
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 
 pytestmark = pytest.mark.spark
@@ -22,7 +22,7 @@ SCHEMA = schema_of(
 
 
 @pytest.fixture
-def dms(tmp_path) -> DmsWriter:  # noqa: ANN001
+def dms(tmp_path) -> DmsWriter:
     return DmsWriter(tmp_path / "raw" / "dms")
 
 
@@ -38,9 +38,14 @@ def test_full_load_reads_every_load_file_of_every_table(spark, lake_config, dms)
     report = full_load(spark, lake_config, SCHEMA, str(dms.root))
 
     assert rows_of(spark, lake_config.clean_table("sales_item")) == [
-        ("A", Decimal("1.50")), ("B", Decimal("2.00")), ("C", Decimal("3.25"))
+        ("A", Decimal("1.50")),
+        ("B", Decimal("2.00")),
+        ("C", Decimal("3.25")),
     ]
-    assert rows_of(spark, lake_config.clean_table("sales_region")) == [("CA", "California"), ("NY", "New York")]
+    assert rows_of(spark, lake_config.clean_table("sales_region")) == [
+        ("CA", "California"),
+        ("NY", "New York"),
+    ]
     assert {t.table: t.files for t in report.tables} == {"sales.item": 3, "sales.region": 1}
 
 
@@ -50,7 +55,9 @@ def test_rerunning_the_full_load_keeps_cdc_changes_unless_reload(spark, lake_con
     When it runs with reload, Then the table is the LOAD files again."""
     dms.load("sales.item", ["sku", "price"], [("A", 1)])
     full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"])
-    apply_cdc(spark, lake_config, SCHEMA, manifest(dms.cdc("sales.item", ["sku", "price"], [("U", ("A", 9))])))
+    apply_cdc(
+        spark, lake_config, SCHEMA, manifest(dms.cdc("sales.item", ["sku", "price"], [("U", ("A", 9))]))
+    )
     table = lake_config.clean_table("sales_item")
     snapshots = snapshot_count(spark, table)
 
@@ -73,13 +80,24 @@ def test_job_entry_points_take_glue_arguments_and_report(spark, lake_config, dms
     manifest_file = tmp_path / "manifest.json"
     manifest_file.write_text(json.dumps(manifest(change, run_id="run-7").to_dict()))
     common = [
-        "--catalog_type", "hadoop", "--warehouse", lake_config.warehouse,
-        "--clean_database", lake_config.clean_database, "--schema_file", str(schema_file),
-        "--JOB_ID", "j_1", "--job-bookmark-option", "job-bookmark-disable",
+        "--catalog_type",
+        "hadoop",
+        "--warehouse",
+        lake_config.warehouse,
+        "--clean_database",
+        lake_config.clean_database,
+        "--schema_file",
+        str(schema_file),
+        "--JOB_ID",
+        "j_1",
+        "--job-bookmark-option",
+        "job-bookmark-disable",
     ]
 
     assert full_load_main([*common, "--raw_path", str(dms.root), "--tables", "sales.region"]) == 0
-    assert cdc_main([*common, "--manifest", str(manifest_file), "--report_uri", str(tmp_path / "r.json")]) == 0
+    assert (
+        cdc_main([*common, "--manifest", str(manifest_file), "--report_uri", str(tmp_path / "r.json")]) == 0
+    )
 
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["run_id"] == "run-7"

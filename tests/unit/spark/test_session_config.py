@@ -5,7 +5,9 @@ from lakehouse.session import catalog_conf, iceberg_runtime_jar
 
 
 def test_glue_catalog_uses_glue_catalog_and_s3_file_io():
-    conf = catalog_conf(LakeConfig(catalog_type="glue", catalog_name="lake", warehouse="s3://clean/warehouse/"))
+    conf = catalog_conf(
+        LakeConfig(catalog_type="glue", catalog_name="lake", warehouse="s3://clean/warehouse/")
+    )
     assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
     assert conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
     assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"

@@ -5,8 +5,6 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from pyspark.sql import types as T
-
 from lakehouse.dms_files import (
     CsvFormat,
     NotADmsFileError,
@@ -18,6 +16,7 @@ from lakehouse.dms_files import (
 )
 from lakehouse.schema import SchemaFile
 from lakehouse.types import UnsupportedTypeError, can_widen, spark_type
+from pyspark.sql import types as T
 
 D = T.DecimalType
 
@@ -136,4 +135,6 @@ def test_writer_quotes_like_dms_and_keeps_null_apart_from_empty_with_a_marker():
 
 def test_schema_file_rejects_a_primary_key_that_is_not_a_column():
     with pytest.raises(ValueError, match="primary key"):
-        SchemaFile.from_dict({"tables": {"s.t": {"primary_key": ["nope"], "columns": [{"name": "a", "type": "int"}]}}})
+        SchemaFile.from_dict(
+            {"tables": {"s.t": {"primary_key": ["nope"], "columns": [{"name": "a", "type": "int"}]}}}
+        )

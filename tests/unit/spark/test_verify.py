@@ -4,9 +4,8 @@ from datetime import date, datetime
 from decimal import Decimal
 
 import pytest
-from pyspark.sql import types as T
-
 from lakehouse.verify import TableCheck, canonical
+from pyspark.sql import types as T
 
 
 @pytest.mark.parametrize(

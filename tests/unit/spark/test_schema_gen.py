@@ -1,0 +1,39 @@
+"""The schema file comes from the source catalog (SQLAlchemy reflection), never from the CSV."""
+
+import json
+import sqlite3
+
+from lakehouse.schema import SchemaFile
+from lakehouse.schema_gen import main, reflect_schema
+from pyspark.sql import types as T
+
+
+def test_schema_file_is_generated_from_the_source_catalog(tmp_path):
+    """Given a SQLite source with typed columns, a composite primary key and a keyless table,
+    When the schema file is generated,
+    Then it names each table schema.table with its source types and primary key, and maps to Iceberg types."""
+    db = tmp_path / "source.db"
+    with sqlite3.connect(db) as con:
+        con.execute(
+            "CREATE TABLE web_sales (ws_item_sk INTEGER NOT NULL, ws_order_number INTEGER NOT NULL, "
+            "ws_sales_price DECIMAL(7,2), ws_sold_at TIMESTAMP, PRIMARY KEY (ws_item_sk, ws_order_number))"
+        )
+        con.execute("CREATE TABLE audit_log (message VARCHAR(200), logged_on DATE)")
+
+    document = reflect_schema(f"sqlite:///{db}", ["main"])
+    out = tmp_path / "schema.json"
+    assert main(["--url", f"sqlite:///{db}", "--schema", "main", "--out", str(out)]) == 0
+
+    assert json.loads(out.read_text()) == document
+    assert document["dialect"] == "sqlite"
+    assert document["tables"]["main.web_sales"]["primary_key"] == ["ws_item_sk", "ws_order_number"]
+    assert document["tables"]["main.audit_log"]["primary_key"] == []
+    schema = SchemaFile.from_dict(document)
+    assert schema.find("main", "web_sales").spark_schema() == T.StructType(
+        [
+            T.StructField("ws_item_sk", T.LongType()),
+            T.StructField("ws_order_number", T.LongType()),
+            T.StructField("ws_sales_price", T.DecimalType(7, 2)),
+            T.StructField("ws_sold_at", T.TimestampNTZType()),
+        ]
+    )
