@@ -19,7 +19,7 @@ def warehouse_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture(scope="session")
-def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
     from lakehouse.config import LakeConfig
 
     return LakeConfig(
@@ -30,7 +30,7 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):  
 
 
 @pytest.fixture(scope="session")
-def spark(base_config) -> Iterator:  # noqa: ANN001
+def spark(base_config) -> Iterator:
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
     from lakehouse.session import build_session
 
@@ -40,7 +40,7 @@ def spark(base_config) -> Iterator:  # noqa: ANN001
 
 
 @pytest.fixture
-def lake_config(base_config, spark):  # noqa: ANN001, ANN201
+def lake_config(base_config, spark):
     """A LakeConfig whose clean and refined databases are new for this test."""
     number = next(_database_numbers)
     return replace(base_config, clean_database=f"clean_{number}", refined_database=f"refined_{number}")

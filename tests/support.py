@@ -80,12 +80,12 @@ def manifest(*paths: str, run_id: str = "test-run") -> Manifest:
     return Manifest(run_id, tuple(ManifestFile(p) for p in paths))
 
 
-def rows_of(spark, table: str, columns: Sequence[str] | None = None) -> list[tuple]:  # noqa: ANN001
+def rows_of(spark, table: str, columns: Sequence[str] | None = None) -> list[tuple]:
     """The whole table as tuples ordered by its columns (first column first): easy to assert on."""
     frame = spark.table(table)
     chosen = list(columns) if columns else [c for c in frame.columns if not c.startswith("dms_")]
     return [tuple(row) for row in frame.select(*chosen).orderBy(*chosen).collect()]
 
 
-def snapshot_count(spark, table: str) -> int:  # noqa: ANN001
+def snapshot_count(spark, table: str) -> int:
     return spark.sql(f"SELECT count(*) AS n FROM {table}.snapshots").first()["n"]
