@@ -23,6 +23,10 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    pass
 
 QUERY_DIR = Path(__file__).resolve().parents[2] / "bi" / "queries"
 PLACEHOLDER = re.compile(r"\$\{([a-z_]+)\}")

@@ -24,6 +24,7 @@ from lakehouse.bi import (
     version_as_of,
 )
 from lakehouse.config import LakeConfig
+from lakehouse.dashboard import collect_figures, write_dashboard
 from lakehouse.pipeline import apply_cdc
 from lakehouse.refine import current_snapshot_id, refine
 
@@ -191,3 +192,48 @@ def test_athena_snippet_names_every_query_and_is_current() -> None:
     assert "${as_of}" not in snippet and ATHENA_AS_OF in snippet
     assert (QUERY_DIR.parent / "athena_named_queries.yaml").read_text(encoding="utf-8") == snippet
     assert render(QUERIES["top_categories_by_revenue"], {"refined_db": "x"}).count("x.daily_revenue") == 1
+
+
+def test_dashboard_figures_come_from_the_refined_zone(bi_lake: BiLake, tmp_path: Path) -> None:
+    """Given the refined zone after changes
+    When the dashboard's figures are collected and the page written
+    Then total revenue is the source's and every category has its bar."""
+    figures = collect_figures(bi_lake.spark, bi_lake.config)
+    [(revenue,)] = source_rows(bi_lake.after_db, "SELECT SUM(ws_ext_sales_price) FROM web_sales")
+
+    page = write_dashboard(tmp_path / "dashboard.html", figures, {"files": 3}).read_text(encoding="utf-8")
+
+    assert round(figures.totals["revenue"], 2) == float(revenue)
+    assert all(f">{name}<" in page for name, _ in figures.revenue_by_category)
+
+
+def test_rollback_then_refine_catches_up(bi_lake: BiLake) -> None:
+    """Given the refined tables rolled back to the first refine's snapshots (Iceberg rollback)
+    When they are read, and when the refine runs again
+    Then they first give the earlier answer, then the refine brings them back to the current one."""
+    spark, config = bi_lake.spark, bi_lake.config
+    query = f"""SELECT category, SUM(revenue), SUM(lines) FROM {config.catalog_name}.{config.refined_database}
+                .daily_revenue_by_category GROUP BY 1 ORDER BY 1 NULLS LAST"""
+    current = [tuple(r) for r in spark.sql(query).collect()]
+    for table, snapshot in (
+        ("sales_enriched", bi_lake.sales_snapshot),
+        ("daily_revenue_by_category", bi_lake.category_snapshot),
+    ):
+        spark.sql(
+            f"CALL {config.catalog_name}.system.rollback_to_snapshot('{config.refined_database}.{table}', {snapshot})"
+        )
+
+    rolled_back = [tuple(r) for r in spark.sql(query).collect()]
+    refine(spark, config, run_id="after-rollback")
+    caught_up = [tuple(r) for r in spark.sql(query).collect()]
+
+    assert rolled_back != current
+    assert [(r[0], r[2]) for r in rolled_back] == [
+        (c, n)
+        for c, _, n in source_rows(
+            bi_lake.before_db,
+            """SELECT i.i_category, 0, COUNT(*) FROM web_sales ws
+               LEFT JOIN item i ON ws.ws_item_sk = i.i_item_sk GROUP BY 1 ORDER BY 1 NULLS LAST""",
+        )
+    ]
+    assert caught_up == current
