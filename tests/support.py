@@ -48,11 +48,18 @@ class DmsWriter:
         return path
 
     def load(
-        self, qualified: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], counter: int = 1
+        self,
+        qualified: str,
+        columns: Sequence[str],
+        rows: Sequence[Sequence[Any]],
+        counter: int = 1,
+        snapshot_seq: int | None = None,
     ) -> str:
+        """LOAD rows carry no change sequence, unless DMS stamps them with the snapshot's position."""
+        seq = change_seq(snapshot_seq) if snapshot_seq is not None else ""
         path = self.table_dir(qualified) / load_file_name(counter)
         path.write_text(
-            write_dms_csv(columns, [("I", "", BASE_TIME, r) for r in rows], self.fmt), encoding="utf-8"
+            write_dms_csv(columns, [("I", seq, BASE_TIME, r) for r in rows], self.fmt), encoding="utf-8"
         )
         return str(path)
 

@@ -166,9 +166,12 @@ def merge_changes(
     changes: DataFrame,
     key: Sequence[str],
     properties: dict[str, str],
+    order_column: str | None = None,
 ) -> None:
     """One MERGE: deletes, updates and inserts (an insert of an existing key, or an update of a
-    missing one, is an upsert; a delete of a missing key does nothing). `changes` has one row per key."""
+    missing one, is an upsert; a delete of a missing key does nothing). `changes` has one row per key.
+    With `order_column` (the change sequence), a change older than the row it would overwrite is
+    ignored: e.g. a change DMS replays from before the full-load snapshot never regresses a row."""
     target_columns = [f.name for f in spark.table(table).schema.fields]
     view = f"changes_{abs(hash((table, threading.get_ident())))}"
     source = changes.select(
@@ -183,10 +186,14 @@ def merge_changes(
     updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in target_columns if c not in key)
     inserts = ", ".join(quote(c) for c in target_columns)
     values = ", ".join(f"s.{quote(c)}" for c in target_columns)
-    update_clause = f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else ""
+    newer = ""
+    if order_column:
+        c = quote(order_column)
+        newer = f" AND (s.{c} IS NULL OR t.{c} IS NULL OR s.{c} >= t.{c})"
+    update_clause = f"WHEN MATCHED{newer} THEN UPDATE SET {updates} " if updates else ""
     statement = (
         f"MERGE INTO {table} t USING {view} s ON {on} "
-        f"WHEN MATCHED AND s.{OP} = 'D' THEN DELETE "
+        f"WHEN MATCHED AND s.{OP} = 'D'{newer} THEN DELETE "
         f"{update_clause}"
         f"WHEN NOT MATCHED AND s.{OP} <> 'D' THEN INSERT ({inserts}) VALUES ({values})"
     )

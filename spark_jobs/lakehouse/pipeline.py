@@ -277,7 +277,7 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
             F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
         )
         properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
-        merge_changes(spark, table, latest, key, properties)
+        merge_changes(spark, table, latest, key, properties, order_column=CHANGE_SEQ_COLUMN)
         counts = counted.get
         report.deleted = counts["deletes"]
         report.inserted_or_updated = counts["upserts"]

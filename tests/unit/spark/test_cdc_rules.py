@@ -267,3 +267,25 @@ def test_many_tables_in_one_manifest_are_applied_in_parallel_each_with_its_own_w
         iceberg = lake_config.clean_table(name.replace(".", "_"))
         assert rows_of(spark, iceberg) == [(0, f"{name[-1]}0"), (1, f"{name[-1]}1")]
         assert read_watermark(spark, iceberg).change_seq == Decimal(100 * (offset + 1) + 1)
+
+
+def test_changes_replayed_from_before_the_full_load_snapshot_never_regress_a_row(spark, lake_config, dms):
+    """Given LOAD rows stamped with the snapshot's change sequence 50,
+    When the first CDC file replays changes committed during the load (sequences 40–45) and one newer,
+    Then the replayed older changes leave the rows as loaded and only the newer change applies."""
+    dms.load(CUSTOMER, COLUMNS, [(1, "loaded", 1), (2, "loaded", 2)], snapshot_seq=50)
+    full_load(spark, lake_config, SCHEMA, str(dms.root))
+    replay = dms.cdc(
+        CUSTOMER,
+        COLUMNS,
+        [("U", (1, "stale", 0)), ("D", (2, None, None)), ("U", (1, "stale again", 0)), ("I", (3, "new", 3))],
+        seqs=[40, 41, 45, 60],
+    )
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(replay))
+
+    assert rows_of(spark, table(lake_config)) == [
+        (1, "loaded", Decimal("1.00")),
+        (2, "loaded", Decimal("2.00")),
+        (3, "new", Decimal("3.00")),
+    ]
