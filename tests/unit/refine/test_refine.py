@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from lakehouse import sample_data as S
 from lakehouse.config import LakeConfig
-from lakehouse.pipeline import apply_cdc, full_load
+from lakehouse.pipeline import apply_cdc
 from lakehouse.refine import (
     AGGREGATES,
     BATCH_COLUMN,
@@ -22,18 +22,11 @@ from lakehouse.refine import (
 from lakehouse.schema import SchemaFile
 
 from tests.support import manifest, rows_of, snapshot_count
+from tests.unit.refine.conftest import load_clean_zone_directly
 
 pytestmark = pytest.mark.spark
 
-DIMENSION_HEAVY = {
-    "item_reclassified": 3,
-    "dimension_deleted": 2,
-    "customer_moved": 3,
-    "holiday_fixed": 1,
-    "price_update": 1,
-    "new_order": 1,
-    "order_returned": 1,
-}
+MIXED_WITH_DIMENSION_CHANGES = S.DEFAULT_MIX | {"dimension_deleted": 0.08, "item_reclassified": 0.08}
 
 
 @dataclass
@@ -63,15 +56,13 @@ class Lake:
 
 @pytest.fixture(scope="module")
 def lake(spark, base_config, tmp_path_factory: pytest.TempPathFactory) -> Lake:
-    """Given a generated source (scale 0.03: ~600 sales) fully loaded into a new clean zone."""
+    """Given a generated source (scale 0.03: ~600 sales) loaded into a new clean zone (straight from the
+    database: the full load itself is tested with the pipeline's tests and the demo)."""
     root = tmp_path_factory.mktemp("refine")
     config = replace(base_config, clean_database="refine_clean", refined_database="refine_refined")
     db, raw = root / "source.db", root / "raw"
     S.create_source_database(db, scale=0.03, seed=2024)
-    S.write_full_load_files(db, raw, rows_per_file=400)
-    schema = SchemaFile.from_dict(S.schema_document(db))
-    report = full_load(spark, config, schema, str(raw))
-    assert not report.failed, report.failed
+    schema = load_clean_zone_directly(spark, config, db)
     return Lake(spark, config, db, raw, schema)
 
 
@@ -134,10 +125,11 @@ def modes(report: RefineReport) -> dict[str, str]:
 
 
 def test_refine_builds_then_follows_changes_incrementally(lake: Lake) -> None:
-    """Given a fully loaded clean zone
-    When the refine runs, then random workloads (new orders, returns, price updates, customer moves,
-    item reclassifications, dimension deletes) are applied through CDC, each followed by a refine
-    Then the first refine builds every refined table, the next ones are incremental and touch only the
+    """Given a loaded clean zone
+    When the refine runs, then a random workload (new orders, returns, price updates, customer moves,
+    item reclassifications, item and customer deletes, holiday fixes) is applied through CDC, and the
+    refine runs again
+    Then the first refine builds every refined table, the second is incremental and touches only the
     affected sales, and after each the refined tables equal a recomputation from the clean tables."""
     spark = lake.spark
 
@@ -146,15 +138,16 @@ def test_refine_builds_then_follows_changes_incrementally(lake: Lake) -> None:
     assert_refined_equals_recomputation(lake)
     total_sales = spark.table(lake.refined(SALES_ENRICHED)).count()
 
-    lake.apply_workload(changes=40, seed=1)
+    lake.apply_workload(changes=40, seed=1, mix=MIXED_WITH_DIMENSION_CHANGES)
     second = refine(spark, lake.config, run_id="refine-2")
+
     assert modes(second) == {t: "incremental" for t in (SALES_ENRICHED, *AGGREGATES)}
     assert 0 < second.tables[0].affected < total_sales
-    assert_refined_equals_recomputation(lake)
-
-    lake.apply_workload(changes=25, seed=2, mix=DIMENSION_HEAVY)
-    third = refine(spark, lake.config, run_id="refine-3")
-    assert third.tables[0].changed_inputs["item"] > 0
+    changed = second.tables[0].changed_inputs
+    assert all(
+        changed.get(t, 0) > 0 for t in ("web_sales", "item", "customer", "customer_address", "date_dim")
+    )
+    assert spark.table(lake.refined(SALES_ENRICHED)).where("category IS NULL").count() > 0  # deleted items
     assert_refined_equals_recomputation(lake)
 
 

@@ -61,7 +61,9 @@ def test_reflected_schema_has_real_types_and_keys(source_db: Path) -> None:
     customer = schema.find("main", "customer")
 
     assert sales.primary_key == ("ws_item_sk", "ws_order_number")
-    assert types["ws_sales_price"] == "decimal(7,2)" and types["ws_quantity"] == "int"
+    assert (
+        types["ws_sales_price"] == "decimal(7,2)" and types["ws_quantity"] == "bigint"
+    )  # SQLite integers are 8 bytes
     assert spark_type(customer.column("c_birth_date").source_type, "sqlite").simpleString() == "date"
     assert (
         spark_type(customer.column("c_last_update").source_type, "sqlite").simpleString() == "timestamp_ntz"
