@@ -1,0 +1,213 @@
+"""Build and deploy the SAM app (template.yaml, unchanged) to the embedded local AWS.
+
+    sam build && sam deploy --config-env local     (what this runs, with the SAM CLI of .venv-sam)
+
+Also: upload the Glue scripts and lakehouse.zip to the artifacts bucket, read stack outputs, delete a
+stack. `sam build` needs no container: the functions are python3.11 and so is the project's venv,
+which is put first on PATH for it.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import time
+import tomllib
+import zipfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localaws import setup_sam
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = REPO_ROOT / "template.yaml"
+SAMCONFIG = REPO_ROOT / "samconfig.toml"
+BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"
+PROJECT_BIN = REPO_ROOT / ".venv" / "bin"
+SPARK_JOBS = REPO_ROOT / "spark_jobs"
+GLUE_SCRIPTS = ("full_load_job.py", "cdc_job.py", "refine_job.py")
+REGION = "us-east-1"
+
+
+class DeployError(RuntimeError):
+    pass
+
+
+def aws_environment(endpoint_url: str) -> dict[str, str]:
+    """Environment for the SAM CLI and boto3 aimed at the local stack: dummy credentials, one region."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "AWS_ENDPOINT_URL": endpoint_url,
+            "AWS_ACCESS_KEY_ID": "test",
+            "AWS_SECRET_ACCESS_KEY": "test",
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "SAM_CLI_TELEMETRY": "0",
+            "SAM_CLI_DISABLE_UPDATE_CHECK": env.get("SAM_CLI_DISABLE_UPDATE_CHECK", "1"),
+            "PATH": f"{PROJECT_BIN}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    env.pop("AWS_PROFILE", None)
+    env.pop("AWS_SESSION_TOKEN", None)
+    return env
+
+
+def samconfig_parameters(config_env: str = "local") -> dict[str, str]:
+    """`parameter_overrides` of the deploy command of a samconfig.toml environment, as a dict
+    (command-line overrides replace the whole list, so callers merge onto these)."""
+    if not SAMCONFIG.exists():
+        return {}
+    document = tomllib.loads(SAMCONFIG.read_text())
+    section = document.get(config_env, {})
+    overrides = (
+        section.get("deploy", {}).get("parameters", {}).get("parameter_overrides")
+        or section.get("global", {}).get("parameters", {}).get("parameter_overrides")
+        or []
+    )
+    if isinstance(overrides, str):
+        overrides = _split_overrides(overrides)
+    pairs = (item.split("=", 1) for item in overrides if "=" in item)
+    return {k.strip(): v.strip().strip('"') for k, v in pairs}
+
+
+def _split_overrides(text: str) -> list[str]:
+    items, current, quoted = [], "", False
+    for char in text:
+        if char == '"':
+            quoted = not quoted
+        if char == " " and not quoted:
+            if current:
+                items.append(current)
+            current = ""
+            continue
+        current += char
+    if current:
+        items.append(current)
+    return items
+
+
+def _run(command: list[str], endpoint_url: str, what: str, timeout: float) -> str:
+    started = time.monotonic()
+    result = subprocess.run(
+        command,
+        cwd=REPO_ROOT,
+        env=aws_environment(endpoint_url),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    if result.returncode != 0:
+        raise DeployError(
+            f"{what} failed ({result.returncode}) after {time.monotonic() - started:.0f}s:\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result.stdout + result.stderr
+
+
+def build(endpoint_url: str, timeout: float = 600) -> None:
+    """`sam build` (no container; the project's python3.11 first on PATH)."""
+    sam = str(setup_sam.install())
+    _run([sam, "build", "--template-file", str(TEMPLATE)], endpoint_url, "sam build", timeout)
+
+
+def deploy(
+    endpoint_url: str,
+    stack_name: str,
+    parameters: Mapping[str, str] | None = None,
+    config_env: str = "local",
+    timeout: float = 900,
+) -> dict[str, str]:
+    """`sam deploy --config-env <env>` of the built template as `stack_name`, the samconfig's
+    parameters overridden by `parameters`. Returns the stack outputs."""
+    sam = str(setup_sam.install())
+    merged = samconfig_parameters(config_env) | dict(parameters or {})
+    command = [
+        sam,
+        "deploy",
+        "--config-env",
+        config_env,
+        "--stack-name",
+        stack_name,
+        "--no-confirm-changeset",
+        "--no-fail-on-empty-changeset",
+        "--region",
+        REGION,
+    ]
+    if merged:
+        command += ["--parameter-overrides", *[f"{k}={v}" for k, v in merged.items()]]
+    _run(command, endpoint_url, f"sam deploy {stack_name}", timeout)
+    return stack_outputs(client("cloudformation", endpoint_url), stack_name)
+
+
+def client(service: str, endpoint_url: str) -> Any:
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=endpoint_url,
+        region_name=REGION,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+
+
+def stack_outputs(cloudformation: Any, stack_name: str) -> dict[str, str]:
+    stack = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
+    return {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+
+
+def stack_resources(cloudformation: Any, stack_name: str) -> dict[str, str]:
+    """Logical id → physical id of every resource of the stack."""
+    resources = cloudformation.describe_stack_resources(StackName=stack_name)["StackResources"]
+    return {r["LogicalResourceId"]: r.get("PhysicalResourceId", "") for r in resources}
+
+
+def delete_stack(cloudformation: Any, stack_name: str, timeout: float = 120) -> None:
+    cloudformation.delete_stack(StackName=stack_name)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            status = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]["StackStatus"]
+        except Exception:  # gone
+            return
+        if status in ("DELETE_COMPLETE", "DELETE_FAILED"):
+            return
+        time.sleep(1)
+
+
+def lakehouse_zip() -> bytes:
+    """The Spark library as `--extra-py-files` wants it: `lakehouse/…` at the zip's root."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted((SPARK_JOBS / "lakehouse").rglob("*.py")):
+            archive.write(path, path.relative_to(SPARK_JOBS).as_posix())
+    return buffer.getvalue()
+
+
+def upload_glue_artifacts(s3: Any, bucket: str) -> list[str]:
+    """Glue entry scripts to `glue/scripts/`, the library to `glue/lib/lakehouse.zip` (docs/CONTRACTS.md)."""
+    keys = []
+    for script in GLUE_SCRIPTS:
+        key = f"glue/scripts/{script}"
+        s3.put_object(Bucket=bucket, Key=key, Body=(SPARK_JOBS / script).read_bytes())
+        keys.append(key)
+    s3.put_object(Bucket=bucket, Key="glue/lib/lakehouse.zip", Body=lakehouse_zip())
+    keys.append("glue/lib/lakehouse.zip")
+    return keys
+
+
+@dataclass(frozen=True)
+class DeployedApp:
+    """A deployed stack: its name, outputs and resources (logical id → physical id)."""
+
+    stack_name: str
+    outputs: dict[str, str]
+    resources: dict[str, str]
+
+    def resource(self, logical_id: str) -> str:
+        return self.resources[logical_id]
