@@ -1,0 +1,56 @@
+"""The cached benchmark datasets under bench/data/ (built once, reused across runs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from generate import NARROW, WIDE, CdcSpec, FullLoadSpec, ensure_dataset, write_cdc, write_full_load
+
+DATA = Path(__file__).resolve().parent / "data"
+ROWS_PER_LOAD_FILE = 500_000
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """Full-load files of `bench.orders` (rows) and one batch of CDC files (changes in `files` files)."""
+
+    rows: int
+    changes: int
+    files: int = 200
+
+    @property
+    def name(self) -> str:
+        return f"orders-{self.rows}-{self.changes}-{self.files}"
+
+    @property
+    def load_raw(self) -> Path:
+        return (
+            ensure_dataset(
+                DATA / f"load-orders-{self.rows}",
+                lambda folder: write_full_load(
+                    folder / "raw", FullLoadSpec(NARROW, self.rows, rows_per_file=ROWS_PER_LOAD_FILE)
+                ),
+            )
+            / "raw"
+        )
+
+    @property
+    def cdc_files(self) -> list[Path]:
+        folder = ensure_dataset(
+            DATA / f"cdc-{self.name}",
+            lambda folder: write_cdc(folder / "raw", CdcSpec(self.rows, self.changes, self.files)),
+        )
+        return sorted((folder / "raw" / "bench" / NARROW).glob("*.csv"))
+
+
+def wide_load_raw(rows: int) -> Path:
+    return (
+        ensure_dataset(
+            DATA / f"load-wide-{rows}",
+            lambda folder: write_full_load(
+                folder / "raw", FullLoadSpec(WIDE, rows, rows_per_file=ROWS_PER_LOAD_FILE)
+            ),
+        )
+        / "raw"
+    )

@@ -1,0 +1,125 @@
+"""Bench-local optimisation experiments: each variant patches the library or the table for one
+measurement and undoes it afterwards. Nothing here changes spark_jobs/; a variant that wins is
+reported as an exact code change for the core.
+
+A variant name is a `+`-joined list of the knobs below, e.g. `raw-lazy+partitions-8`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+from lakehouse import changes as C
+from lakehouse import dms_reader
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+
+@contextmanager
+def _patched(module: Any, name: str, replacement: Any) -> Iterator[None]:
+    original = getattr(module, name)
+    setattr(module, name, replacement)
+    try:
+        yield
+    finally:
+        setattr(module, name, original)
+
+
+@contextmanager
+def _spark_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
+    before = spark.conf.get(key, None)
+    spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        if before is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, before)
+
+
+def _raw_lazy() -> Any:
+    """Build `_raw` (the record as JSON, for quarantine only) just for rejected rows: the CDC path
+    persists the typed changes, which otherwise serialises every good row to JSON once."""
+    original = C.typed_changes
+
+    def typed_changes(*args: Any, **kwargs: Any) -> DataFrame:
+        typed = original(*args, **kwargs)
+        return typed.withColumn(C.RAW, F.when(F.col(C.REASON).isNotNull(), F.col(C.RAW)))
+
+    return _patched(C, "typed_changes", typed_changes)
+
+
+def _no_reflect() -> Any:
+    """Decode the file path with a Java reflect call only when it holds a `%` escape."""
+
+    def normalise(path: Column) -> Column:
+        decoded = F.call_function(
+            "reflect", F.lit("java.net.URLDecoder"), F.lit("decode"), path, F.lit("UTF-8")
+        )
+        return F.regexp_replace(F.when(path.contains("%"), decoded).otherwise(path), r"^file:(//)?", "")
+
+    return _patched(dms_reader, "_normalise_column", normalise)
+
+
+TableSetup = Callable[[SparkSession, str], None]
+
+
+def _table_properties(properties: dict[str, str]) -> TableSetup:
+    def setup(spark: SparkSession, table: str) -> None:
+        assignments = ", ".join(f"'{k}'='{v}'" for k, v in properties.items())
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({assignments})")
+
+    return setup
+
+
+def table_setups(variant: str) -> list[TableSetup]:
+    """Table property changes of a variant (applied after the table is restored, outside the timing)."""
+    setups: list[TableSetup] = []
+    for knob in _knobs(variant):
+        if knob == "cow":
+            setups.append(
+                _table_properties(
+                    {
+                        "write.merge.mode": "copy-on-write",
+                        "write.update.mode": "copy-on-write",
+                        "write.delete.mode": "copy-on-write",
+                    }
+                )
+            )
+        elif knob == "dist-none":
+            setups.append(_table_properties({"write.merge.distribution-mode": "none"}))
+        elif knob.startswith("target-file-mb-"):
+            size = int(knob.removeprefix("target-file-mb-")) * 1024 * 1024
+            setups.append(_table_properties({"write.target-file-size-bytes": str(size)}))
+    return setups
+
+
+def _knobs(variant: str) -> list[str]:
+    return [k for k in variant.split("+") if k and k != "baseline"]
+
+
+@contextmanager
+def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
+    """Library patches and Spark settings of a variant, for the duration of the block."""
+    with ExitStack() as stack:
+        for knob in _knobs(variant):
+            if knob == "raw-lazy":
+                stack.enter_context(_raw_lazy())
+            elif knob == "no-reflect":
+                stack.enter_context(_no_reflect())
+            elif knob.startswith("partitions-"):
+                value = knob.removeprefix("partitions-")
+                stack.enter_context(_spark_conf(spark, "spark.sql.shuffle.partitions", value))
+            elif knob.startswith("broadcast-mb-"):
+                size = int(knob.removeprefix("broadcast-mb-")) * 1024 * 1024
+                stack.enter_context(_spark_conf(spark, "spark.sql.autoBroadcastJoinThreshold", str(size)))
+            elif knob == "no-aqe":
+                stack.enter_context(_spark_conf(spark, "spark.sql.adaptive.enabled", "false"))
+            elif knob in ("cow", "dist-none") or knob.startswith("target-file-mb-"):
+                continue  # table properties: see table_setups
+            else:
+                raise ValueError(f"unknown experiment knob {knob!r}")
+        yield
