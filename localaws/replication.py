@@ -150,8 +150,11 @@ def create_replication_task(
     settings: ReplicationSettings,
     migration_type: str = "full-load-and-cdc",
     identifier: str | None = None,
+    resource_identifier: str | None = None,
 ) -> ReplicationTask:
-    """Source endpoint (the SQLite file), S3 target endpoint and the replication task; waits until ready."""
+    """Source endpoint (the SQLite file), S3 target endpoint and the replication task; waits until ready.
+    `resource_identifier` fixes the ARN's last part (as in AWS), so the ARN is known before the task
+    exists: `task_arn(resource_identifier)`."""
     name = identifier or f"lake-{uuid.uuid4().hex[:8]}"
     source = dms.create_endpoint(
         EndpointIdentifier=f"{name}-source",
@@ -174,10 +177,20 @@ def create_replication_task(
         MigrationType=migration_type,
         TableMappings=json.dumps(settings.table_mappings()),
         ReplicationTaskSettings=json.dumps(settings.task_settings()),
+        **({"ResourceIdentifier": resource_identifier} if resource_identifier else {}),
     )["ReplicationTask"]
     created = ReplicationTask(task["ReplicationTaskArn"], source, target, name)
     wait_for(lambda: describe_task(dms, created.arn)["Status"] == "ready", 30, "DMS task ready")
     return created
+
+
+def new_resource_identifier() -> str:
+    """A DMS resource identifier (a letter first, then letters and digits)."""
+    return "LAKE" + uuid.uuid4().hex[:20].upper()
+
+
+def task_arn(resource_identifier: str, region: str = "us-east-1", account: str = "000000000000") -> str:
+    return f"arn:aws:dms:{region}:{account}:task:{resource_identifier}"
 
 
 def describe_task(dms: Any, arn: str) -> dict[str, Any]:

@@ -1,0 +1,298 @@
+"""One whole pipeline on the embedded local AWS: the SAM app deployed, a sample source replicated by a DMS
+task, the state machine running, a change workload, and the clean zone checked against the source.
+
+Used by `python -m localaws.demo` and by tests/integration/pipeline. Everything started is stopped by
+`close()` (executions, the DMS task); the LocalStack process itself is the caller's (`running_stack`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from localaws import replication, sam_app
+from localaws.progress import ProgressMonitor, ProgressSnapshot
+from localaws.stack import StackConfig
+
+log = logging.getLogger(__name__)
+
+# Template parameter and output names (template.yaml).
+TASK_ARN_PARAMETER = "ReplicationTaskArn"
+ENVIRONMENT_PARAMETER = "EnvironmentName"
+CSV_NULL_PARAMETER = "CsvNullValue"
+VERIFY_CATALOG = "local_glue"  # the demo's own Spark catalog name over the local Glue warehouse
+
+
+@dataclass(frozen=True)
+class AppHandles:
+    """What a run needs from the deployed stack."""
+
+    stack_name: str
+    raw_bucket: str
+    artifacts_bucket: str
+    state_machine_arn: str
+    clean_database: str
+    cdc_job_name: str
+    full_load_job_name: str
+    queue_url: str | None = None
+    dead_letter_queue_url: str | None = None
+    outputs: Mapping[str, str] = field(default_factory=dict)
+    resources: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_stack(cls, cloudformation: Any, stack_name: str) -> AppHandles:
+        outputs = sam_app.stack_outputs(cloudformation, stack_name)
+        resources = sam_app.stack_resources(cloudformation, stack_name)
+
+        def pick(*names: str, default: str | None = None) -> str | None:
+            for name in names:
+                if outputs.get(name):
+                    return outputs[name]
+                if resources.get(name):
+                    return resources[name]
+            return default
+
+        def required(*names: str) -> str:
+            value = pick(*names)
+            if value is None:
+                raise KeyError(f"stack {stack_name} has none of {names}: outputs {sorted(outputs)}")
+            return value
+
+        return cls(
+            stack_name=stack_name,
+            raw_bucket=required("RawBucketName", "RawBucket"),
+            artifacts_bucket=required("ArtifactsBucketName", "ArtifactsBucket"),
+            state_machine_arn=required("StateMachineArn", "PipelineStateMachineArn", "PipelineStateMachine"),
+            clean_database=required("CleanDatabaseName", "CleanDatabase"),
+            cdc_job_name=required("CdcJobName", "CdcJob"),
+            full_load_job_name=required("FullLoadJobName", "FullLoadJob"),
+            queue_url=pick("QueueUrl", "RawFilesQueueUrl", "RawFilesQueue"),
+            dead_letter_queue_url=pick("DeadLetterQueueUrl", "RawFilesDeadLetterQueueUrl", "DeadLetterQueue"),
+            outputs=outputs,
+            resources=resources,
+        )
+
+
+@dataclass
+class RunSettings:
+    """Knobs of one run (defaults: the demo's)."""
+
+    name: str = "demo"
+    scale: float = 0.3
+    seed: int = 42
+    workdir: Path = Path("var/demo")
+    parameters: dict[str, str] = field(default_factory=dict)
+    replication: replication.ReplicationSettings | None = None
+    execution_input: dict[str, Any] = field(default_factory=dict)
+
+
+class LocalPipeline:
+    """Drives one run; see the module docstring. Not thread-safe."""
+
+    def __init__(self, endpoint_url: str, settings: RunSettings, stack: StackConfig | None = None) -> None:
+        self.endpoint_url = endpoint_url
+        self.settings = settings
+        self.stack = stack or StackConfig()
+        self.workdir = settings.workdir.resolve()
+        self.source_db = self.workdir / "source.db"
+        self.resource_identifier = replication.new_resource_identifier()
+        self.task_arn = replication.task_arn(self.resource_identifier)
+        self.task: replication.ReplicationTask | None = None
+        self.app: AppHandles | None = None
+        self.execution_arn: str | None = None
+        self.row_changes = 0
+        self._clients: dict[str, Any] = {}
+        self._spark: Any = None
+
+    # AWS ---------------------------------------------------------------------------------------------------
+    def aws(self, service: str) -> Any:
+        if service not in self._clients:
+            self._clients[service] = sam_app.client(service, self.endpoint_url)
+        return self._clients[service]
+
+    @property
+    def stack_name(self) -> str:
+        return f"lake-{self.settings.name}"
+
+    # steps -------------------------------------------------------------------------------------------------
+    def create_source(self) -> dict[str, int]:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        return replication.create_source_database(self.source_db, self.settings.scale, self.settings.seed)
+
+    def deploy(self, build: bool = True) -> AppHandles:
+        """`sam build` + `sam deploy --config-env local` with this run's parameters, then the Glue
+        artifacts and the schema file into the artifacts bucket."""
+        if build:
+            sam_app.build(self.endpoint_url)
+        parameters = {
+            ENVIRONMENT_PARAMETER: self.settings.name,
+            TASK_ARN_PARAMETER: self.task_arn,
+            **self.settings.parameters,
+        }
+        sam_app.deploy(self.endpoint_url, self.stack_name, parameters)
+        self.app = AppHandles.from_stack(self.aws("cloudformation"), self.stack_name)
+        sam_app.upload_glue_artifacts(self.aws("s3"), self.app.artifacts_bucket)
+        self.upload_schema()
+        return self.app
+
+    def upload_schema(self) -> str:
+        assert self.app is not None
+        return replication.upload_schema_file(self.aws("s3"), self.app.artifacts_bucket, self.source_db)
+
+    def replication_settings(self) -> replication.ReplicationSettings:
+        assert self.app is not None
+        base = self.settings.replication or replication.ReplicationSettings(bucket=self.app.raw_bucket)
+        return replace(base, bucket=self.app.raw_bucket)
+
+    def start_replication(self) -> replication.ReplicationTask:
+        self.task = replication.create_replication_task(
+            self.aws("dms"),
+            self.source_db,
+            self.replication_settings(),
+            identifier=f"lake-{self.settings.name}",
+            resource_identifier=self.resource_identifier,
+        )
+        replication.start_task(self.aws("dms"), self.task)
+        return self.task
+
+    def start_execution(self) -> str:
+        assert self.app is not None
+        name = f"{self.settings.name}-{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:6]}"
+        self.execution_arn = self.aws("stepfunctions").start_execution(
+            stateMachineArn=self.app.state_machine_arn,
+            name=name,
+            input=json.dumps(self.settings.execution_input),
+        )["executionArn"]
+        return self.execution_arn
+
+    def run_workload(self, operations: int, seed: int) -> int:
+        """`operations` business transactions on the source; returns the row changes they made."""
+        from lakehouse import sample_data
+
+        result = sample_data.run_workload(self.source_db, operations, seed)
+        self.row_changes += len(result.changes)
+        return len(result.changes)
+
+    def add_column(self, table: str, column: str, sql_type: str) -> None:
+        """A schema change mid-stream, the documented way: ALTER on the source, then the schema file
+        regenerated from the source catalog and uploaded before rows with the column arrive."""
+        replication.add_column(self.source_db, table, column, sql_type)
+        self.upload_schema()
+
+    def execute_sql(self, statement: str, parameters: tuple[Any, ...] = ()) -> int:
+        import sqlite3
+
+        with sqlite3.connect(self.source_db) as db:
+            return db.execute(statement, parameters).rowcount
+
+    # observing ---------------------------------------------------------------------------------------------
+    def monitor(self, ignore_files: frozenset[str] = frozenset()) -> ProgressMonitor:
+        assert self.app is not None
+        return ProgressMonitor(
+            aws=self.aws,
+            task_arn=self.task_arn,
+            raw_bucket=self.app.raw_bucket,
+            warehouse=self.stack.warehouse,
+            clean_database=self.app.clean_database,
+            state_machine_arn=self.app.state_machine_arn,
+            ignore_files=ignore_files,
+        )
+
+    def wait_until_applied(
+        self,
+        timeout: float,
+        report: Callable[[ProgressSnapshot], None] | None = None,
+        every: float = 5.0,
+        ignore_files: frozenset[str] = frozenset(),
+        settle: float = 3.0,
+    ) -> ProgressSnapshot:
+        """Wait until every table's newest CDC file is covered by the applied watermark and the full
+        load is in (after `settle` seconds for DMS to flush its buffer). Raises if an execution fails."""
+        monitor = self.monitor(ignore_files)
+        time.sleep(settle)
+        deadline = time.monotonic() + timeout
+        last_report = 0.0
+        while True:
+            snapshot = monitor.snapshot()
+            if report and time.monotonic() - last_report >= every:
+                report(snapshot)
+                last_report = time.monotonic()
+            if snapshot.execution_status in ("FAILED", "TIMED_OUT", "ABORTED"):
+                raise RuntimeError(f"execution {snapshot.execution_status}: {self.execution_failure()}")
+            loaded = snapshot.clean and all(s.full_load_done for s in snapshot.clean.values())
+            if loaded and not snapshot.pending and snapshot.dms_status in ("running", "stopped"):
+                return snapshot
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"not caught up after {timeout:.0f}s: {snapshot.line()}")
+            time.sleep(1.0)
+
+    def executions(self) -> list[dict[str, Any]]:
+        assert self.app is not None
+        return self.aws("stepfunctions").list_executions(stateMachineArn=self.app.state_machine_arn)[
+            "executions"
+        ]
+
+    def execution_failure(self) -> str:
+        """Error and cause of the newest failed execution."""
+        failed = [e for e in self.executions() if e["status"] in ("FAILED", "TIMED_OUT", "ABORTED")]
+        if not failed:
+            return ""
+        newest = max(failed, key=lambda e: e["startDate"])
+        described = self.aws("stepfunctions").describe_execution(executionArn=newest["executionArn"])
+        return f"{described.get('error', '')}: {described.get('cause', '')}"[:2000]
+
+    def verify(self) -> list[Any]:
+        """Every clean table against its source table (row checksums); see lakehouse.verify."""
+        from lakehouse.config import LakeConfig
+        from lakehouse.schema import SchemaFile
+        from lakehouse.session import build_session
+        from lakehouse.verify import check_all
+
+        assert self.app is not None
+        config = LakeConfig(
+            catalog_name=VERIFY_CATALOG,
+            warehouse=str(self.stack.warehouse),
+            clean_database=self.app.clean_database,
+        )
+        if self._spark is None:
+            self._spark = build_session(config, "verify-clean-zone")
+        spark = self._spark
+        for key, value in {
+            f"spark.sql.catalog.{VERIFY_CATALOG}": "org.apache.iceberg.spark.SparkCatalog",
+            f"spark.sql.catalog.{VERIFY_CATALOG}.type": "hadoop",
+            f"spark.sql.catalog.{VERIFY_CATALOG}.warehouse": self.stack.warehouse.resolve().as_uri(),
+            f"spark.sql.catalog.{VERIFY_CATALOG}.cache-enabled": "false",  # see other writers' commits
+        }.items():
+            spark.conf.set(key, value)
+        schema = SchemaFile.from_dict(replication.schema_document(self.source_db))
+        return check_all(spark, config, schema, self.source_db)
+
+    # cleanup -----------------------------------------------------------------------------------------------
+    def close(self, delete_stack: bool = False) -> None:
+        """Stop what this run started: running executions, the DMS task (and optionally the stack)."""
+        if self.app is not None:
+            for execution in self.executions():
+                if execution["status"] == "RUNNING":
+                    try:
+                        self.aws("stepfunctions").stop_execution(
+                            executionArn=execution["executionArn"], error="Stopped", cause="run finished"
+                        )
+                    except Exception as error:  # best effort: the stack may be going away
+                        log.warning("stopping %s: %s", execution["executionArn"], error)
+        if self.task is not None:
+            try:
+                replication.stop_task(self.aws("dms"), self.task)
+            except Exception as error:
+                log.warning("stopping the DMS task: %s", error)
+        if delete_stack and self.app is not None:
+            try:
+                sam_app.delete_stack(self.aws("cloudformation"), self.stack_name)
+            except Exception as error:
+                log.warning("deleting %s: %s", self.stack_name, error)
