@@ -274,6 +274,16 @@ class LocalPipeline:
         schema = SchemaFile.from_dict(replication.schema_document(self.source_db))
         return check_all(spark, config, schema, self.source_db)
 
+    def quarantined(self) -> list[dict[str, Any]]:
+        """Rows of the clean zone's quarantine table (file + line + reason of what was set aside)."""
+        assert self.app is not None
+        if self._spark is None:
+            self.verify()
+        table = f"{VERIFY_CATALOG}.{self.app.clean_database}.dms_quarantine"
+        if not self._spark.catalog.tableExists(table):
+            return []
+        return [row.asDict() for row in self._spark.table(table).collect()]
+
     # cleanup -----------------------------------------------------------------------------------------------
     def close(self, delete_stack: bool = False) -> None:
         """Stop what this run started: running executions, the DMS task (and optionally the stack)."""

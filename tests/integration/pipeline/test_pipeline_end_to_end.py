@@ -1,0 +1,154 @@
+"""The deployed template, end to end: DMS → raw bucket → queue → state machine → Glue → clean zone,
+checked against the source by row checksums; rollover; injected faults; a failing DMS task."""
+
+import json
+import sqlite3
+import time
+
+import pytest
+
+from localaws import replication
+from localaws.pipeline_run import LocalPipeline
+
+pytestmark = pytest.mark.integration
+
+# Template parameter of the history guard's threshold (events before a rollover).
+HISTORY_THRESHOLD_PARAMETER = "HistoryThreshold"
+
+
+def assert_clean_equals_source(pipeline: LocalPipeline) -> None:
+    checks = pipeline.verify()
+    lines = "\n".join(c.line() for c in checks)
+    assert checks and all(c.matches for c in checks), lines
+    assert {c.table for c in checks} == {f"main.{t}" for t in replication.SOURCE_TABLES}
+
+
+def start(pipeline: LocalPipeline) -> None:
+    pipeline.start_replication()
+    pipeline.start_execution()
+
+
+def test_full_pipeline_with_a_schema_change_mid_stream(make_pipeline) -> None:
+    pipeline = make_pipeline()
+    start(pipeline)
+    changes = pipeline.run_workload(400, seed=1)
+    pipeline.wait_until_applied(timeout=420)
+
+    # Schema change mid-stream: ALTER on the source, schema file regenerated and uploaded, then rows
+    # that carry the new column (item is only ever updated by the workload, never inserted).
+    pipeline.add_column("item", "i_eco_score", "DECIMAL(5,2)")
+    time.sleep(1.0)  # one DMS capture cycle sees the new column before rows use it
+    changes += pipeline.execute_sql(
+        "UPDATE item SET i_eco_score = i_item_sk % 97 + 0.25 WHERE i_item_sk % 3 = 0"
+    )
+    changes += pipeline.run_workload(400, seed=2)
+    changes += pipeline.run_workload(300, seed=3)
+    pipeline.wait_until_applied(timeout=420)
+
+    assert changes >= 2000
+    assert_clean_equals_source(pipeline)
+    with sqlite3.connect(pipeline.source_db) as db:
+        scored = db.execute("SELECT count(*) FROM item WHERE i_eco_score IS NOT NULL").fetchone()[0]
+    assert scored > 0
+
+
+def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
+    pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60"})
+    start(pipeline)
+    for round_number in range(4):
+        pipeline.run_workload(150, seed=10 + round_number)
+        time.sleep(4)
+    pipeline.wait_until_applied(timeout=480)
+
+    executions = pipeline.executions()
+    assert len(executions) >= 2, executions
+    assert sum(e["status"] == "RUNNING" for e in executions) == 1
+    assert all(e["status"] in ("RUNNING", "SUCCEEDED") for e in executions), executions
+    assert_clean_equals_source(pipeline)
+
+
+FAIL_ONCE_CDC_SCRIPT = """
+import os
+import sys
+
+import boto3
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lakehouse.jobs import cdc_main
+
+BUCKET, KEY = {bucket!r}, "faults/cdc-fail-once"
+s3 = boto3.client("s3")
+try:
+    s3.head_object(Bucket=BUCKET, Key=KEY)
+except Exception:
+    sys.exit(cdc_main(sys.argv[1:]))
+s3.delete_object(Bucket=BUCKET, Key=KEY)
+print("injected failure: this CDC run fails once", file=sys.stderr)
+sys.exit(3)
+"""
+
+POISON_FILE = "20200101-000000000.csv"
+
+
+def test_faults_retry_poison_file_and_poison_message(make_pipeline) -> None:
+    pipeline = make_pipeline()
+    app = pipeline.app
+    s3, sqs, glue = pipeline.aws("s3"), pipeline.aws("sqs"), pipeline.aws("glue")
+    # A CDC run that fails once: the deployed script replaced by one that fails while a marker exists.
+    s3.put_object(
+        Bucket=app.artifacts_bucket,
+        Key="glue/scripts/cdc_job.py",
+        Body=FAIL_ONCE_CDC_SCRIPT.format(bucket=app.artifacts_bucket).encode(),
+    )
+    s3.put_object(Bucket=app.artifacts_bucket, Key="faults/cdc-fail-once", Body=b"1")
+    start(pipeline)
+    pipeline.run_workload(200, seed=21)
+    # A poison file (not a DMS CSV) in one table's folder, and a poison message (not an S3 event).
+    s3.put_object(
+        Bucket=app.raw_bucket, Key=f"dms/main/item/{POISON_FILE}", Body=b'Op,"unterminated\n\x00\x01 garbage'
+    )
+    if app.queue_url:
+        sqs.send_message(
+            QueueUrl=app.queue_url,
+            MessageBody="this is not an EventBridge S3 event",
+            MessageGroupId="poison",
+            MessageDeduplicationId="poison-1",
+        )
+    pipeline.run_workload(200, seed=22)
+    pipeline.wait_until_applied(timeout=480, ignore_files=frozenset({POISON_FILE}))
+
+    runs = glue.get_job_runs(JobName=app.cdc_job_name)["JobRuns"]
+    failed = [r for r in runs if r["JobRunState"] == "FAILED"]
+    assert failed and "injected failure" in failed[0].get("ErrorMessage", ""), runs
+    assert any(r["JobRunState"] == "SUCCEEDED" for r in runs)
+    assert_clean_equals_source(pipeline)  # the retried run applied everything exactly once
+
+    quarantined = [r for r in pipeline.quarantined() if r["source_uri"].endswith(POISON_FILE)]
+    assert quarantined and quarantined[0]["reason"], (
+        "the poison file is in the quarantine table with its reason"
+    )
+    if app.dead_letter_queue_url:
+        dead = sqs.receive_message(
+            QueueUrl=app.dead_letter_queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=2
+        )
+        bodies = [m["Body"] for m in dead.get("Messages", [])]
+        assert any("not an EventBridge S3 event" in b for b in bodies), bodies
+
+
+def test_a_failing_dms_task_fails_the_execution_with_a_clear_error(make_pipeline) -> None:
+    pipeline = make_pipeline()
+    # The task selects a table the source does not have: DMS fails it (FATAL_ERROR) at start.
+    with sqlite3.connect(pipeline.source_db) as db:
+        for table in replication.SOURCE_TABLES:
+            db.execute(f'ALTER TABLE "{table}" RENAME TO "old_{table}"')
+    start(pipeline)
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        statuses = [e["status"] for e in pipeline.executions()]
+        if statuses and statuses[0] != "RUNNING":
+            break
+        time.sleep(2)
+    assert pipeline.executions()[0]["status"] == "FAILED"
+    failure = pipeline.execution_failure()
+    assert "DMS task" in failure and "failed" in failure, failure
+    assert "matches the table mappings" in json.dumps(failure)
