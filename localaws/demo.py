@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
@@ -111,6 +112,9 @@ def run_demo(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         print("\ninterrupted: stopping what the demo started", file=sys.stderr)
+    except Exception as error:
+        traceback.print_exc()
+        print(f"\nFAILED: {type(error).__name__}: {str(error)[:3000]}", file=sys.stderr)
     finally:
         if printer is not None:
             printer.stopped.set()
