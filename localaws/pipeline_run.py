@@ -23,10 +23,10 @@ from localaws.stack import StackConfig
 
 log = logging.getLogger(__name__)
 
-# Template parameter and output names (template.yaml).
-TASK_ARN_PARAMETER = "ReplicationTaskArn"
-ENVIRONMENT_PARAMETER = "EnvironmentName"
-CSV_NULL_PARAMETER = "CsvNullValue"
+# Template parameters this run sets, by the names template.yaml may give them (the first declared wins).
+TASK_ARN_PARAMETERS = ("ReplicationTaskArn", "DmsTaskArn", "DmsReplicationTaskArn", "DMSTaskArn")
+ENVIRONMENT_PARAMETERS = ("EnvironmentName", "Environment", "Env", "Stage")
+CSV_NULL_PARAMETERS = ("CsvNullValue", "DmsCsvNullValue")
 VERIFY_CATALOG = "local_glue"  # the demo's own Spark catalog name over the local Glue warehouse
 
 
@@ -131,11 +131,20 @@ class LocalPipeline:
         artifacts and the schema file into the artifacts bucket."""
         if build:
             sam_app.build(self.endpoint_url)
-        parameters = {
-            ENVIRONMENT_PARAMETER: self.settings.name,
-            TASK_ARN_PARAMETER: self.task_arn,
-            **self.settings.parameters,
+        declared = sam_app.template_parameters()
+        wanted = {
+            ENVIRONMENT_PARAMETERS: self.settings.name,
+            TASK_ARN_PARAMETERS: self.task_arn,
+            CSV_NULL_PARAMETERS: replication.CSV_NULL_VALUE,
         }
+        parameters = {}
+        for candidates, value in wanted.items():
+            name = sam_app.first_declared(candidates, declared)
+            if name is None:
+                log.warning("template.yaml declares none of %s; not set", candidates)
+            else:
+                parameters[name] = value
+        parameters |= self.settings.parameters
         sam_app.deploy(self.endpoint_url, self.stack_name, parameters)
         self.app = AppHandles.from_stack(self.aws("cloudformation"), self.stack_name)
         sam_app.upload_glue_artifacts(self.aws("s3"), self.app.artifacts_bucket)

@@ -56,6 +56,29 @@ def aws_environment(endpoint_url: str) -> dict[str, str]:
     return env
 
 
+def template_parameters(template: Path = TEMPLATE) -> set[str]:
+    """Names of the template's Parameters (CloudFormation tags like !Ref are read as plain values)."""
+    import yaml
+
+    class _Loader(yaml.SafeLoader):
+        pass
+
+    def _any_tag(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
+        if isinstance(node, yaml.ScalarNode):
+            return loader.construct_scalar(node)
+        if isinstance(node, yaml.SequenceNode):
+            return loader.construct_sequence(node)
+        return loader.construct_mapping(node)
+
+    _Loader.add_multi_constructor("!", _any_tag)
+    document = yaml.load(template.read_text(), Loader=_Loader) or {}  # a SafeLoader subclass
+    return set((document.get("Parameters") or {}).keys())
+
+
+def first_declared(candidates: tuple[str, ...], declared: set[str]) -> str | None:
+    return next((name for name in candidates if name in declared), None)
+
+
 def samconfig_parameters(config_env: str = "local") -> dict[str, str]:
     """`parameter_overrides` of the deploy command of a samconfig.toml environment, as a dict
     (command-line overrides replace the whole list, so callers merge onto these)."""
