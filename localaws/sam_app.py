@@ -9,17 +9,16 @@ which is put first on PATH for it.
 
 from __future__ import annotations
 
-import io
 import os
 import subprocess
 import time
 import tomllib
-import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from deploy.glue_artifacts import lakehouse_zip, upload_glue_artifacts  # noqa: F401 - re-exported
 from localaws import setup_sam
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +27,6 @@ SAMCONFIG = REPO_ROOT / "samconfig.toml"
 BUILD_DIR = REPO_ROOT / ".aws-sam" / "build"
 PROJECT_BIN = REPO_ROOT / ".venv" / "bin"
 SPARK_JOBS = REPO_ROOT / "spark_jobs"
-GLUE_SCRIPTS = ("full_load_job.py", "cdc_job.py", "refine_job.py")
 REGION = "us-east-1"
 
 
@@ -201,27 +199,6 @@ def delete_stack(cloudformation: Any, stack_name: str, timeout: float = 120) -> 
         if status in ("DELETE_COMPLETE", "DELETE_FAILED"):
             return
         time.sleep(1)
-
-
-def lakehouse_zip() -> bytes:
-    """The Spark library as `--extra-py-files` wants it: `lakehouse/…` at the zip's root."""
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted((SPARK_JOBS / "lakehouse").rglob("*.py")):
-            archive.write(path, path.relative_to(SPARK_JOBS).as_posix())
-    return buffer.getvalue()
-
-
-def upload_glue_artifacts(s3: Any, bucket: str) -> list[str]:
-    """Glue entry scripts to `glue/scripts/`, the library to `glue/lib/lakehouse.zip` (docs/CONTRACTS.md)."""
-    keys = []
-    for script in GLUE_SCRIPTS:
-        key = f"glue/scripts/{script}"
-        s3.put_object(Bucket=bucket, Key=key, Body=(SPARK_JOBS / script).read_bytes())
-        keys.append(key)
-    s3.put_object(Bucket=bucket, Key="glue/lib/lakehouse.zip", Body=lakehouse_zip())
-    keys.append("glue/lib/lakehouse.zip")
-    return keys
 
 
 @dataclass(frozen=True)

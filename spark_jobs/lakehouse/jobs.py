@@ -39,7 +39,7 @@ def _dms_arguments(parser: argparse.ArgumentParser) -> None:
 
 def apply_options(args: argparse.Namespace) -> ApplyOptions:
     return ApplyOptions(
-        reader=ReaderOptions(csv_null_value=args.csv_null_value),
+        reader=ReaderOptions(csv_null_value=args.csv_null_value or None),  # Glue passes "" for unset
         names=ChangeColumns(
             timestamp=args.timestamp_column,
             change_seq=args.change_seq_column,

@@ -1,0 +1,38 @@
+"""Lambda: tell the state machine to roll over to a fresh execution before the history limit."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from guard import event_count, should_roll_over
+from pydantic import BaseModel
+
+THRESHOLD = int(os.environ.get("HISTORY_THRESHOLD", "20000"))
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+sfn = boto3.client("stepfunctions")
+
+
+class GuardRequest(BaseModel):
+    execution_arn: str
+    threshold: int | None = None
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    request = GuardRequest.model_validate(event)
+    threshold = request.threshold or THRESHOLD
+    count = event_count(sfn, request.execution_arn)
+    metrics.add_metric(name="ExecutionHistoryEvents", unit=MetricUnit.Count, value=count)
+    result = {"event_count": count, "threshold": threshold, "rollover": should_roll_over(count, threshold)}
+    logger.info("history size", extra=result)
+    return result

@@ -1,0 +1,56 @@
+"""Lambda: drain the CDC file queue into one manifest (the batch of one Glue CDC run)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from drain import DrainLimits, Locations, drain
+from pydantic import BaseModel, Field
+
+LOCATIONS = Locations(
+    queue_url=os.environ.get("QUEUE_URL", ""),
+    dead_letter_queue_url=os.environ.get("DEAD_LETTER_QUEUE_URL", ""),
+    artifacts_bucket=os.environ.get("ARTIFACTS_BUCKET", ""),
+    manifest_prefix=os.environ.get("MANIFEST_PREFIX", "manifests"),
+)
+DEFAULT_LIMITS = DrainLimits(
+    max_files=int(os.environ.get("MAX_FILES_PER_RUN", "500")),
+    max_bytes=int(os.environ.get("MAX_BYTES_PER_RUN", str(2 * 1024**3))),
+    time_budget_seconds=float(os.environ.get("DRAIN_TIME_BUDGET_SECONDS", "60")),
+)
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+s3 = boto3.client("s3")
+sqs = boto3.client("sqs")
+
+
+class DrainRequest(BaseModel):
+    max_files: int | None = Field(default=None, gt=0)
+    max_bytes: int | None = Field(default=None, gt=0)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    request = DrainRequest.model_validate(event or {})
+    limits = DrainLimits(
+        max_files=request.max_files or DEFAULT_LIMITS.max_files,
+        max_bytes=request.max_bytes or DEFAULT_LIMITS.max_bytes,
+        # leave room to write the manifest before the Lambda's own timeout
+        time_budget_seconds=min(
+            DEFAULT_LIMITS.time_budget_seconds, context.get_remaining_time_in_millis() / 1000 - 10
+        ),
+    )
+    result = drain(s3, sqs, LOCATIONS, limits)
+    metrics.add_metric(name="FilesDrained", unit=MetricUnit.Count, value=result["file_count"])
+    metrics.add_metric(name="PoisonMessages", unit=MetricUnit.Count, value=result.get("poison_messages", 0))
+    logger.info("drained", extra=result)
+    return result

@@ -1,0 +1,69 @@
+"""Lambda handlers run in-process against moto (no network), invoked with the files in events/."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+EVENTS = REPO / "events"
+FUNCTIONS = REPO / "functions"
+REGION = "us-east-1"
+
+
+@dataclass
+class FakeContext:
+    function_name: str = "test"
+    memory_limit_in_mb: int = 256
+    invoked_function_arn: str = "arn:aws:lambda:us-east-1:123456789012:function:test"
+    aws_request_id: str = "00000000-0000-0000-0000-000000000000"
+    remaining_ms: int = 120_000
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self.remaining_ms
+
+
+def event(name: str) -> dict[str, Any]:
+    return json.loads((EVENTS / name).read_text())
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from moto import mock_aws
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+        "POWERTOOLS_TRACE_DISABLED": "1",
+        "POWERTOOLS_METRICS_NAMESPACE": "Test",
+        "POWERTOOLS_SERVICE_NAME": "test",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        yield
+
+
+@pytest.fixture
+def load_handler(monkeypatch: pytest.MonkeyPatch) -> Callable[..., ModuleType]:
+    """Import functions/<name>/app.py fresh, after the environment it reads once is set."""
+
+    def load(name: str, **environment: str) -> ModuleType:
+        for key, value in environment.items():
+            monkeypatch.setenv(key, value)
+        folder = str(FUNCTIONS / name)
+        monkeypatch.syspath_prepend(folder)
+        for module in ("app", "progress", "drain", "ack", "guard"):
+            sys.modules.pop(module, None)
+        return importlib.import_module("app")
+
+    return load
