@@ -271,7 +271,7 @@ def test_many_tables_in_one_manifest_are_applied_in_parallel_each_with_its_own_w
 
 def test_changes_replayed_from_before_the_full_load_snapshot_never_regress_a_row(spark, lake_config, dms):
     """Given LOAD rows stamped with the snapshot's change sequence 50,
-    When the first CDC file replays changes committed during the load (sequences 40–45) and one newer,
+    When the first CDC file replays changes committed during the load (sequences 40 to 45) and one newer,
     Then the replayed older changes leave the rows as loaded and only the newer change applies."""
     dms.load(CUSTOMER, COLUMNS, [(1, "loaded", 1), (2, "loaded", 2)], snapshot_seq=50)
     full_load(spark, lake_config, SCHEMA, str(dms.root))
