@@ -68,19 +68,30 @@ def _normalise(path: str) -> str:
 
 
 def read_headers(
-    files: Sequence[DmsFile], spark_paths: dict[str, str], options: ReaderOptions
+    files: Sequence[DmsFile],
+    spark_paths: dict[str, str],
+    options: ReaderOptions,
+    required_columns: Sequence[str] = (),
 ) -> tuple[dict[str, list[str]], list[FileRejection]]:
     """The header row of each file (AddColumnName=true), read in parallel; unreadable files rejected."""
 
+    wanted = {c.lower() for c in required_columns}
+
     def probe(file: DmsFile) -> tuple[DmsFile, list[str] | None, str | None]:
         try:
-            header = parse_header(read_first_line(spark_paths[file.uri]), options.delimiter)
+            line = read_first_line(spark_paths[file.uri])
+            header = parse_header(line, options.delimiter)
         except Exception as error:  # any I/O or decoding failure: this file only
             return file, None, f"unreadable file: {type(error).__name__}: {error}"
         if not header or any(not name.strip() for name in header):
             return file, None, "missing or blank header row (DMS AddColumnName=true is required)"
+        if line.count('"') % 2 or any(ord(ch) < 32 and ch != "\t" for ch in line):
+            return file, None, f"malformed header row: {line[:200]!r}"
         if len({name.lower() for name in header}) != len(header):
             return file, None, f"duplicate column names in header: {header}"
+        missing = sorted(wanted - {name.lower() for name in header})
+        if missing:
+            return file, None, f"header lacks the primary key column(s) {missing}: {header[:20]}"
         return file, header, None
 
     headers: dict[str, list[str]] = {}
@@ -99,10 +110,11 @@ def read_dms_csv(
     files: Sequence[DmsFile],
     spark_paths: dict[str, str],
     options: ReaderOptions = ReaderOptions(),
+    required_columns: Sequence[str] = (),
 ) -> RawRead:
     """All records of `files` as text, plus `_file_uri`, `_file_order` (the position of the file in
     `files`) and `_pos` (rises with the record's position in its file; see `with_record_numbers`)."""
-    headers, rejected = read_headers(files, spark_paths, options)
+    headers, rejected = read_headers(files, spark_paths, options, required_columns)
     groups: dict[tuple[str, ...], list[DmsFile]] = defaultdict(list)
     for file in files:
         if file.uri in headers:

@@ -120,3 +120,27 @@ def test_gzip_compressed_dms_files_are_read_like_plain_ones(spark, lake_config, 
     apply_cdc(spark, lake_config, SCHEMA, manifest(str(packed)))
 
     assert rows_of(spark, lake_config.clean_table("sales_item")) == [("Z-9", Decimal("1.25"))]
+
+
+def test_a_garbage_file_in_a_table_folder_never_changes_the_table(spark, lake_config, dms):
+    """Given a file in a table's folder whose "header" is garbage (no key column, unbalanced quote),
+    When applied with a good file, Then the garbage is quarantined and the table's columns are unchanged."""
+    from pathlib import Path
+
+    good = dms.cdc("sales.item", ["sku", "price"], [("I", ("A-1", 1))])
+    garbage = Path(good).with_name("20261122-235959000.csv")
+    garbage.write_bytes(b'Op,"unterminated\n\x00\x01 garbage')
+
+    apply_cdc(spark, lake_config, SCHEMA, manifest(good, str(garbage)))
+
+    table = lake_config.clean_table("sales_item")
+    assert [f.name for f in spark.table(table).schema.fields] == [
+        "sku",
+        "price",
+        "dms_commit_ts",
+        "dms_change_seq",
+    ]
+    assert rows_of(spark, table) == [("A-1", Decimal("1.00"))]
+    assert rows_of(spark, lake_config.quarantine, ["reason"]) == [
+        ("malformed header row: 'Op,\"unterminated'",)
+    ]
