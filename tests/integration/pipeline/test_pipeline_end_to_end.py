@@ -52,6 +52,17 @@ def test_full_pipeline_with_a_schema_change_mid_stream(make_pipeline) -> None:
     assert scored > 0
 
 
+def wait_for(probe, timeout: float, every: float = 3.0):  # noqa: ANN001, ANN201
+    """Poll `probe` until it returns something truthy (returned) or `timeout` seconds pass (None)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = probe()
+        if found:
+            return found
+        time.sleep(every)
+    return None
+
+
 def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
     pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60"})
     start(pipeline)
@@ -59,9 +70,12 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
         pipeline.run_workload(150, seed=10 + round_number)
         time.sleep(4)
     pipeline.wait_until_applied(timeout=480)
-
+    # The idle loop keeps adding events (drain, wait, guard): the handover comes within a few loops.
+    executions = wait_for(lambda: pipeline.executions() if len(pipeline.executions()) >= 2 else None, 300)
+    assert executions and len(executions) >= 2, pipeline.executions()
+    pipeline.run_workload(150, seed=20)  # the successor execution applies new changes too
+    pipeline.wait_until_applied(timeout=480)
     executions = pipeline.executions()
-    assert len(executions) >= 2, executions
     assert sum(e["status"] == "RUNNING" for e in executions) == 1
     assert all(e["status"] in ("RUNNING", "SUCCEEDED") for e in executions), executions
     assert_clean_equals_source(pipeline)
@@ -117,7 +131,11 @@ def test_faults_retry_poison_file_and_poison_message(make_pipeline) -> None:
     pipeline.run_workload(200, seed=22)
     pipeline.wait_until_applied(timeout=480, ignore_files=frozenset({POISON_FILE}))
 
-    runs = glue.get_job_runs(JobName=app.cdc_job_name)["JobRuns"]
+    def finished_runs() -> list[dict] | None:
+        runs = glue.get_job_runs(JobName=app.cdc_job_name)["JobRuns"]
+        return runs if any(r["JobRunState"] == "SUCCEEDED" for r in runs) else None
+
+    runs = wait_for(finished_runs, 180) or glue.get_job_runs(JobName=app.cdc_job_name)["JobRuns"]
     failed = [r for r in runs if r["JobRunState"] == "FAILED"]
     assert failed and "injected failure" in failed[0].get("ErrorMessage", ""), runs
     assert any(r["JobRunState"] == "SUCCEEDED" for r in runs)
