@@ -52,7 +52,7 @@ def test_full_pipeline_with_a_schema_change_mid_stream(make_pipeline) -> None:
     assert scored > 0
 
 
-def wait_for(probe, timeout: float, every: float = 3.0):  # noqa: ANN001, ANN201
+def wait_for(probe, timeout: float, every: float = 3.0):
     """Poll `probe` until it returns something truthy (returned) or `timeout` seconds pass (None)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
