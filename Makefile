@@ -72,5 +72,9 @@ format: venv
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Benchmarks (not tests): BENCH_ARGS=--quick for a smoke run; results in bench/RESULTS.md.
+bench: venv
+	$(BIN)/python bench/run.py $(BENCH_ARGS)
+
 clean:
 	rm -rf var .pytest_cache .ruff_cache .aws-sam
