@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -41,13 +42,14 @@ class DrainRequest(BaseModel):
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     request = DrainRequest.model_validate(event or {})
+    remaining_seconds = context.get_remaining_time_in_millis() / 1000
     limits = DrainLimits(
         max_files=request.max_files or DEFAULT_LIMITS.max_files,
         max_bytes=request.max_bytes or DEFAULT_LIMITS.max_bytes,
         # leave room to write the manifest before the Lambda's own timeout
-        time_budget_seconds=min(
-            DEFAULT_LIMITS.time_budget_seconds, context.get_remaining_time_in_millis() / 1000 - 10
-        ),
+        time_budget_seconds=min(DEFAULT_LIMITS.time_budget_seconds, remaining_seconds - 10),
+        # a page received now is deleted before this run ends, or reappears soon after it died
+        visibility_timeout_seconds=math.ceil(remaining_seconds) + 30,
     )
     result = drain(s3, sqs, LOCATIONS, limits)
     metrics.add_metric(name="FilesDrained", unit=MetricUnit.Count, value=result["file_count"])

@@ -7,6 +7,10 @@ and only then deleted from the queue. The manifest is the unit of retry: it stay
 until the CDC run that applied it succeeds (then the acknowledge step moves it to `done/`); a crash
 between the write and the delete at worst lists a file in two manifests, which the CDC job's
 watermark makes harmless.
+
+Because a page leaves the queue within the drain's own run, the drain receives with a visibility
+timeout just longer than that run (not the queue's, which outlasts a CDC run): if the Lambda dies
+mid-page, the group is blocked for minutes, not for a whole CDC timeout.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ class DrainLimits:
     max_bytes: int = 2 * 1024**3
     time_budget_seconds: float = 60.0
     wait_seconds: int = 1
+    # How long a received page stays invisible: must outlast the rest of the Lambda's run.
+    visibility_timeout_seconds: int = 330
 
 
 @dataclass(frozen=True)
@@ -120,44 +126,78 @@ def drain(
             QueueUrl=where.queue_url,
             MaxNumberOfMessages=wanted,
             WaitTimeSeconds=limits.wait_seconds,
+            VisibilityTimeout=limits.visibility_timeout_seconds,
             AttributeNames=["SequenceNumber", "MessageGroupId"],
         ).get("Messages", [])
         if not page:
             break
-        taken: list[dict[str, Any]] = []
-        for message in page:
-            try:
-                found = file_of(message["Body"])
-            except PoisonMessageError as error:
-                _to_dead_letter_queue(sqs, where, message, str(error))
-                poison += 1
-                continue
-            if is_full_load_file(found["uri"]):
-                skipped += 1  # LOAD files belong to the full-load job
-                continue
-            taken.append(
-                found
-                | {
-                    "sequence_number": message.get("Attributes", {}).get("SequenceNumber"),
-                    "message_id": message["MessageId"],
-                }
-            )
-        if taken:
-            manifest.files.extend(taken)
+        sorted_page = _sort_page(sqs, where, page, manifest, limits)
+        poison += sorted_page.poison
+        skipped += sorted_page.skipped_full_load
+        if sorted_page.files:
+            manifest.files.extend(sorted_page.files)
             s3.put_object(
                 Bucket=where.artifacts_bucket,
                 Key=key,
                 Body=json.dumps(manifest.to_dict()).encode(),
                 ContentType="application/json",
             )
-        # Recorded durably (or poison, or not ours): only now may the page leave the queue.
-        _delete(sqs, where.queue_url, page)
+        # Recorded durably (or poison, or not ours): only now may these messages leave the queue.
+        if sorted_page.leaving:
+            _delete(sqs, where.queue_url, sorted_page.leaving)
+        if sorted_page.released:
+            _release(sqs, where.queue_url, sorted_page.released)
+            break
     if not manifest.files:
         return {"has_work": False, "file_count": 0, "poison_messages": poison, "skipped_full_load": skipped}
     return _result(where, key, manifest.run_id, manifest.files, resumed=False) | {
         "poison_messages": poison,
         "skipped_full_load": skipped,
     }
+
+
+@dataclass
+class SortedPage:
+    files: list[dict[str, Any]] = field(default_factory=list)  # entries for the manifest
+    leaving: list[dict[str, Any]] = field(default_factory=list)  # messages to delete once recorded
+    released: list[dict[str, Any]] = field(default_factory=list)  # messages for the next batch
+    poison: int = 0
+    skipped_full_load: int = 0
+
+
+def _sort_page(
+    sqs: Any, where: Locations, page: list[dict[str, Any]], manifest: Manifest, limits: DrainLimits
+) -> SortedPage:
+    """Split a received page: files for the manifest, messages that may leave the queue (those files,
+    poison sent to the DLQ, full-load files) and, from the first file that would break the byte bound
+    on, messages to give back to the queue in their order. A batch always takes at least one file."""
+    result = SortedPage()
+    batch_bytes = manifest.total_bytes
+    for index, message in enumerate(page):
+        try:
+            found = file_of(message["Body"])
+        except PoisonMessageError as error:
+            _to_dead_letter_queue(sqs, where, message, str(error))
+            result.poison += 1
+            result.leaving.append(message)
+            continue
+        if is_full_load_file(found["uri"]):
+            result.skipped_full_load += 1  # LOAD files belong to the full-load job
+            result.leaving.append(message)
+            continue
+        if (manifest.files or result.files) and batch_bytes + found["size"] > limits.max_bytes:
+            result.released = page[index:]
+            return result
+        batch_bytes += found["size"]
+        result.files.append(
+            found
+            | {
+                "sequence_number": message.get("Attributes", {}).get("SequenceNumber"),
+                "message_id": message["MessageId"],
+            }
+        )
+        result.leaving.append(message)
+    return result
 
 
 def _result(
@@ -179,6 +219,15 @@ def _delete(sqs: Any, queue_url: str, messages: list[dict[str, Any]]) -> None:
     response = sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
     if response.get("Failed"):
         raise RuntimeError(f"could not delete drained messages: {response['Failed']}")
+
+
+def _release(sqs: Any, queue_url: str, messages: list[dict[str, Any]]) -> None:
+    """Make messages visible again at once: FIFO returns them first, in order, to the next drain."""
+    entries = [
+        {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+        for i, m in enumerate(messages)
+    ]
+    sqs.change_message_visibility_batch(QueueUrl=queue_url, Entries=entries)
 
 
 def _to_dead_letter_queue(sqs: Any, where: Locations, message: dict[str, Any], reason: str) -> None:
