@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -123,7 +124,12 @@ class LocalPipeline:
 
     # steps -------------------------------------------------------------------------------------------------
     def create_source(self) -> dict[str, int]:
+        """A new source database, so a new replica: the clean and refined tables of an earlier run of
+        this environment (same names in the local warehouse) are removed, or their watermarks would
+        make the new task's changes look applied already."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        for zone in ("clean", "refined"):
+            shutil.rmtree(Path(self.stack.warehouse) / f"{self.settings.name}_{zone}", ignore_errors=True)
         return replication.create_source_database(self.source_db, self.settings.scale, self.settings.seed)
 
     def deploy(self, build: bool = True) -> AppHandles:
