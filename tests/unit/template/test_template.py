@@ -134,3 +134,122 @@ def test_cdc_runs_one_at_a_time_in_order(template):
     assert template["Resources"]["CdcJob"]["Properties"]["ExecutionProperty"] == {"MaxConcurrentRuns": 1}
     target = template["Resources"]["CdcFileCreatedRule"]["Properties"]["Targets"][0]
     assert target["SqsParameters"]["MessageGroupId"]
+
+
+def _retriers(state: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {name: retrier for retrier in state["Retry"] for name in retrier["ErrorEquals"]}
+
+
+def _exception_classes() -> set[str]:
+    sources = "\n".join(p.read_text() for p in (REPO / "functions").glob("*/*.py"))
+    return set(re.findall(r"^class (\w+Error)\(", sources, flags=re.MULTILINE))
+
+
+def test_final_errors_are_not_retried_and_resumable_steps_retry_any_failure(asl):
+    """Given the Lambda tasks, Then a failed DMS task or an unknown manifest fails at once (the Lambda's
+    exception name, not retried), while the drain (resumable), the acknowledge (idempotent) and the
+    history guard (read-only) retry any failure; States.ALL, where used, comes last."""
+    states = asl["States"]
+    assert _retriers(states["CheckFullLoadProgress"])["DmsTaskFailedError"]["MaxAttempts"] == 0
+    assert _retriers(states["Acknowledge"])["ManifestNotPendingError"]["MaxAttempts"] == 0
+    assert {"DmsTaskFailedError", "ManifestNotPendingError"} <= _exception_classes()
+    for name in ("DrainQueue", "Acknowledge", "CheckHistory", "CheckFullLoadProgress"):
+        assert _retriers(states[name])["States.TaskFailed"]["MaxAttempts"] >= 2, name
+    for name, state in states.items():
+        for retrier in state.get("Retry", [])[:-1]:
+            assert "States.ALL" not in retrier["ErrorEquals"], f"{name}: States.ALL must be the last retrier"
+
+
+def test_a_failed_cdc_run_never_reaches_the_acknowledge(asl):
+    """Given the CDC run fails after its retries, Then the execution ends without acknowledging, so the
+    manifest stays pending; the acknowledge is reachable only from a successful CDC run."""
+    states = asl["States"]
+    run = states["RunCdc"]
+    assert run["Next"] == "Acknowledge"
+    assert all(states[c["Next"]]["Type"] == "Fail" for c in run["Catch"])
+    into_acknowledge = [
+        name
+        for name, state in states.items()
+        if "Acknowledge"
+        in {state.get("Next"), state.get("Default"), *(c["Next"] for c in state.get("Choices", []))}
+    ]
+    assert into_acknowledge == ["RunCdc"]
+    assert states["RunCdc"]["Parameters"]["Arguments"]["--manifest.$"] == "$.batch.value.manifest_uri"
+
+
+_MISSING = object()
+
+
+def _choose(state: dict[str, Any], document: dict[str, Any]) -> str:
+    """The next state of a Choice, for the comparisons this state machine uses."""
+
+    def value(path: str) -> Any:
+        current: Any = document
+        for part in path.removeprefix("$.").split("."):
+            if not isinstance(current, dict) or part not in current:
+                return _MISSING
+            current = current[part]
+        return current
+
+    for rule in state["Choices"]:
+        found = value(rule["Variable"])
+        if "IsPresent" in rule and (found is not _MISSING) == rule["IsPresent"]:
+            return rule["Next"]
+        if "BooleanEquals" in rule and found == rule["BooleanEquals"]:
+            return rule["Next"]
+        if (
+            "NumericGreaterThanEqualsPath" in rule
+            and found is not _MISSING
+            and found >= value(rule["NumericGreaterThanEqualsPath"])
+        ):
+            return rule["Next"]
+    return state["Default"]
+
+
+def _route(asl: dict[str, Any], start: str, document: dict[str, Any]) -> list[str]:
+    """Follow Choice states from `start` until a state that does work."""
+    path = [start]
+    while asl["States"][path[-1]]["Type"] == "Choice":
+        path.append(_choose(asl["States"][path[-1]], document))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("execution_input", "first_work"),
+    [
+        ({}, "CheckFullLoadProgress"),
+        ({"skip_full_load": False}, "CheckFullLoadProgress"),
+        ({"skip_full_load": True}, "StartLoop"),
+        ({"skip_full_load": True, "loop": {"batches": 7, "since_refine": 2}}, "DrainQueue"),
+    ],
+)
+def test_a_rolled_over_execution_goes_straight_to_the_loop_and_keeps_its_counters(
+    asl, execution_input, first_work
+):
+    """Given the execution's input, When it starts, Then a fresh start waits for the full load, and a
+    rolled-over one (skip_full_load) goes to the loop, keeping the counters it was handed."""
+    assert asl["States"]["Configure"]["Next"] == "ResumingAfterRollover"
+    assert _route(asl, "ResumingAfterRollover", execution_input)[-1] == first_work
+
+
+@pytest.mark.parametrize(("since_refine", "refine"), [(1, False), (4, False), (5, True), (6, True)])
+def test_refine_runs_every_n_applied_batches(asl, since_refine, refine):
+    """Given RefineEveryNBatches=5, Then the refine job runs when 5 batches were applied since the last."""
+    document = {"config": {"refine_every": 5}, "loop": {"batches": 99, "since_refine": since_refine}}
+    assert _route(asl, "RefineDue?", document)[-1] == ("RunRefine" if refine else "CheckHistory")
+    assert asl["States"]["RefineDone"]["Parameters"]["since_refine"] == 0
+
+
+def test_an_empty_queue_waits_then_loops_and_a_long_history_rolls_over(asl):
+    """Given no work, Then the loop waits LoopWaitSeconds and goes on; Given rollover, Then it starts the
+    next execution and this one succeeds."""
+    states = asl["States"]
+    assert _route(asl, "HasWork?", {"batch": {"value": {"has_work": False}}})[-1] == "Idle"
+    assert states["Idle"] == {
+        "Type": "Wait",
+        "SecondsPath": "$.config.loop_wait_seconds",
+        "Next": "CheckHistory",
+    }
+    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "DrainQueue"
+    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": True}}})[-1] == "StartNextExecution"
+    assert states[states["StartNextExecution"]["Next"]]["Type"] == "Succeed"
