@@ -52,7 +52,7 @@ class _OfflinePolicyLoader:
     """The managed policies the template names, without asking IAM."""
 
     def load(self) -> dict[str, str]:
-        return {"AWSGlueServiceRole": "arn:aws:iam::aws:policy/service-role/AWSGlueServiceRole"}
+        return {}
 
 
 def test_template_transforms_with_the_sam_translator(template, monkeypatch):
@@ -123,11 +123,34 @@ def test_queue_visibility_timeout_always_exceeds_the_cdc_job_timeout(template):
     assert template["Resources"]["CdcJob"]["Properties"]["Timeout"] == {"Ref": "CdcJobTimeoutMinutes"}
 
 
-def test_no_wildcard_actions_on_data(template):
-    text = json.dumps(template["Resources"])
-    assert '"Action": "*"' not in text and '"s3:*"' not in text.replace(
-        '"Effect": "Deny", "Principal": "*", "Action": "s3:*"', ""
-    )
+def _allowed_actions(template: dict[str, Any]) -> list[tuple[str, str]]:
+    """(resource, action) of every Allow statement in the template's inline policies."""
+    found = []
+
+    def walk(node: Any, resource: str) -> None:
+        if isinstance(node, dict):
+            if node.get("Effect") == "Allow" and "Action" in node:
+                actions = node["Action"] if isinstance(node["Action"], list) else [node["Action"]]
+                found.extend((resource, action) for action in actions)
+            for child in node.values():
+                walk(child, resource)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child, resource)
+
+    for name, resource in template["Resources"].items():
+        walk(resource, name)
+    return found
+
+
+def test_no_wildcard_actions_and_no_broad_managed_policies(template):
+    """Given every Allow in the template, Then no action is a wildcard (`*`, `s3:*`, `glue:*`…), and the
+    Glue role carries no managed policy (AWSGlueServiceRole would grant glue:* on the whole catalog)."""
+    allowed = _allowed_actions(template)
+    assert len(allowed) > 30
+    wildcards = [(name, action) for name, action in allowed if "*" in action]
+    assert wildcards == []
+    assert "ManagedPolicyArns" not in template["Resources"]["GlueJobRole"]["Properties"]
 
 
 def test_cdc_runs_one_at_a_time_in_order(template):
@@ -253,3 +276,50 @@ def test_an_empty_queue_waits_then_loops_and_a_long_history_rolls_over(asl):
     assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "DrainQueue"
     assert _route(asl, "RollOver?", {"history": {"value": {"rollover": True}}})[-1] == "StartNextExecution"
     assert states[states["StartNextExecution"]["Next"]]["Type"] == "Succeed"
+
+
+def test_file_events_eventbridge_cannot_queue_are_kept_and_alarmed(template):
+    """Given the rule that queues file events, Then an event it cannot deliver goes to a standard
+    dead-letter queue (a FIFO one is refused by EventBridge) watched by an alarm, never dropped."""
+    resources = template["Resources"]
+    target = resources["CdcFileCreatedRule"]["Properties"]["Targets"][0]
+    assert target["DeadLetterConfig"] == {"Arn": {"Fn::GetAtt": ["UndeliveredFileEventsQueue", "Arn"]}}
+    assert "FifoQueue" not in resources["UndeliveredFileEventsQueue"]["Properties"]
+    alarm = resources["UndeliveredFileEventsAlarm"]["Properties"]
+    assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["UndeliveredFileEventsQueue", "QueueName"]}
+    alarmed = {
+        r["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        for r in resources.values()
+        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"]["Namespace"] == "AWS/SQS"
+    }
+    assert alarmed == {"UndeliveredFileEventsQueue", "CdcFilesDeadLetterQueue"}
+
+
+def test_glue_jobs_follow_the_argument_contract(template):
+    """Given the three Glue jobs, Then each runs Glue 5.0 with Iceberg, its script and the library from
+    the artifacts bucket, and the arguments docs/CONTRACTS.md names for it."""
+    common = {
+        "--datalake-formats",
+        "--extra-py-files",
+        "--catalog_type",
+        "--catalog_name",
+        "--warehouse",
+        "--clean_database",
+        "--enable-metrics",
+        "--enable-continuous-cloudwatch-log",
+    }
+    extra = {
+        "FullLoadJob": {"--schema_file", "--raw_path"},
+        "CdcJob": {"--schema_file"},
+        "RefineJob": {"--refined_database"},
+    }
+    for name, wanted in extra.items():
+        job = template["Resources"][name]["Properties"]
+        arguments = job["DefaultArguments"]
+        assert job["GlueVersion"] == "5.0"
+        assert common | wanted <= set(arguments), name
+        assert arguments["--datalake-formats"] == "iceberg" and arguments["--catalog_type"] == "glue"
+        assert arguments["--extra-py-files"] == {"Fn::Sub": "s3://${ArtifactsBucket}/glue/lib/lakehouse.zip"}
+        script = job["Command"]["ScriptLocation"]["Fn::Sub"]
+        assert script.startswith("s3://${ArtifactsBucket}/glue/scripts/")
+        assert (REPO / "spark_jobs" / script.rsplit("/", 1)[-1]).exists()
