@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+
+import boto3
 import pytest
 
 from tests.unit.functions.conftest import FakeContext, event
@@ -39,3 +42,19 @@ def test_a_threshold_at_or_above_the_service_limit_is_refused(aws, load_handler)
 
     with pytest.raises(ValueError, match="threshold"):
         guard.should_roll_over(10, 25_000)
+
+
+def test_counts_the_events_of_a_real_execution(aws, load_handler):
+    """Given an execution of a state machine (moto: four events), When the guard runs with
+    events/history_guard.json naming it and a threshold of 20, Then it counts 4 and does not roll over;
+    with a threshold of 4 it rolls over."""
+    role = boto3.client("iam").create_role(RoleName="pipeline", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    sfn = boto3.client("stepfunctions")
+    definition = {"StartAt": "Work", "States": {"Work": {"Type": "Pass", "End": True}}}
+    machine = sfn.create_state_machine(name="dev-pipeline", definition=json.dumps(definition), roleArn=role)
+    execution = sfn.start_execution(stateMachineArn=machine["stateMachineArn"])["executionArn"]
+    app = load_handler("history_guard", HISTORY_THRESHOLD="20")
+    request = event("history_guard.json") | {"execution_arn": execution, "threshold": None}
+
+    assert app.handler(request, FakeContext()) == {"event_count": 4, "threshold": 20, "rollover": False}
+    assert app.handler(request | {"threshold": 4}, FakeContext())["rollover"] is True
