@@ -1,0 +1,65 @@
+"""Publishing the Glue scripts, the Spark library and the schema file to the stack's artifacts bucket."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+
+import boto3
+import pytest
+
+from deploy import glue_artifacts
+
+STACK = "dms-iceberg-lake"
+BUCKET = "dev-artifacts-123456789012-us-east-1"
+
+
+@pytest.fixture
+def stack(monkeypatch: pytest.MonkeyPatch):
+    from moto import mock_aws
+
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        template = {
+            "Resources": {
+                "ArtifactsBucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": BUCKET}}
+            },
+            "Outputs": {"ArtifactsBucketName": {"Value": {"Ref": "ArtifactsBucket"}}},
+        }
+        boto3.client("cloudformation").create_stack(StackName=STACK, TemplateBody=json.dumps(template))
+        yield boto3.client("s3")
+
+
+def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tmp_path: Path, capsys):
+    """Given a deployed stack (moto) and a schema file, When `python -m deploy.glue_artifacts` runs,
+    Then the three entry scripts, lakehouse.zip and config/schema.json are in the artifacts bucket at the
+    keys the template's Glue jobs name, and the zip holds the package at its root."""
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"version": 1, "tables": {}}')
+
+    assert glue_artifacts.main(["--stack-name", STACK, "--schema-file", str(schema)]) == 0
+
+    keys = {o["Key"] for o in stack.list_objects_v2(Bucket=BUCKET)["Contents"]}
+    assert keys == {
+        "glue/scripts/full_load_job.py",
+        "glue/scripts/cdc_job.py",
+        "glue/scripts/refine_job.py",
+        "glue/lib/lakehouse.zip",
+        "config/schema.json",
+    }
+    archive = zipfile.ZipFile(
+        io.BytesIO(stack.get_object(Bucket=BUCKET, Key="glue/lib/lakehouse.zip")["Body"].read())
+    )
+    names = archive.namelist()
+    assert "lakehouse/__init__.py" in names and all(n.startswith("lakehouse/") for n in names)
+    assert not any("__pycache__" in n for n in names)
+    assert stack.get_object(Bucket=BUCKET, Key="config/schema.json")["Body"].read() == schema.read_bytes()
+    assert f"s3://{BUCKET}/glue/lib/lakehouse.zip" in capsys.readouterr().out
