@@ -23,6 +23,7 @@ DEFAULT_LIMITS = DrainLimits(
     max_files=int(os.environ.get("MAX_FILES_PER_RUN", "500")),
     max_bytes=int(os.environ.get("MAX_BYTES_PER_RUN", str(2 * 1024**3))),
     time_budget_seconds=float(os.environ.get("DRAIN_TIME_BUDGET_SECONDS", "60")),
+    max_receive_count=int(os.environ.get("QUEUE_MAX_RECEIVE_COUNT", "5")),
 )
 
 logger = Logger()
@@ -50,6 +51,7 @@ def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
         time_budget_seconds=min(DEFAULT_LIMITS.time_budget_seconds, remaining_seconds - 10),
         # a page received now is deleted before this run ends, or reappears soon after it died
         visibility_timeout_seconds=math.ceil(remaining_seconds) + 30,
+        max_receive_count=DEFAULT_LIMITS.max_receive_count,
     )
     result = drain(s3, sqs, LOCATIONS, limits)
     metrics.add_metric(name="FilesDrained", unit=MetricUnit.Count, value=result["file_count"])

@@ -34,6 +34,9 @@ class DrainLimits:
     wait_seconds: int = 1
     # How long a received page stays invisible: must outlast the rest of the Lambda's run.
     visibility_timeout_seconds: int = 330
+    # The queue's redrive maxReceiveCount: every receive counts, so a message is given back only while
+    # it keeps a margin below it (else it is taken, and the byte bound is exceeded by that page).
+    max_receive_count: int = 5
 
 
 @dataclass(frozen=True)
@@ -127,7 +130,7 @@ def drain(
             MaxNumberOfMessages=wanted,
             WaitTimeSeconds=limits.wait_seconds,
             VisibilityTimeout=limits.visibility_timeout_seconds,
-            AttributeNames=["SequenceNumber", "MessageGroupId"],
+            AttributeNames=["SequenceNumber", "MessageGroupId", "ApproximateReceiveCount"],
         ).get("Messages", [])
         if not page:
             break
@@ -185,7 +188,8 @@ def _sort_page(
             result.skipped_full_load += 1  # LOAD files belong to the full-load job
             result.leaving.append(message)
             continue
-        if (manifest.files or result.files) and batch_bytes + found["size"] > limits.max_bytes:
+        over_bound = (manifest.files or result.files) and batch_bytes + found["size"] > limits.max_bytes
+        if over_bound and _may_give_back(page[index:], limits):
             result.released = page[index:]
             return result
         batch_bytes += found["size"]
@@ -198,6 +202,13 @@ def _sort_page(
         )
         result.leaving.append(message)
     return result
+
+
+def _may_give_back(messages: list[dict[str, Any]], limits: DrainLimits) -> bool:
+    """Giving a message back costs one receive; keep two receives spare before redrive to the DLQ
+    (one for the next batch, one for a drain that dies), so a valid file never ends in the DLQ."""
+    received = max(int(m.get("Attributes", {}).get("ApproximateReceiveCount", 1)) for m in messages)
+    return received < limits.max_receive_count - 1
 
 
 def _result(

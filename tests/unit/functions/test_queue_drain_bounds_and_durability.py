@@ -291,3 +291,30 @@ def test_events_that_name_no_file_are_poison(drain_module, body, reason):
     Then it is poison, with a reason that says why."""
     with pytest.raises(drain_module.PoisonMessageError, match=reason):
         drain_module.file_of(json.dumps(body))
+
+
+def test_files_larger_than_a_tenth_of_the_byte_bound_never_end_in_the_dead_letter_queue(queues, drain_module):
+    """Given a queue that redrives to the DLQ after 5 receives and 14 files of which only one fits a batch,
+    When batches are drained and acknowledged until the queue is empty,
+    Then every file is applied exactly in arrival order and none reached the DLQ: a message that was
+    given back too often is taken even though its page then exceeds the byte bound."""
+    sqs, queue_url, dlq_url = queues
+    dlq_arn = sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    redrive = json.dumps({"deadLetterTargetArn": dlq_arn, "maxReceiveCount": 5})
+    sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"RedrivePolicy": redrive})
+    keys = send_file_events(sqs, queue_url, [60] * 14)
+    where = locations(drain_module, queues)
+    limits = drain_module.DrainLimits(max_bytes=100, wait_seconds=0, max_receive_count=5)
+
+    applied: list[str] = []
+    batches = 0
+    while (result := drain_module.drain(boto3.client("s3"), sqs, where, limits))["has_work"]:
+        applied.extend(uris(manifest_at(result["manifest_key"])))
+        retire(result["manifest_key"])
+        batches += 1
+
+    assert applied == [f"s3://{RAW}/{k}" for k in keys]
+    assert queue_depth(sqs, dlq_url) == 0
+    assert batches < 14  # some pages were taken whole instead of given back once more

@@ -323,3 +323,21 @@ def test_glue_jobs_follow_the_argument_contract(template):
         script = job["Command"]["ScriptLocation"]["Fn::Sub"]
         assert script.startswith("s3://${ArtifactsBucket}/glue/scripts/")
         assert (REPO / "spark_jobs" / script.rsplit("/", 1)[-1]).exists()
+
+
+def test_the_drain_knows_the_queues_redrive_count_and_its_timeouts_fit(template):
+    """Given the queue's redrive and the drain Lambda, Then the drain is told the same maxReceiveCount
+    (it gives messages back only with receives to spare), and its time budget ends before its timeout."""
+    resources = template["Resources"]
+    redrive = resources["CdcFilesQueue"]["Properties"]["RedrivePolicy"]
+    drain = resources["QueueDrainFunction"]["Properties"]
+    variables = drain["Environment"]["Variables"]
+    assert int(variables["QUEUE_MAX_RECEIVE_COUNT"]) == redrive["maxReceiveCount"] >= 4
+    assert float(variables["DRAIN_TIME_BUDGET_SECONDS"]) < drain["Timeout"] - 30
+    actions = {action for name, action in _allowed_actions(template) if name == "QueueDrainFunction"}
+    assert {
+        "sqs:ReceiveMessage",
+        "sqs:DeleteMessage",
+        "sqs:ChangeMessageVisibility",
+        "sqs:SendMessage",
+    } <= actions
