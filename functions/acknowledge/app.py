@@ -9,6 +9,7 @@ import boto3
 from ack import acknowledge
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel
 
@@ -29,8 +30,8 @@ class AcknowledgeRequest(BaseModel):
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    request = AcknowledgeRequest.model_validate(event)
+@event_parser(model=AcknowledgeRequest)
+def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, Any]:
     result = acknowledge(s3, ARTIFACTS_BUCKET, request.manifest_key)
     metrics.add_metric(name="FilesApplied", unit=MetricUnit.Count, value=request.file_count)
     logger.info("batch acknowledged", extra={"run_id": request.run_id, **result})

@@ -8,6 +8,7 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from progress import describe_task, task_progress
 from pydantic import BaseModel
@@ -27,8 +28,8 @@ class ProgressRequest(BaseModel):
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    request = ProgressRequest.model_validate(event or {})
+@event_parser(model=ProgressRequest)
+def handler(request: ProgressRequest, context: LambdaContext) -> dict[str, Any]:
     task_arn = request.task_arn or DEFAULT_TASK_ARN
     if not task_arn:
         raise ValueError("no DMS task: pass task_arn or set DMS_TASK_ARN")

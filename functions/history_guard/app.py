@@ -8,6 +8,7 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from guard import event_count, should_roll_over
 from pydantic import BaseModel
@@ -28,8 +29,8 @@ class GuardRequest(BaseModel):
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    request = GuardRequest.model_validate(event)
+@event_parser(model=GuardRequest)
+def handler(request: GuardRequest, context: LambdaContext) -> dict[str, Any]:
     threshold = request.threshold or THRESHOLD
     count = event_count(sfn, request.execution_arn)
     metrics.add_metric(name="ExecutionHistoryEvents", unit=MetricUnit.Count, value=count)

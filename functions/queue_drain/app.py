@@ -9,6 +9,7 @@ from typing import Any
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from drain import DrainLimits, Locations, drain
 from pydantic import BaseModel, Field
@@ -41,8 +42,8 @@ class DrainRequest(BaseModel):
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
-def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    request = DrainRequest.model_validate(event or {})
+@event_parser(model=DrainRequest)
+def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
     remaining_seconds = context.get_remaining_time_in_millis() / 1000
     limits = DrainLimits(
         max_files=request.max_files or DEFAULT_LIMITS.max_files,

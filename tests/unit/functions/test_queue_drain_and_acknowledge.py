@@ -135,3 +135,29 @@ def test_acknowledging_a_manifest_that_was_never_drained_is_an_error(queues, loa
 
     with pytest.raises(module.ManifestNotPendingError):
         ack.handler(event("acknowledge.json"), FakeContext())
+
+
+@pytest.mark.parametrize(
+    ("function", "bad_event", "field"),
+    [
+        ("acknowledge", {"run_id": "20261122T101010123456Z-3f2a9c1d"}, "manifest_key"),
+        ("queue_drain", {"max_files": 0}, "max_files"),
+    ],
+)
+def test_events_that_do_not_fit_the_model_are_refused_before_any_work(
+    queues, load_handler, function, bad_event, field
+):
+    """Given an event the function's model rejects, When the handler runs, Then Powertools' parser raises
+    a validation error naming the field, and nothing is drained or moved."""
+    from pydantic import ValidationError
+
+    sqs, queue_url, dlq_url = queues
+    send_file_event(sqs, queue_url, "dms/sales/item/20261122-101010000.csv")
+    app = load_handler(
+        function, QUEUE_URL=queue_url, DEAD_LETTER_QUEUE_URL=dlq_url, ARTIFACTS_BUCKET=ARTIFACTS
+    )
+
+    with pytest.raises(ValidationError, match=field):
+        app.handler(bad_event, FakeContext())
+    assert queue_depth(sqs, queue_url) == 1
+    assert "Contents" not in boto3.client("s3").list_objects_v2(Bucket=ARTIFACTS)
