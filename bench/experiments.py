@@ -64,6 +64,24 @@ def _no_reflect() -> Any:
     return _patched(dms_reader, "_normalise_column", normalise)
 
 
+def _window_dedup() -> Any:
+    """One row per key by `row_number()` over a window ordered by the change order (a code-generated
+    sort), instead of `max(struct(order..., payload...))` (a sort aggregate comparing structs)."""
+    from pyspark.sql import Window
+
+    def last_change_per_key(changes: DataFrame, key: Any) -> DataFrame:
+        order = [
+            F.coalesce(F.col(C.SEQ), F.lit(0).cast(C.SEQ_TYPE)).desc(),
+            F.col(C.FILE_ORDER).desc(),
+            F.col(C.POSITION).desc(),
+            F.when(F.col(C.OP) == "D", 0).otherwise(1).desc(),
+        ]
+        ranked = changes.withColumn("__rank", F.row_number().over(Window.partitionBy(*key).orderBy(*order)))
+        return ranked.where(F.col("__rank") == 1).drop("__rank")
+
+    return _patched(C, "last_change_per_key", last_change_per_key)
+
+
 TableSetup = Callable[[SparkSession, str], None]
 
 
@@ -116,6 +134,10 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
             elif knob.startswith("broadcast-mb-"):
                 size = int(knob.removeprefix("broadcast-mb-")) * 1024 * 1024
                 stack.enter_context(_spark_conf(spark, "spark.sql.autoBroadcastJoinThreshold", str(size)))
+            elif knob == "window-dedup":
+                stack.enter_context(_window_dedup())
+            elif knob == "shj":
+                stack.enter_context(_spark_conf(spark, "spark.sql.join.preferSortMergeJoin", "false"))
             elif knob == "no-aqe":
                 stack.enter_context(_spark_conf(spark, "spark.sql.adaptive.enabled", "false"))
             elif knob in ("cow", "dist-none") or knob.startswith("target-file-mb-"):

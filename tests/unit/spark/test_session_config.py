@@ -31,3 +31,12 @@ def test_glue_job_arguments_parse_and_unknown_glue_arguments_are_ignored():
 
 def test_pinned_iceberg_runtime_jar_is_installed():
     assert iceberg_runtime_jar().endswith("iceberg-spark-runtime-3.5_2.12-1.10.2.jar")
+
+
+def test_every_session_caches_batches_uncompressed(spark):
+    """Given the shared session built by build_session, Then the columnar cache is not compressed: a batch
+    lives in the cache for seconds, and compressing it cost as much CPU as reading it (bench/profile_cdc.py)."""
+    from lakehouse.session import TUNING
+
+    for key, value in TUNING.items():
+        assert spark.conf.get(key) == value
