@@ -113,7 +113,9 @@ def main(argv: Sequence[str]) -> int:
     rows = [s for s in stages(EVENT_LOG / app) if s["submitted"] >= since_ms]
     print(f"variant {args.variant}: apply {total:.2f} s, of which MERGE {merge_seconds[-1]:.2f} s "
           f"(report {report.seconds} s); load {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print("| stage | name | tasks | s | task CPU s | input rows | input MB | shuffle read MB | shuffle write MB |")
+    print(
+        "| stage | name | tasks | s | task CPU s | input rows | input MB | shuffle read MB | shuffle write MB |"
+    )
     print("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for s in rows:
         print(

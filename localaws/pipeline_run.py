@@ -204,7 +204,9 @@ class LocalPipeline:
     def execute_sql(self, statement: str, parameters: tuple[Any, ...] = ()) -> int:
         import sqlite3
 
-        with sqlite3.connect(self.source_db) as db:
+        from lakehouse import sample_data
+
+        with sqlite3.connect(self.source_db, timeout=sample_data.SOURCE_LOCK_TIMEOUT_SECONDS) as db:
             return db.execute(statement, parameters).rowcount
 
     # observing ---------------------------------------------------------------------------------------------

@@ -766,6 +766,9 @@ DEFAULT_MIX: dict[str, float] = {
 }
 
 
+SOURCE_LOCK_TIMEOUT_SECONDS = 120
+
+
 def run_workload(
     path: str | Path,
     changes: int,
@@ -782,7 +785,9 @@ def run_workload(
         raise ValueError(f"unknown operations {sorted(unknown)}; known: {sorted(DEFAULT_MIX)}")
     gen = _Generator(seed)
     result = WorkloadResult()
-    db = sqlite3.connect(path, isolation_level=None)
+    # A replicating reader (the local DMS) takes the write lock briefly; on a loaded machine "briefly" can
+    # exceed sqlite's 5 s default, and the workload must wait, not fail.
+    db = sqlite3.connect(path, isolation_level=None, timeout=SOURCE_LOCK_TIMEOUT_SECONDS)
     try:
         clock = start or _latest_update(db) + timedelta(minutes=1)
         work = _Workload(db, gen, result, clock)

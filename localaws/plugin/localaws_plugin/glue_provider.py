@@ -263,6 +263,8 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
             "--warehouse": settings.warehouse(),
             "--s3_endpoint_url": settings.endpoint_url(),
         }
+        if "--refined_location" in merged:  # the hadoop catalog rejects a custom table location
+            local_overrides["--refined_location"] = ""  # empty: the refine job's catalog default
         return [
             settings.host_python(),
             str(script),
