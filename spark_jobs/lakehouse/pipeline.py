@@ -269,19 +269,18 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
         report.schema_changes = evolve_schema(spark, table, types)
         key = [k.lower() for k in spec.primary_key]
         latest = C.last_change_per_key(C.expand_key_changes(fresh, key), key)
-        # Cached: counted once here, then read by the MERGE without recomputing the batch.
-        latest = _with_metadata(latest).persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            counts = latest.agg(
-                F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
-                F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
-            ).first()
-            report.deleted = counts["deletes"]
-            report.inserted_or_updated = counts["upserts"]
-            properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
-            merge_changes(spark, table, latest, key, properties, order_column=CHANGE_SEQ_COLUMN)
-        finally:
-            latest.unpersist()
+        # Checkpointed: counted once here, then read by the MERGE without recomputing the batch. A cache
+        # would keep the record position's non-deterministic expression in the plan, which a copy-on-write
+        # MERGE (an EXISTS subquery on its source) refuses; a checkpoint's plan has none.
+        latest = _with_metadata(latest).localCheckpoint(eager=True)
+        counts = latest.agg(
+            F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
+            F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
+        ).first()
+        report.deleted = counts["deletes"]
+        report.inserted_or_updated = counts["upserts"]
+        properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
+        merge_changes(spark, table, latest, key, properties, order_column=CHANGE_SEQ_COLUMN)
     finally:
         typed.unpersist()
 

@@ -95,6 +95,29 @@ def test_insert_update_delete_outcomes_for_present_and_missing_keys(spark, lake_
     assert report.tables[0].deleted == 3  # 3, 5 and 8 (a delete of a missing key is a no-op)
 
 
+def test_a_table_switched_to_copy_on_write_takes_the_same_batch(spark, lake_config, dms):
+    """Given a clean table its owner switched to copy-on-write (an Iceberg table property, ours or not),
+    When a batch of deletes, updates and inserts is applied,
+    Then the MERGE (an EXISTS subquery on the batch in that mode) runs and the table is as with merge-on-read."""
+    load(spark, lake_config, dms, [(1, "a", 1), (2, "b", 2), (3, "c", 3)])
+    modes = ", ".join(f"'write.{op}.mode'='copy-on-write'" for op in ("delete", "update", "merge"))
+    spark.sql(f"ALTER TABLE {table(lake_config)} SET TBLPROPERTIES ({modes})")
+    batch = dms.cdc(
+        CUSTOMER,
+        COLUMNS,
+        [("D", (1, None, None)), ("U", (2, "b updated", 20)), ("I", (4, "d", 4)), ("U", (2, "b last", 21))],
+    )
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(batch))
+
+    assert not report.failed, report.failed
+    assert rows_of(spark, table(lake_config)) == [
+        (2, "b last", Decimal("21.00")),
+        (3, "c", Decimal("3.00")),
+        (4, "d", Decimal("4.00")),
+    ]
+
+
 def test_primary_key_change_through_before_image_moves_the_row(spark, lake_config, dms):
     """Given rows 1 and 2, and DMS writing pk-only before-image columns (BI_id),
     When an update changes row 1's key to 10 and a later update touches key 1 again as an insert,
