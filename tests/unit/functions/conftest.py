@@ -37,19 +37,14 @@ def event(name: str) -> dict[str, Any]:
 
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    from moto import mock_aws
+    from tests.offline_aws import offline_aws
 
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": REGION,
+    powertools = {
         "POWERTOOLS_TRACE_DISABLED": "1",
         "POWERTOOLS_METRICS_NAMESPACE": "Test",
         "POWERTOOLS_SERVICE_NAME": "test",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
+    }
+    with offline_aws(monkeypatch, REGION, **powertools):
         yield
 
 

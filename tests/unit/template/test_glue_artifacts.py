@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from deploy import glue_artifacts
+from tests.offline_aws import offline_aws
 
 STACK = "dms-iceberg-lake"
 BUCKET = "dev-artifacts-123456789012-us-east-1"
@@ -18,16 +19,7 @@ BUCKET = "dev-artifacts-123456789012-us-east-1"
 
 @pytest.fixture
 def stack(monkeypatch: pytest.MonkeyPatch):
-    from moto import mock_aws
-
-    for key, value in {
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-    }.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
-    with mock_aws():
+    with offline_aws(monkeypatch):
         template = {
             "Resources": {
                 "ArtifactsBucket": {"Type": "AWS::S3::Bucket", "Properties": {"BucketName": BUCKET}}
