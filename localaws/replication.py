@@ -140,7 +140,7 @@ def upload_schema_file(s3: Any, bucket: str, source_db: Path, tables: Sequence[s
 
 def add_column(source_db: Path, table: str, column: str, sql_type: str) -> None:
     """A schema change on the source: `ALTER TABLE … ADD COLUMN`."""
-    with sqlite3.connect(source_db, timeout=120) as db:  # the local DMS may hold the write lock a moment
+    with sqlite3.connect(source_db, timeout=sample_data.SOURCE_LOCK_TIMEOUT_SECONDS) as db:
         db.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {sql_type}')
 
 
