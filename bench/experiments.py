@@ -2,7 +2,7 @@
 measurement and undoes it afterwards. Nothing here changes spark_jobs/; a variant that wins is
 reported as an exact code change for the core.
 
-A variant name is a `+`-joined list of the knobs below, e.g. `raw-lazy+partitions-8`.
+A variant name is a `+`-joined list of the knobs below, e.g. `window-dedup+partitions-8`.
 """
 
 from __future__ import annotations
@@ -12,8 +12,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from lakehouse import changes as C
-from lakehouse import dms_reader
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 
@@ -38,30 +37,6 @@ def _spark_conf(spark: SparkSession, key: str, value: str) -> Iterator[None]:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, before)
-
-
-def _raw_lazy() -> Any:
-    """Build `_raw` (the record as JSON, for quarantine only) just for rejected rows: the CDC path
-    persists the typed changes, which otherwise serialises every good row to JSON once."""
-    original = C.typed_changes
-
-    def typed_changes(*args: Any, **kwargs: Any) -> DataFrame:
-        typed = original(*args, **kwargs)
-        return typed.withColumn(C.RAW, F.when(F.col(C.REASON).isNotNull(), F.col(C.RAW)))
-
-    return _patched(C, "typed_changes", typed_changes)
-
-
-def _no_reflect() -> Any:
-    """Decode the file path with a Java reflect call only when it holds a `%` escape."""
-
-    def normalise(path: Column) -> Column:
-        decoded = F.call_function(
-            "reflect", F.lit("java.net.URLDecoder"), F.lit("decode"), path, F.lit("UTF-8")
-        )
-        return F.regexp_replace(F.when(path.contains("%"), decoded).otherwise(path), r"^file:(//)?", "")
-
-    return _patched(dms_reader, "_normalise_column", normalise)
 
 
 def _window_dedup() -> Any:
@@ -124,11 +99,7 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
     """Library patches and Spark settings of a variant, for the duration of the block."""
     with ExitStack() as stack:
         for knob in _knobs(variant):
-            if knob == "raw-lazy":
-                stack.enter_context(_raw_lazy())
-            elif knob == "no-reflect":
-                stack.enter_context(_no_reflect())
-            elif knob.startswith("partitions-"):
+            if knob.startswith("partitions-"):
                 value = knob.removeprefix("partitions-")
                 stack.enter_context(_spark_conf(spark, "spark.sql.shuffle.partitions", value))
             elif knob.startswith("broadcast-mb-"):

@@ -45,6 +45,8 @@ def stages(log: Path) -> list[dict]:
                 "seconds": (info["Completion Time"] - info["Submission Time"]) / 1000,
                 "submitted": info["Submission Time"],
                 "cpu_seconds": int(metrics.get("internal.metrics.executorCpuTime", 0) or 0) / 1e9,
+                "run_seconds": int(metrics.get("internal.metrics.executorRunTime", 0) or 0) / 1e3,
+                "gc_seconds": int(metrics.get("internal.metrics.jvmGCTime", 0) or 0) / 1e3,
                 "input_rows": int(metrics.get("internal.metrics.input.recordsRead", 0) or 0),
                 "input_mb": int(metrics.get("internal.metrics.input.bytesRead", 0) or 0) / 2**20,
                 "shuffle_read_mb": int(metrics.get("internal.metrics.shuffle.read.remoteBytesRead", 0) or 0)

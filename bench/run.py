@@ -493,7 +493,7 @@ def main(argv: Sequence[str]) -> int:
     started = time.perf_counter()
     spark = spark_session(lake, args.driver_memory)
     try:
-        for rows in args.rows:
+        for rows in args.rows if args.parts - {"full-load"} else []:
             dataset = Dataset(rows, max(args.files, int(rows * args.change_ratio)), args.files)
             print(f"CDC: {dataset.name}", flush=True)
             measure_cdc(spark, lake, dataset, args, figures)

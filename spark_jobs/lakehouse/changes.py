@@ -136,6 +136,14 @@ def typed_changes(
     )
     reasons.append(
         F.when(
+            F.col(FILE_ORDER).isNull(),
+            F.concat(
+                F.lit("record not matched to a file of the batch: Spark read it from "), F.col(FILE_URI)
+            ),
+        )
+    )
+    reasons.append(
+        F.when(
             ~op.isin(*VALID_OPS) | op.isNull(), F.concat(F.lit("invalid Op "), F.coalesce(op, F.lit("null")))
         )
     )

@@ -13,9 +13,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from urllib.parse import unquote_plus
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -30,6 +29,7 @@ RECORD = "_record"
 POSITION = "_pos"
 NEVER_NULL = "\u0000never-null\u0000"
 CORRUPT = "_corrupt_record"
+SPARK_PATH = "_spark_path"
 
 
 @dataclass(frozen=True)
@@ -60,11 +60,23 @@ def parse_header(line: str, delimiter: str = ",") -> list[str]:
 
 
 def _normalise(path: str) -> str:
-    path = unquote_plus(path)
+    """A path as given to Spark (never escaped), without its `file:` scheme."""
     for prefix in ("file://", "file:"):
         if path.startswith(prefix):
             return path[len(prefix) :]
     return path
+
+
+def _spellings(path: str) -> set[str]:
+    """How Spark may spell a plain path in `_metadata.file_path` (local files gain `file:`). None for
+    a path holding '%': Spark's spelling of another path (escaped) could equal it."""
+    if "%" in path:
+        return set()
+    if "://" in path:
+        return {path}
+    if path.startswith("file:"):
+        return {path, f"file:{_normalise(path)}"}
+    return {path, f"file:{path}", f"file://{path}"}
 
 
 def read_headers(
@@ -122,16 +134,6 @@ def read_dms_csv(
     if not groups:
         return RawRead(None, rejected, headers)
 
-    order = spark.createDataFrame(
-        [(_normalise(spark_paths[f.uri]), f.uri, position) for position, f in enumerate(files)],
-        T.StructType(
-            [
-                T.StructField("_path", T.StringType()),
-                T.StructField(FILE_URI, T.StringType()),
-                T.StructField(FILE_ORDER, T.IntegerType()),
-            ]
-        ),
-    )
     frames = [
         _read_group(spark, list(header), [spark_paths[f.uri] for f in group], options)
         for header, group in groups.items()
@@ -139,8 +141,47 @@ def read_dms_csv(
     raw = frames[0]
     for frame in frames[1:]:
         raw = raw.unionByName(frame, allowMissingColumns=True)
-    raw = raw.join(F.broadcast(order), "_path").drop("_path")
-    return RawRead(raw, rejected, headers)
+    return RawRead(_with_file_order(spark, raw, files, spark_paths), rejected, headers)
+
+
+def _with_file_order(
+    spark: SparkSession,
+    raw: DataFrame,
+    files: Sequence[DmsFile],
+    spark_paths: dict[str, str],
+) -> DataFrame:
+    """Each record's file URI and file position, from the path Spark read it from. First by Spark's
+    exact path string (decoding it on every record cost ~1 s per million records: bench/); a path
+    Spark spells otherwise (escaped characters) is decoded and matched again; a record matched by
+    neither keeps Spark's path and no position, and typed_changes rejects it: nothing is dropped."""
+    exact: dict[str, tuple[str, int]] = {}
+    for position, file in enumerate(files):
+        for spelling in _spellings(spark_paths[file.uri]):
+            exact[spelling] = (file.uri, position)
+    decoded = {_normalise(spark_paths[f.uri]): (f.uri, position) for position, f in enumerate(files)}
+
+    def lookup(rows: dict[str, tuple[str, int]], key: str, prefix: str) -> DataFrame:
+        # Built from literals, not spark.createDataFrame: a Python list becomes an RDD that needs
+        # Python workers to broadcast, about 1 s of a full load's 6 (bench/profile_full_load.py).
+        entries = [
+            F.struct(
+                F.lit(k).alias(key),
+                F.lit(uri).alias(f"{prefix}{FILE_URI}"),
+                F.lit(n).alias(f"{prefix}{FILE_ORDER}"),
+            )
+            for k, (uri, n) in rows.items()
+        ]
+        return F.broadcast(spark.range(1).select(F.inline(F.array(*entries))))
+
+    path = F.col(SPARK_PATH)
+    return (
+        raw.join(lookup(exact, SPARK_PATH, ""), SPARK_PATH, "left")
+        .withColumn("_decoded", F.when(F.col(FILE_ORDER).isNull(), _normalise_column(path)))
+        .join(lookup(decoded, "_decoded", "_d"), "_decoded", "left")
+        .withColumn(FILE_URI, F.coalesce(F.col(FILE_URI), F.col(f"_d{FILE_URI}"), path))
+        .withColumn(FILE_ORDER, F.coalesce(F.col(FILE_ORDER), F.col(f"_d{FILE_ORDER}")))
+        .drop(SPARK_PATH, "_decoded", f"_d{FILE_URI}", f"_d{FILE_ORDER}")
+    )
 
 
 def _read_group(
@@ -174,15 +215,15 @@ def _read_group(
         .load(paths)
         # A file is never split and its records are read in order: ids rise within a file.
         .withColumn(POSITION, F.monotonically_increasing_id())
-        .withColumn("_path", _normalise_column(F.expr("_metadata.file_path")))
+        .withColumn(SPARK_PATH, F.expr("_metadata.file_path"))
     )
     return frame
 
 
-def _normalise_column(path: F.Column) -> F.Column:
-    decoded = F.call_function("reflect", F.lit("java.net.URLDecoder"), F.lit("decode"), path, F.lit("UTF-8"))
-    # decode only paths that need it: a reflective call per record costs ~10% of a CDC apply (bench/)
-    return F.regexp_replace(F.when(path.rlike("[%+]"), decoded).otherwise(path), r"^file:(//)?", "")
+def _normalise_column(path: Column) -> Column:
+    """`_normalise` of Spark's spelling of a path: a URI, escaped where needed ('+' is literal)."""
+    decoded = F.call_function("url_decode", F.replace(path, F.lit("+"), F.lit("%2B")))
+    return F.regexp_replace(F.when(path.contains("%"), decoded).otherwise(path), r"^file:(//)?", "")
 
 
 def with_record_numbers(rows: DataFrame, everything: DataFrame) -> DataFrame:

@@ -144,3 +144,48 @@ def test_a_garbage_file_in_a_table_folder_never_changes_the_table(spark, lake_co
     assert rows_of(spark, lake_config.quarantine, ["reason"]) == [
         ("malformed header row: 'Op,\"unterminated'",)
     ]
+
+
+ODD_TABLE_NAMES = ["order lines", "per%2Bcent", "plus+sign", "hash#tag", "déjà vu", "a%20b"]
+
+
+def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
+    """Given files under folders whose names hold spaces, %, +, # and accents (Spark lists them as
+    encoded URIs), When they are read, Then every record carries its own file's URI and position."""
+    from lakehouse.dms_files import parse_dms_key
+    from lakehouse.dms_reader import FILE_ORDER, FILE_URI, read_dms_csv
+
+    paths = [
+        dms.cdc(f"sales.{table}", COLUMNS, [("I", (n * 10 + i, table, "1.00")) for i in range(3)])
+        for n, table in enumerate(ODD_TABLE_NAMES)
+    ]
+    files = [parse_dms_key(path) for path in paths]
+
+    raw = read_dms_csv(spark, files, {f.uri: f.uri for f in files})
+
+    assert raw.rejected == []
+    assert sorted(tuple(r) for r in raw.rows.select("id", FILE_URI, FILE_ORDER).collect()) == sorted(
+        (str(n * 10 + i), path, n) for n, path in enumerate(paths) for i in range(3)
+    )
+
+
+def test_a_record_spark_reads_from_an_unexpected_path_is_quarantined_not_dropped(
+    spark, lake_config, dms, monkeypatch
+):
+    """Given Spark names a file in a way the reader cannot match to the batch (simulated), When the
+    batch is applied, Then its records go to quarantine with that reason and none is applied."""
+    from lakehouse import dms_reader
+
+    path = dms.cdc("sales.customer", COLUMNS, [("I", (1, "a", "1.00")), ("I", (2, "b", "2.00"))])
+    monkeypatch.setattr(dms_reader, "_spellings", lambda path: set())
+    monkeypatch.setattr(dms_reader, "_normalise", lambda path: f"elsewhere:{path}")
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(path))
+
+    assert (report.totals()["quarantined_records"], report.totals()["inserted_or_updated"]) == (2, 0)
+    assert [
+        (table, number, reason.split(":")[0]) for table, number, reason in quarantine(spark, lake_config)
+    ] == [
+        ("sales.customer", 1, "record not matched to a file of the batch"),
+        ("sales.customer", 2, "record not matched to a file of the batch"),
+    ]

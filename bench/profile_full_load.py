@@ -1,0 +1,101 @@
+"""Where a full load spends its time: the same LOAD files read (1) as raw text, (2) typed and
+validated, both into Spark's `noop` sink, then (3) the whole `full_load` into Iceberg; task-CPU seconds
+from the Spark event log for each, so the pieces can be told apart on a shared machine.
+
+    .venv/bin/python bench/profile_full_load.py --rows 1000000 --table wide_sales
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
+
+from datasets import DATA, Dataset, wide_load_raw  # noqa: E402
+from generate import NARROW, SOURCE_SCHEMA, WIDE, write_schema  # noqa: E402
+from profile_cdc import stages  # noqa: E402
+from run import Lake  # noqa: E402
+
+EVENT_LOG = DATA / "eventlog"
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--table", choices=(NARROW, WIDE), default=NARROW)
+    parser.add_argument("--runs", type=int, default=2, help="timed runs of each piece (the last is profiled)")
+    args = parser.parse_args(argv)
+
+    raw = Dataset(args.rows, 0).load_raw if args.table == NARROW else wide_load_raw(args.rows)
+    lake = Lake(DATA / "warehouse", write_schema(DATA / "schema.json"), 4)
+    EVENT_LOG.mkdir(parents=True, exist_ok=True)
+    os.environ["LAKE_SPARK_DRIVER_MEMORY"] = "8g"
+    os.environ["PYSPARK_SUBMIT_ARGS"] = (
+        f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
+    )
+    from lakehouse.dms_files import parse_dms_key
+    from lakehouse.pipeline import ApplyOptions, TableReport, _Pipeline, full_load
+    from lakehouse.schema import SchemaFile
+    from lakehouse.session import build_session
+
+    config = lake.config("full_load")
+    schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
+    qualified = f"{SOURCE_SCHEMA}.{args.table}"
+    spec = schema.tables[qualified]
+    spark = build_session(config, "profile-full-load")
+    app = spark.sparkContext.applicationId
+    folder = raw / SOURCE_SCHEMA / args.table
+    files = [parse_dms_key(p.as_uri(), p.stat().st_size) for p in sorted(folder.glob("LOAD*.csv"))]
+
+    def frames():
+        pipeline = _Pipeline(spark, config, schema, ApplyOptions(), "profile", "full-load")
+        return pipeline.read_typed(spec, files, TableReport(spec.qualified_name))
+
+    pieces: dict[str, Callable[[], object]] = {
+        "read CSV as text (noop sink)": lambda: frames()[0].write.format("noop").mode("overwrite").save(),
+        "read + type + validate (noop sink)": lambda: (
+            frames()[1].write.format("noop").mode("overwrite").save()
+        ),
+        "full_load into Iceberg": lambda: full_load(
+            spark, config, schema, str(raw), [qualified], reload=True
+        ),
+    }
+    full_load(spark, config, schema, str(raw), [qualified], reload=True)  # warm-up: table, JVM, JIT
+    print(f"{qualified}, {args.rows:,} rows, {len(files)} LOAD files; load {os.getloadavg()[0]:.2f}")
+    print("| piece | wall s (runs) | task CPU s (last run) | stages over 0.1 s of task time |")
+    print("| --- | --- | ---: | --- |")
+    for name, piece in pieces.items():
+        walls = []
+        for _ in range(args.runs):
+            since_ms = time.time() * 1000
+            started = time.perf_counter()
+            piece()
+            walls.append(time.perf_counter() - started)
+        time.sleep(1)  # the event log is flushed asynchronously
+        log = EVENT_LOG / app
+        found = [
+            s
+            for s in stages(log if log.exists() else log.with_name(f"{app}.inprogress"))
+            if s["submitted"] >= since_ms
+        ]
+        detail = "; ".join(
+            f"{s['name'][:24]}: {s['seconds']:.2f} s, run {s['run_seconds']:.2f}, CPU {s['cpu_seconds']:.2f}, "
+            f"GC {s['gc_seconds']:.2f}"
+            for s in found
+            if s["run_seconds"] > 0.1
+        )
+        cpu = sum(s["cpu_seconds"] for s in found)
+        print(f"| {name} | {', '.join(f'{w:.2f}' for w in walls)} | {cpu:.2f} | {detail} |", flush=True)
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
