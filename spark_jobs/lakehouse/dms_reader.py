@@ -163,13 +163,15 @@ def _with_file_order(
     def lookup(rows: dict[str, tuple[str, int]], key: str, prefix: str) -> DataFrame:
         # Built from literals, not spark.createDataFrame: a Python list becomes an RDD that needs
         # Python workers to broadcast, about 1 s of a full load's 6 (bench/profile_full_load.py).
+        names = (key, f"{prefix}{FILE_URI}", f"{prefix}{FILE_ORDER}")
+        if not rows:
+            empty = [
+                F.lit(None).cast(t).alias(n) for n, t in zip(names, ("string", "string", "int"), strict=True)
+            ]
+            return spark.range(0).select(*empty)
         entries = [
-            F.struct(
-                F.lit(k).alias(key),
-                F.lit(uri).alias(f"{prefix}{FILE_URI}"),
-                F.lit(n).alias(f"{prefix}{FILE_ORDER}"),
-            )
-            for k, (uri, n) in rows.items()
+            F.struct(*[F.lit(v).alias(name) for name, v in zip(names, (k, uri, order), strict=True)])
+            for k, (uri, order) in rows.items()
         ]
         return F.broadcast(spark.range(1).select(F.inline(F.array(*entries))))
 

@@ -8,10 +8,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from pyspark import StorageLevel
-from pyspark.sql import DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -237,50 +239,104 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
     raw, typed, types = run.read_typed(spec, files, report)
     if typed is None:
         return
+    if not spec.has_primary_key:
+        _apply_table_without_key(run, spec, table, files, raw, typed, report)
+        return
+    watermark = read_watermark(spark, table)
+    fresh_valid = F.col(C.REASON).isNull() & C.is_above_watermark(watermark)
+    # One pass over the files: the batch's figures are observed while its last change per key is
+    # checkpointed, instead of caching every typed record to count it first (bench/profile_cdc.py).
+    batch = Observation(f"batch_{spec.iceberg_name}")
+    observed = typed.observe(batch, *_batch_figures(fresh_valid))
+    key = [k.lower() for k in spec.primary_key]
+    fresh = observed.where(fresh_valid).drop(C.REASON, C.RAW)
+    latest = C.last_change_per_key(C.expand_key_changes(fresh, key), key)
+    outcome = Observation(f"latest_{spec.iceberg_name}")
+    # Checkpointed: the MERGE reads it without recomputing the batch, and its plan holds no
+    # non-deterministic expression (the record position), which a copy-on-write MERGE (an EXISTS
+    # subquery on its source) would refuse.
+    latest = (
+        _with_metadata(latest)
+        .observe(
+            outcome,
+            F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
+            F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
+        )
+        .localCheckpoint(eager=True)
+    )
+    stats = batch.get
+    if "records" not in stats:  # metrics not delivered: count them instead (one more pass)
+        stats = typed.agg(*_batch_figures(fresh_valid)).first().asDict()
+    stats = _read_figures(stats)
+    report.records = stats["records"]
+    report.quarantined_records = stats["bad"]
+    if stats["bad"]:
+        run.quarantine_records(spec, typed, raw)
+    report.skipped_already_applied = stats["records"] - stats["bad"] - stats["fresh"]
+    new_mark = watermark.advanced_to(C.Watermark(stats["seq"], max(f.name for f in files)))
+    report.watermark_seq = str(new_mark.change_seq) if new_mark.change_seq is not None else None
+    report.watermark_file = new_mark.cdc_file
+    if stats["fresh"] == 0:
+        log.info("%s: nothing above the watermark %s; nothing to apply", table, watermark)
+        return
+    report.max_commit_ts = stats["ts"].isoformat() if stats["ts"] else None
+    report.schema_changes = evolve_schema(spark, table, types)
+    counts = outcome.get
+    if "deletes" not in counts:
+        counts = (
+            latest.agg(
+                F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
+                F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
+            )
+            .first()
+            .asDict()
+        )
+    report.deleted = counts["deletes"]
+    report.inserted_or_updated = counts["upserts"]
+    properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
+    merge_changes(spark, table, latest, key, properties, order_column=CHANGE_SEQ_COLUMN)
+
+
+def _batch_figures(fresh_valid: Column) -> list[Column]:
+    """Counts, and the highest fresh sequence and commit time as a string and epoch microseconds:
+    observed metrics come back through py4j, which converts numbers and strings only."""
+    return [
+        F.count(F.lit(1)).alias("records"),
+        F.count(C.REASON).alias("bad"),
+        F.count(F.when(fresh_valid, 1)).alias("fresh"),
+        F.max(F.when(fresh_valid, F.col(C.SEQ))).cast("string").alias("seq"),
+        F.unix_micros(F.max(F.when(fresh_valid, F.col(C.COMMIT_TS)))).alias("ts"),
+    ]
+
+
+def _read_figures(values: dict[str, Any]) -> dict[str, Any]:
+    seq, micros = values["seq"], values["ts"]
+    return values | {
+        "seq": Decimal(seq) if seq is not None else None,
+        "ts": datetime(1970, 1, 1) + timedelta(microseconds=micros) if micros is not None else None,
+    }
+
+
+def _apply_table_without_key(
+    run: _Pipeline,
+    spec: TableSpec,
+    table: str,
+    files: list[DmsFile],
+    raw: DataFrame,
+    typed: DataFrame,
+    report: TableReport,
+) -> None:
     typed = typed.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        watermark = read_watermark(spark, table)
-        valid = F.col(C.REASON).isNull()
-        fresh_valid = valid & C.is_above_watermark(watermark)
-        stats = typed.agg(
-            F.count(F.lit(1)).alias("records"),
-            F.count(C.REASON).alias("bad"),
-            F.count(F.when(fresh_valid, 1)).alias("fresh"),
-            F.max(F.when(fresh_valid, F.col(C.SEQ))).alias("seq"),
-            F.max(F.when(fresh_valid, F.col(C.COMMIT_TS))).alias("ts"),
-        ).first()
+        watermark = read_watermark(run.spark, table)
+        fresh_valid = F.col(C.REASON).isNull() & C.is_above_watermark(watermark)
+        stats = _read_figures(typed.agg(*_batch_figures(fresh_valid)).first().asDict())
         report.records = stats["records"]
         report.quarantined_records = stats["bad"]
         if stats["bad"]:
             run.quarantine_records(spec, typed, raw)
         fresh = typed.where(fresh_valid).drop(C.REASON, C.RAW)
-        if not spec.has_primary_key:
-            _apply_without_key(run, spec, table, fresh, raw, files, report)
-            return
-        report.skipped_already_applied = stats["records"] - stats["bad"] - stats["fresh"]
-        batch_mark = C.Watermark(stats["seq"], max(f.name for f in files))
-        new_mark = watermark.advanced_to(batch_mark)
-        report.watermark_seq = str(new_mark.change_seq) if new_mark.change_seq is not None else None
-        report.watermark_file = new_mark.cdc_file
-        if stats["fresh"] == 0:
-            log.info("%s: nothing above the watermark %s; nothing to apply", table, watermark)
-            return
-        report.max_commit_ts = stats["ts"].isoformat() if stats["ts"] else None
-        report.schema_changes = evolve_schema(spark, table, types)
-        key = [k.lower() for k in spec.primary_key]
-        latest = C.last_change_per_key(C.expand_key_changes(fresh, key), key)
-        # Checkpointed: counted once here, then read by the MERGE without recomputing the batch. A cache
-        # would keep the record position's non-deterministic expression in the plan, which a copy-on-write
-        # MERGE (an EXISTS subquery on its source) refuses; a checkpoint's plan has none.
-        latest = _with_metadata(latest).localCheckpoint(eager=True)
-        counts = latest.agg(
-            F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
-            F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
-        ).first()
-        report.deleted = counts["deletes"]
-        report.inserted_or_updated = counts["upserts"]
-        properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
-        merge_changes(spark, table, latest, key, properties, order_column=CHANGE_SEQ_COLUMN)
+        _apply_without_key(run, spec, table, fresh, raw, files, report)
     finally:
         typed.unpersist()
 
