@@ -8,6 +8,7 @@ added on the source mid-stream), so files are grouped by header and the groups u
 from __future__ import annotations
 
 import csv
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -161,19 +162,14 @@ def _with_file_order(
     decoded = {_normalise(spark_paths[f.uri]): (f.uri, position) for position, f in enumerate(files)}
 
     def lookup(rows: dict[str, tuple[str, int]], key: str, prefix: str) -> DataFrame:
-        # Built from literals, not spark.createDataFrame: a Python list becomes an RDD that needs
-        # Python workers to broadcast, about 1 s of a full load's 6 (bench/profile_full_load.py).
+        # One JSON literal, not spark.createDataFrame (a Python RDD: Python workers start to broadcast
+        # it, ~1 s) nor a literal per value (a py4j call each: 4 s for 200 files). bench/profile_*.py
+        schema = f"array<struct<{key}:string,{prefix}{FILE_URI}:string,{prefix}{FILE_ORDER}:int>>"
         names = (key, f"{prefix}{FILE_URI}", f"{prefix}{FILE_ORDER}")
-        if not rows:
-            empty = [
-                F.lit(None).cast(t).alias(n) for n, t in zip(names, ("string", "string", "int"), strict=True)
-            ]
-            return spark.range(0).select(*empty)
-        entries = [
-            F.struct(*[F.lit(v).alias(name) for name, v in zip(names, (k, uri, order), strict=True)])
-            for k, (uri, order) in rows.items()
-        ]
-        return F.broadcast(spark.range(1).select(F.inline(F.array(*entries))))
+        document = json.dumps(
+            [dict(zip(names, (k, uri, order), strict=True)) for k, (uri, order) in rows.items()]
+        )
+        return F.broadcast(spark.range(1).select(F.inline(F.from_json(F.lit(document), schema))))
 
     path = F.col(SPARK_PATH)
     return (

@@ -12,10 +12,15 @@ from lakehouse.config import LakeConfig
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
-# Runtime SQL settings of every session, local or Glue. A batch is cached only for the few seconds
-# between its stats and its MERGE: compressing the columnar cache cost about as much CPU as reading and
-# typing the CSV (bench/profile_cdc.py: 24 -> 13 task-CPU s for 1M changes), for memory we don't need.
-TUNING = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+# Runtime SQL settings of every session, local or Glue (measured with bench/profile_cdc.py):
+# - the columnar cache uncompressed: a cached batch (tables without a primary key) lives for seconds, and
+#   compressing it cost about as much CPU as reading and typing the CSV;
+# - a CDC batch names 200 files or so, and past 32 paths Spark lists them in a job of one task per path
+#   (3 s locally for 200 files); 8 tasks list them as well, each taking a share.
+TUNING = {
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": "8",
+}
 
 
 def iceberg_runtime_jar() -> str:
