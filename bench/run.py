@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/run.py --quick                    # smoke run, small sizes, < 2 min
     .venv/bin/python bench/run.py --rows 1000000 10000000    # CDC at 1M and 10M rows + full load
-    .venv/bin/python bench/run.py --rows 10000000 --only cdc-session --variants baseline,raw-lazy
+    .venv/bin/python bench/run.py --rows 10000000 --only cdc-session --variants baseline,window-dedup
 
 Measured side by side on the same generated DMS files (bench/data/, cached):
 - cdc-job:        our CDC job, one process (`spark_jobs/cdc_job.py`) on one manifest of all files
