@@ -33,10 +33,13 @@ def test_pinned_iceberg_runtime_jar_is_installed():
     assert iceberg_runtime_jar().endswith("iceberg-spark-runtime-3.5_2.12-1.10.2.jar")
 
 
-def test_every_session_caches_batches_uncompressed(spark):
-    """Given the shared session built by build_session, Then the columnar cache is not compressed: a batch
-    lives in the cache for seconds, and compressing it cost as much CPU as reading it (bench/profile_cdc.py)."""
+def test_every_session_carries_the_measured_tuning(spark):
+    """Given the shared session built by build_session, Then the columnar cache is not compressed (a batch
+    lives in the cache for seconds) and a batch's files are listed by 8 tasks, not one per file
+    (bench/profile_cdc.py measured both)."""
     from lakehouse.session import TUNING
 
+    assert TUNING["spark.sql.inMemoryColumnarStorage.compressed"] == "false"
+    assert TUNING["spark.sql.sources.parallelPartitionDiscovery.parallelism"] == "8"
     for key, value in TUNING.items():
         assert spark.conf.get(key) == value
