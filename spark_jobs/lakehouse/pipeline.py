@@ -255,15 +255,7 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
     # Checkpointed: the MERGE reads it without recomputing the batch, and its plan holds no
     # non-deterministic expression (the record position), which a copy-on-write MERGE (an EXISTS
     # subquery on its source) would refuse.
-    latest = (
-        _with_metadata(latest)
-        .observe(
-            outcome,
-            F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
-            F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
-        )
-        .localCheckpoint(eager=True)
-    )
+    latest = _with_metadata(latest).observe(outcome, *_outcome_figures()).localCheckpoint(eager=True)
     stats = batch.get
     if "records" not in stats:  # metrics not delivered: count them instead (one more pass)
         stats = typed.agg(*_batch_figures(fresh_valid)).first().asDict()
@@ -283,23 +275,24 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
     report.schema_changes = evolve_schema(spark, table, types)
     counts = outcome.get
     if "deletes" not in counts:
-        counts = (
-            latest.agg(
-                F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
-                F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
-            )
-            .first()
-            .asDict()
-        )
+        counts = latest.agg(*_outcome_figures()).first().asDict()
     report.deleted = counts["deletes"]
     report.inserted_or_updated = counts["upserts"]
     properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
     merge_changes(spark, table, latest, key, properties, order_column=CHANGE_SEQ_COLUMN)
 
 
+def _outcome_figures() -> list[Column]:
+    return [
+        F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
+        F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
+    ]
+
+
 def _batch_figures(fresh_valid: Column) -> list[Column]:
     """Counts, and the highest fresh sequence and commit time as a string and epoch microseconds:
-    observed metrics come back through py4j, which converts numbers and strings only."""
+    observed metrics come back through py4j, which converts numbers and strings only. (A stage Spark
+    runs again could only inflate the counts, which are reported; the watermark is a maximum.)"""
     return [
         F.count(F.lit(1)).alias("records"),
         F.count(C.REASON).alias("bad"),
