@@ -794,7 +794,10 @@ def run_workload(
         names = list(weights)
         for _ in range(changes):
             operation = gen.random.choices(names, weights=[weights[n] for n in names])[0]
-            db.execute("BEGIN")
+            # IMMEDIATE: take the write lock first. A deferred transaction reads (shared lock), then
+            # asks for the write lock; if another writer (a mid-stream ALTER TABLE) holds it waiting for
+            # our shared lock to go, sqlite fails at once ("database is locked") instead of waiting.
+            db.execute("BEGIN IMMEDIATE")
             try:
                 work.tick()
                 getattr(work, operation)()

@@ -151,3 +151,27 @@ def test_dms_files_are_dms_shaped_csv(source_db: Path, tmp_path: Path) -> None:
     assert {r["Op"] for r in cdc_records} <= {"I", "U", "D"}
     assert sorted(int(r["AR_H_CHANGE_SEQ"]) for r in cdc_records) == list(range(1000, 1000 + len(changes)))
     assert any("\n" in v for r in records for v in r.values())
+
+
+def test_workload_waits_for_another_writer_holding_the_write_lock(source_db: Path, tmp_path: Path) -> None:
+    """Given another connection that holds the write lock (a statement of a test, a mid-stream schema
+    change) and commits a second later
+    When a workload runs meanwhile
+    Then the workload waits and completes every operation (a deferred transaction would read first,
+    then find the writer waiting on its read lock, and sqlite fails that at once: "database is locked")."""
+    import threading
+
+    db = tmp_path / "work.db"
+    shutil.copy(source_db, db)
+    writer = sqlite3.connect(db, isolation_level=None, timeout=30, check_same_thread=False)
+    writer.execute("BEGIN IMMEDIATE")
+    writer.execute("UPDATE customer SET c_last_update = c_last_update")
+    committed = threading.Timer(1.0, lambda: writer.execute("COMMIT"))
+    committed.start()
+    try:
+        result = S.run_workload(db, changes=20, seed=7)
+    finally:
+        committed.join()
+        writer.close()
+
+    assert sum(result.operations.values()) == 20
