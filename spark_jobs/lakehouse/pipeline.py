@@ -256,8 +256,10 @@ def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], 
     # non-deterministic expression (the record position), which a copy-on-write MERGE (an EXISTS
     # subquery on its source) would refuse.
     latest = _with_metadata(latest).observe(outcome, *_outcome_figures()).localCheckpoint(eager=True)
+    # `get` waits for the checkpoint's metrics (its first action); should they come back empty, the
+    # batch is counted instead (one more pass).
     stats = batch.get
-    if "records" not in stats:  # metrics not delivered: count them instead (one more pass)
+    if "records" not in stats:
         stats = typed.agg(*_batch_figures(fresh_valid)).first().asDict()
     stats = _read_figures(stats)
     report.records = stats["records"]
