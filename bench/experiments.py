@@ -57,6 +57,19 @@ def _window_dedup() -> Any:
     return _patched(C, "last_change_per_key", last_change_per_key)
 
 
+def _shuffle_hash_hint() -> Any:
+    """Hint the MERGE source `SHUFFLE_HASH`: the join builds a hash table of the batch and streams the
+    target through it, instead of sorting both sides (a right outer join may build its right side)."""
+    from lakehouse import pipeline
+
+    original = pipeline.merge_changes
+
+    def merge_changes(spark: SparkSession, table: str, changes: DataFrame, *args: Any, **kwargs: Any) -> None:
+        original(spark, table, changes.hint("shuffle_hash"), *args, **kwargs)
+
+    return _patched(pipeline, "merge_changes", merge_changes)
+
+
 TableSetup = Callable[[SparkSession, str], None]
 
 
@@ -107,6 +120,11 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
                 stack.enter_context(_spark_conf(spark, "spark.sql.autoBroadcastJoinThreshold", str(size)))
             elif knob == "window-dedup":
                 stack.enter_context(_window_dedup())
+            elif knob == "shj-hint":
+                stack.enter_context(_shuffle_hash_hint())
+            elif knob == "no-bloom":
+                key = "spark.sql.optimizer.runtime.bloomFilter.enabled"
+                stack.enter_context(_spark_conf(spark, key, "false"))
             elif knob == "shj":
                 stack.enter_context(_spark_conf(spark, "spark.sql.join.preferSortMergeJoin", "false"))
             elif knob == "no-aqe":

@@ -10,9 +10,10 @@ from typing import Any
 
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.changes import OP, Watermark
+from lakehouse.changes import OP, VALID_OPS, Watermark
 from lakehouse.types import can_widen
 
 log = logging.getLogger(__name__)
@@ -180,7 +181,10 @@ def merge_changes(
             for c in target_columns
         ],
         OP,
-    )
+    ).where(F.col(OP).isin(*VALID_OPS))
+    # Every change passes that filter, but with it Spark sees a filtered batch and builds a runtime
+    # Bloom filter of the batch's keys for the target scan, so only target rows that may match are
+    # shuffled and joined (the thresholds are in session.TUNING; bench/RESULTS.md).
     source.createOrReplaceTempView(view)
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
     updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in target_columns if c not in key)
