@@ -125,6 +125,9 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
             elif knob == "no-bloom":
                 key = "spark.sql.optimizer.runtime.bloomFilter.enabled"
                 stack.enter_context(_spark_conf(spark, key, "false"))
+            elif knob == "bloom-any-size":
+                key = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
+                stack.enter_context(_spark_conf(spark, key, "0"))
             elif knob == "shj":
                 stack.enter_context(_spark_conf(spark, "spark.sql.join.preferSortMergeJoin", "false"))
             elif knob == "no-aqe":

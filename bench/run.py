@@ -198,9 +198,14 @@ def write_manifest(name: str, files: Sequence[Path]) -> Path:
     return path
 
 
-def run_job(manifest: Path, lake: Lake, database: str, driver_memory: str) -> dict[str, Any]:
-    """One CDC job process, as one Glue run: JVM start, session, apply, exit. Returns its report."""
+def run_job(
+    manifest: Path, lake: Lake, database: str, driver_memory: str, spark_conf: Sequence[str] = ()
+) -> dict[str, Any]:
+    """One CDC job process, as one Glue run: JVM start, session, apply, exit. Returns its report.
+    `spark_conf` (KEY=VALUE) is passed to the process's Spark as `--conf`."""
     env = os.environ | {"LAKE_SPARK_DRIVER_MEMORY": driver_memory, "PYTHONPATH": str(ROOT / "spark_jobs")}
+    if spark_conf:
+        env["PYSPARK_SUBMIT_ARGS"] = " ".join(f"--conf {c}" for c in spark_conf) + " pyspark-shell"
     done = subprocess.run(
         [PYTHON, str(CDC_JOB), "--manifest", str(manifest), *lake.job_arguments(database)],
         env=env,
@@ -292,7 +297,9 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
         figure = Figure("cdc-job (1 process, 1 manifest)", dataset.rows, n, "changes")
         apply_seconds = []
         for _ in range(args.runs):
-            report = timed(figure, lambda: run_job(manifest, lake, database, args.driver_memory), reset)
+            report = timed(
+                figure, lambda: run_job(manifest, lake, database, args.driver_memory, args.job_conf), reset
+            )
             apply_seconds.append(report["seconds"])
             check(figure.name)
         figure.extra = {"apply_seconds_in_job": apply_seconds}
@@ -319,7 +326,12 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
         )
         for index, path in enumerate(sample):
             manifest = write_manifest(f"one-{dataset.name}-{index}", [path])
-            timed(figure, lambda manifest=manifest: run_job(manifest, lake, database, args.driver_memory))
+            timed(
+                figure,
+                lambda manifest=manifest: run_job(
+                    manifest, lake, database, args.driver_memory, args.job_conf
+                ),
+            )
         figure.note = f"per file; x{len(files)} files extrapolated"
         figures.append(figure)
 
@@ -475,6 +487,13 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--only", default=",".join(ALL_PARTS), help=f"comma list of {ALL_PARTS}")
     parser.add_argument("--shuffle-partitions", type=int, default=4, help="the jobs' --shuffle_partitions")
     parser.add_argument("--driver-memory", default="8g")
+    parser.add_argument(
+        "--job-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark setting of the job processes",
+    )
     parser.add_argument("--quick", action="store_true", help="small sizes, one run each: a smoke run")
     args = parser.parse_args(argv)
     if args.quick:
