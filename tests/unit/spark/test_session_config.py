@@ -35,11 +35,13 @@ def test_pinned_iceberg_runtime_jar_is_installed():
 
 def test_every_session_carries_the_measured_tuning(spark):
     """Given the shared session built by build_session, Then the columnar cache is not compressed (a batch
-    lives in the cache for seconds) and a batch's files are listed by 8 tasks, not one per file
-    (bench/profile_cdc.py measured both)."""
+    lives in the cache for seconds), a batch's files are listed by 8 tasks, not one per file, and a MERGE
+    target from 256 MB of scan up is Bloom-filtered by the batch's keys (bench/profile_cdc.py measured all
+    three)."""
     from lakehouse.session import TUNING
 
     assert TUNING["spark.sql.inMemoryColumnarStorage.compressed"] == "false"
     assert TUNING["spark.sql.sources.parallelPartitionDiscovery.parallelism"] == "8"
+    assert TUNING["spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"] == "256MB"
     for key, value in TUNING.items():
         assert spark.conf.get(key) == value
