@@ -134,11 +134,13 @@ def every_target_bloom_filtered(spark):
         spark.conf.set(key, value)
 
 
-def sql_plans(spark) -> list[str]:
-    """The physical plan of every SQL execution of the session so far."""
+def sql_plans(spark, after: int = -1) -> dict[int, str]:
+    """The physical plan of each SQL execution the session still keeps, by execution id, from `after` on
+    (ids rise; the oldest executions are dropped past spark.sql.ui.retainedExecutions)."""
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
     executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    return [executions.apply(i).physicalPlanDescription() for i in range(executions.size())]
+    found = (executions.apply(i) for i in range(executions.size()))
+    return {e.executionId(): e.physicalPlanDescription() for e in found if e.executionId() > after}
 
 
 def test_the_merge_filters_the_target_by_the_batch_keys_and_changes_nothing_else(
@@ -160,12 +162,12 @@ def test_the_merge_filters_the_target_by_the_batch_keys_and_changes_nothing_else
             ("I", (4, "d again", 40)),
         ],
     )
-    merges_before = sum("WriteDelta" in plan for plan in sql_plans(spark))
+    last_before = max(sql_plans(spark), default=-1)
 
     report = apply_cdc(spark, lake_config, SCHEMA, manifest(batch))
 
     assert not report.failed, report.failed
-    merges = [plan for plan in sql_plans(spark) if "WriteDelta" in plan][merges_before:]
+    merges = [plan for plan in sql_plans(spark, after=last_before).values() if "WriteDelta" in plan]
     assert len(merges) == 1 and "might_contain" in merges[0], merges
     assert rows_of(spark, table(lake_config)) == [
         (2, "b updated", Decimal("20.00")),
