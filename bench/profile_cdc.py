@@ -65,6 +65,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--files", type=int, default=200)
     parser.add_argument("--variant", default="baseline")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
+    parser.add_argument("--warmups", type=int, default=2, help="throw-away applies of the whole batch first")
     args = parser.parse_args(argv)
 
     dataset = Dataset(args.rows, max(args.files, args.rows // 10), args.files)
@@ -85,9 +86,10 @@ def main(argv: Sequence[str]) -> int:
     spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     table = table_name(lake, database)
     files = dataset.cdc_files
-    restore(table_dir)
-    spark.sql(f"REFRESH TABLE {table}")
-    apply_in_session(spark, lake, database, files[:10], "warmup")
+    for warmup in range(args.warmups):
+        restore(table_dir)
+        spark.sql(f"REFRESH TABLE {table}")
+        apply_in_session(spark, lake, database, files, f"warmup{warmup}")
 
     merge_seconds: list[float] = []
     original_merge = pipeline.merge_changes

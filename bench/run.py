@@ -269,9 +269,11 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
             raise RuntimeError(f"{label}: {count} rows after the batch, expected {expected}")
 
     if "cdc-session" in args.parts:
-        # Warm up the JVM (first MERGE in a JVM is slow), then measure each variant on the same batch.
-        reset()
-        apply_in_session(spark, lake, database, files[: max(1, len(files) // 20)], "warmup")
+        # Warm up the JVM with whole throw-away applies of the same batch: the first applies in a JVM
+        # run 1.5-2x slower (JIT), which handicapped whichever variant came first.
+        for warmup in range(args.warmups):
+            reset()
+            apply_in_session(spark, lake, database, files, f"warmup{warmup}")
         for variant in args.variants:
             figure = Figure(f"cdc-session [{variant}]", dataset.rows, n, "changes")
             for run in range(args.runs):
@@ -480,6 +482,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--files", type=int, default=200, help="CDC files per batch")
     parser.add_argument("--full-load-rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--warmups", type=int, default=2, help="throw-away applies before cdc-session")
     parser.add_argument("--sample", type=int, default=10, help="files measured in the per-file baselines")
     parser.add_argument("--pyiceberg-runs", type=int, default=3)
     parser.add_argument("--pyiceberg-timeout", type=int, default=900)
