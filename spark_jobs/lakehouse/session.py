@@ -33,6 +33,13 @@ TUNING = {
     "spark.sql.optimizer.runtime.bloomFilter.numBits": "33554432",
 }
 
+# JVM options of a local session (its driver is its executor). Spark compiles each stage into one Java
+# method; a wide table's typing and validation makes that method 24 kB of bytecode, and HotSpot never
+# JIT-compiles a method over 8 kB, so the stage ran interpreted: the 40-column full load took 28-31 s
+# with the default and 17-20 s with this flag (bench/RESULTS.md, "Fourth round"). Narrow tables stay
+# under the limit. Glue launches its own JVMs: see the README's "Wide tables on Glue".
+LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
+
 
 def iceberg_runtime_jar() -> str:
     """The pinned Iceberg Spark runtime (Apache Iceberg 1.10.2, Scala 2.12) from its PyPI wheel."""
@@ -91,6 +98,7 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
         .master(os.environ.get("LAKE_SPARK_MASTER", "local[2]"))
         .config("spark.jars", iceberg_runtime_jar())
         .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
