@@ -37,7 +37,8 @@ TUNING = {
 # method; a wide table's typing and validation makes that method 24 kB of bytecode, and HotSpot never
 # JIT-compiles a method over 8 kB, so the stage ran interpreted: the 40-column full load took 28-31 s
 # with the default and 17-20 s with this flag (bench/RESULTS.md, "Fourth round"). Narrow tables stay
-# under the limit. Glue launches its own JVMs: see the README's "Wide tables on Glue".
+# under the limit. LAKE_SPARK_JAVA_OPTIONS replaces it (empty: the JVM's default). Glue launches its own
+# JVMs: see the README's "Wide tables on Glue".
 LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
@@ -98,7 +99,9 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
         .master(os.environ.get("LAKE_SPARK_MASTER", "local[2]"))
         .config("spark.jars", iceberg_runtime_jar())
         .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
-        .config("spark.driver.extraJavaOptions", LOCAL_JAVA_OPTIONS)
+        .config(
+            "spark.driver.extraJavaOptions", os.environ.get("LAKE_SPARK_JAVA_OPTIONS", LOCAL_JAVA_OPTIONS)
+        )
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.adaptive.enabled", "true")
