@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from generate import NARROW, WIDE, CdcSpec, FullLoadSpec, ensure_dataset, write_cdc, write_full_load
+from generate import (
+    NARROW,
+    SOURCE_SCHEMA,
+    WIDE,
+    CdcSpec,
+    FullLoadSpec,
+    ensure_dataset,
+    write_cdc,
+    write_full_load,
+)
 
 DATA = Path(__file__).resolve().parent / "data"
 ROWS_PER_LOAD_FILE = 500_000
@@ -54,3 +63,12 @@ def wide_load_raw(rows: int) -> Path:
         )
         / "raw"
     )
+
+
+def wide_cdc_files(rows: int, changes: int, files: int = 200) -> list[Path]:
+    """A CDC batch of `bench.wide_sales` (40 columns) against keys 1..rows, shaped like the narrow one."""
+    folder = ensure_dataset(
+        DATA / f"cdc-wide-{rows}-{changes}-{files}",
+        lambda folder: write_cdc(folder / "raw", CdcSpec(rows, changes, files), WIDE),
+    )
+    return sorted((folder / "raw" / SOURCE_SCHEMA / WIDE).glob("*.csv"))

@@ -215,10 +215,11 @@ def cdc_ops_and_keys(spec: CdcSpec) -> tuple[np.ndarray, np.ndarray]:
     return ops, keys
 
 
-def write_cdc(raw: Path, spec: CdcSpec) -> list[Path]:
+def write_cdc(raw: Path, spec: CdcSpec, table: str = NARROW) -> list[Path]:
     ops, keys = cdc_ops_and_keys(spec)
     rng = np.random.default_rng(spec.seed + 1)
-    folder = raw / SOURCE_SCHEMA / NARROW
+    make = narrow_rows if table == NARROW else wide_rows
+    folder = raw / SOURCE_SCHEMA / table
     per_file = -(-spec.changes // spec.files)
     paths = []
     for index in range(spec.files):
@@ -227,7 +228,7 @@ def write_cdc(raw: Path, spec: CdcSpec) -> list[Path]:
             break
         moment = BASE_TIME + timedelta(days=1, seconds=index)
         ts = _ts_text(_timestamps(rng, hi - lo, moment, 1))
-        rows = narrow_rows(rng, keys[lo:hi], moment)
+        rows = make(rng, keys[lo:hi], moment)
         name = moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
         _write(folder / name, pa.array(ops[lo:hi]), ts, _seq_text(10**12 + lo + 1, hi - lo), rows)
         paths.append(folder / name)
