@@ -37,9 +37,8 @@ TUNING = {
 # method; a wide table's typing and validation makes that method 24 kB of bytecode, and HotSpot never
 # JIT-compiles a method over 8 kB, so the stage ran interpreted: the 40-column full load took 28-31 s
 # with the default and 17-20 s with this flag, a wide CDC batch of 300k changes 21 s and 16-17 s
-# (bench/RESULTS.md, "Fourth round"). Narrow tables stay
-# under the limit. LAKE_SPARK_JAVA_OPTIONS replaces it (empty: the JVM's default). Glue launches its own
-# JVMs: see the README's "Wide tables on Glue".
+# (bench/RESULTS.md, "Fourth round"). Narrow tables stay under the limit. LAKE_SPARK_JAVA_OPTIONS
+# replaces it (empty: the JVM's default). Glue launches its own JVMs: see the README's "Wide tables on Glue".
 LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
