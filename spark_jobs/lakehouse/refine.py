@@ -58,7 +58,7 @@ from lakehouse.iceberg import (
     table_exists,
     with_commit_properties,
 )
-from lakehouse.pipeline import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN
+from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN
 
 log = logging.getLogger(__name__)
 

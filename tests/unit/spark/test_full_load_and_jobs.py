@@ -49,24 +49,27 @@ def test_full_load_reads_every_load_file_of_every_table(spark, lake_config, dms)
     assert {t.table: t.files for t in report.tables} == {"sales.item": 3, "sales.region": 1}
 
 
-def test_rerunning_the_full_load_keeps_cdc_changes_unless_reload(spark, lake_config, dms):
-    """Given a loaded table with a CDC change applied,
+def test_rerunning_the_full_load_keeps_cdc_changes_and_a_reload_takes_the_new_load_files(
+    spark, lake_config, dms
+):
+    """Given a loaded table (snapshot at change 10) with a CDC change applied (20),
     When the full load runs again, Then nothing changes (no new snapshot);
-    When it runs with reload, Then the table is the LOAD files again."""
-    dms.load("sales.item", ["sku", "price"], [("A", 1)])
+    When DMS reloads the table (new LOAD files at change 30) and the job runs with reload,
+    Then the table is the new LOAD files."""
+    dms.load("sales.item", ["sku", "price"], [("A", 1), ("Z", 26)], snapshot_seq=10)
     full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"])
-    apply_cdc(
-        spark, lake_config, SCHEMA, manifest(dms.cdc("sales.item", ["sku", "price"], [("U", ("A", 9))]))
-    )
+    change = dms.cdc("sales.item", ["sku", "price"], [("U", ("A", 9))], seqs=[20])
+    apply_cdc(spark, lake_config, SCHEMA, manifest(change))
     table = lake_config.clean_table("sales_item")
     snapshots = snapshot_count(spark, table)
 
     full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"])
-    assert rows_of(spark, table) == [("A", Decimal("9.00"))]
+    assert rows_of(spark, table) == [("A", Decimal("9.00")), ("Z", Decimal("26.00"))]
     assert snapshot_count(spark, table) == snapshots
 
+    dms.load("sales.item", ["sku", "price"], [("A", 9), ("B", 2)], snapshot_seq=30)
     full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"], reload=True)
-    assert rows_of(spark, table) == [("A", Decimal("1.00"))]
+    assert rows_of(spark, table) == [("A", Decimal("9.00")), ("B", Decimal("2.00"))]
 
 
 def test_job_entry_points_take_glue_arguments_and_report(spark, lake_config, dms, tmp_path):
