@@ -54,12 +54,14 @@ class DmsWriter:
         rows: Sequence[Sequence[Any]],
         counter: int = 1,
         snapshot_seq: int | None = None,
+        moment: datetime = BASE_TIME,
     ) -> str:
-        """LOAD rows carry no change sequence, unless DMS stamps them with the snapshot's position."""
+        """LOAD rows carry no change sequence, unless DMS stamps them with the snapshot's position; their
+        timestamp column is when DMS read them (`moment`)."""
         seq = change_seq(snapshot_seq) if snapshot_seq is not None else ""
         path = self.table_dir(qualified) / load_file_name(counter)
         path.write_text(
-            write_dms_csv(columns, [("I", seq, BASE_TIME, r) for r in rows], self.fmt), encoding="utf-8"
+            write_dms_csv(columns, [("I", seq, moment, r) for r in rows], self.fmt), encoding="utf-8"
         )
         return str(path)
 
@@ -68,17 +70,22 @@ class DmsWriter:
         qualified: str,
         columns: Sequence[str],
         changes: Sequence[tuple[str, Sequence[Any]]],
-        seqs: Sequence[int] | None = None,
+        seqs: Sequence[int | None] | None = None,
+        name: str | None = None,
+        folder: str | None = None,
     ) -> str:
-        """changes: [(op, values)]; sequences rise unless given."""
+        """changes: [(op, values)]; sequences rise unless given. Files are named by a rising time unless
+        `name` is given; `folder` puts the file below date folders (DatePartitionEnabled)."""
         moment = BASE_TIME + timedelta(seconds=next(self._clock))
-        name = moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
+        name = name or moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
         numbers = list(seqs) if seqs is not None else [next(self._seq) for _ in changes]
         rows = [
             (op, change_seq(n) if n is not None else "", moment, values)
             for (op, values), n in zip(changes, numbers, strict=True)
         ]
-        path = self.table_dir(qualified) / name
+        directory = self.table_dir(qualified) / folder if folder else self.table_dir(qualified)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / name
         path.write_text(write_dms_csv(columns, rows, self.fmt), encoding="utf-8")
         return str(path)
 
@@ -89,8 +96,11 @@ def manifest(*paths: str, run_id: str = "test-run") -> Manifest:
 
 def rows_of(spark, table: str, columns: Sequence[str] | None = None) -> list[tuple]:
     """The whole table as tuples ordered by its columns (first column first): easy to assert on."""
+    from lakehouse.names import quote
+    from pyspark.sql import functions as F
+
     frame = spark.table(table)
-    chosen = list(columns) if columns else [c for c in frame.columns if not c.startswith("dms_")]
+    chosen = [F.col(quote(c)) for c in (columns or [c for c in frame.columns if not c.startswith("dms_")])]
     return [tuple(row) for row in frame.select(*chosen).orderBy(*chosen).collect()]
 
 

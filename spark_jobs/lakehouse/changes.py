@@ -136,8 +136,10 @@ def typed_changes(
     mismatches: list[Column] = []
     widenings: list[Column] = []
     typed: dict[str, Column] = {}
+    texts: dict[str, Column] = {}
     for column in layout.data_columns:
-        value = _typed(text(column), types[column], column)
+        texts[column] = text(column)
+        value = _typed(texts[column], types[column], column)
         typed[column] = value.value
         # A delete needs its key only: the rest of its before image may not fit the type, it goes nowhere.
         matters = F.lit(True) if column in keys else ~is_delete
@@ -146,7 +148,9 @@ def typed_changes(
     for key in keys:
         if key not in typed:
             typed[key] = F.lit(None).cast(spec.spark_type_of(key) or T.StringType())
-        reasons.append(F.when(typed[key].isNull(), F.lit(f"primary key column {key} is null or missing")))
+            texts[key] = F.lit(None).cast("string")
+        # a key that is there but fits no type is a mismatch (above), not a missing key
+        reasons.append(F.when(texts[key].isNull(), F.lit(f"primary key column {key} is null or missing")))
     before: dict[str, Column] = {}
     for key, column in layout.before_image.items():
         value = _typed(text(column), types.get(key) or spec.spark_type_of(key) or T.StringType(), column)

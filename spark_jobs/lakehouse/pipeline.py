@@ -492,10 +492,6 @@ def _typed_batch(
         wider = _widened(types, figures["widen"])
         if not wider:
             break
-        report.schema_changes += [
-            f"widened {c} {types[c].simpleString()} -> {t.simpleString()} (from the data)"
-            for c, t in wider.items()
-        ]
         log.warning("%s: values need wider types: %s; typing the batch again", spec.qualified_name, wider)
         types = types | wider
     else:
@@ -589,9 +585,11 @@ def _apply_keyed(
     spark = run.spark
     key = [k.lower() for k in spec.primary_key]
     tombstones = run.state.tombstones_of(spec.qualified_name)
-    outcome = Observation(f"outcome_{spec.iceberg_name}")
+    outcomes: list[Observation] = []  # one per typing of the batch (a widening types it again)
 
     def latest_changes(typed: DataFrame, usable: Column) -> DataFrame:
+        outcome = Observation(f"outcome_{spec.iceberg_name}_{len(outcomes)}")
+        outcomes.append(outcome)
         fresh = typed.where(usable).drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
         latest = _with_metadata(C.last_change_per_key(C.expand_key_changes(fresh, key), key))
         # An upsert older than the key's last delete would bring a deleted row back: it is ignored.
@@ -607,7 +605,7 @@ def _apply_keyed(
         ).where(~buried)
 
     batch = _typed_batch(run, spec, table, raw, floor, report, latest_changes)
-    counts = outcome.get
+    counts = outcomes[-1].get
     if "deletes" not in counts:
         counts = {
             "deletes": batch.product.where(F.col(C.OP) == "D").count(),
