@@ -116,11 +116,16 @@ def _finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> 
     return 0 if report.ok else 1
 
 
-def cdc_main(argv: Sequence[str]) -> int:
-    _configure_logging()
+def cdc_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Apply a manifest of DMS CDC files to the clean zone")
     parser.add_argument("--manifest", required=True, help="the batch to apply (written by the drain Lambda)")
     _dms_arguments(parser)
+    return parser
+
+
+def cdc_main(argv: Sequence[str]) -> int:
+    _configure_logging()
+    parser = cdc_parser()
     config, args = parse_job_arguments(argv, parser)
     _require_schema_file(parser, config)
     schema = load_schema(config)
@@ -136,8 +141,7 @@ def _require_schema_file(parser: argparse.ArgumentParser, config: LakeConfig) ->
         parser.error("--schema_file is required: generate it with python -m lakehouse.schema_gen")
 
 
-def full_load_main(argv: Sequence[str]) -> int:
-    _configure_logging()
+def full_load_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Load DMS full-load files into the clean zone")
     parser.add_argument(
         "--raw_path", required=True, help="where DMS writes: <raw_path>/<schema>/<table>/LOAD*.csv"
@@ -151,6 +155,12 @@ def full_load_main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("--run_id", default="full-load", help="names the run in the commits and the report")
     _dms_arguments(parser)
+    return parser
+
+
+def full_load_main(argv: Sequence[str]) -> int:
+    _configure_logging()
+    parser = full_load_parser()
     config, args = parse_job_arguments(argv, parser)
     _require_schema_file(parser, config)
     schema = load_schema(config)
