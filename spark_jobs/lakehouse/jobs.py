@@ -166,14 +166,17 @@ def full_load_main(argv: Sequence[str]) -> int:
     schema = load_schema(config)
     spark = build_session(config, "dms-full-load")
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
-    report = full_load(
-        spark,
-        config,
-        schema,
-        args.raw_path,
-        tables,
-        reload=args.reload.lower() == "true",
-        run_id=args.run_id,
-        options=apply_options(args),
-    )
+    try:
+        report = full_load(
+            spark,
+            config,
+            schema,
+            args.raw_path,
+            tables,
+            reload=args.reload.lower() == "true",
+            run_id=args.run_id,
+            options=apply_options(args),
+        )
+    except (FileNotFoundError, ValueError) as error:  # nothing was loaded: say why, exit non-zero
+        raise SystemExit(f"full load: {error}") from None
     return _finish(report, args, config)

@@ -6,6 +6,7 @@ A re-run quarantines the same record once (keyed by source file and record numbe
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -83,7 +84,7 @@ def write_quarantine(
     if count == 0:
         return 0
     create_table(spark, table, QUARANTINE_SCHEMA, "DMS files and records that could not be applied")
-    view = f"quarantine_{run_id.replace('-', '_')}"
+    view = f"quarantine_{uuid.uuid4().hex}"  # never built from the run id: any text can be a run id
     rows.createOrReplaceTempView(view)
     before = spark.table(table).count()
     spark.sql(

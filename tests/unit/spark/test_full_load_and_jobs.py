@@ -106,3 +106,18 @@ def test_job_entry_points_take_glue_arguments_and_report(spark, lake_config, dms
     assert report["run_id"] == "run-7"
     assert report["totals"]["inserted_or_updated"] == 1 and report["totals"]["deleted"] == 1
     assert rows_of(spark, lake_config.clean_table("sales_region")) == [("TX", "Texas")]
+
+
+def test_a_raw_path_without_load_files_is_an_error_not_empty_tables(spark, lake_config, tmp_path):
+    """Given a --raw_path with no DMS files under it (a typo, or DMS not done), When the full-load job
+    runs, Then it exits with an error saying where it looked, and creates no table."""
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    empty = tmp_path / "nothing-here"
+    empty.mkdir()
+    arguments = ["--warehouse", lake_config.warehouse, "--clean_database", lake_config.clean_database]
+
+    with pytest.raises(SystemExit, match="no DMS LOAD files under"):
+        full_load_main([*arguments, "--schema_file", str(schema_file), "--raw_path", str(empty)])
+
+    assert not spark.catalog.tableExists(lake_config.clean_table("sales_item"))
