@@ -200,9 +200,7 @@ _INTEGER = r"^\s*[+-]?[0-9]+\s*$"
 _PLAIN_DECIMAL = r"^\s*[+-]?([0-9]*)(\.([0-9]*))?\s*$"
 _ISO_DATE = r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}\s*$"
 _MIDNIGHT = r"^\s*([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]00:00(:00(\.0*)?)?\s*$"
-_FINITE_TEXT = r"(?i)^\s*[+-]?(nan|inf|infinity)\s*$"
-INT_RANGE = (-(2**31), 2**31 - 1)
-LONG_RANGE = (-(2**63), 2**63 - 1)
+_NON_FINITE_TEXT = r"(?i)^\s*[+-]?(nan|inf|infinity)\s*$"
 
 
 def _typed(value: Column, data_type: T.DataType, column: str) -> TypedValue:
@@ -210,6 +208,8 @@ def _typed(value: Column, data_type: T.DataType, column: str) -> TypedValue:
     none = F.lit(None).cast("string")
     if isinstance(data_type, T.StringType):
         return TypedValue(value, none, none)
+    if not isinstance(data_type, T.BinaryType):
+        value = F.when(F.trim(value) != "", value)  # only text and bytes can be empty: else it is null
     if isinstance(data_type, T.IntegerType | T.LongType):
         return _integer(value, data_type, column)
     if isinstance(data_type, T.DecimalType):
@@ -217,7 +217,7 @@ def _typed(value: Column, data_type: T.DataType, column: str) -> TypedValue:
     if isinstance(data_type, T.FloatType | T.DoubleType):
         cast = value.cast(data_type)
         overflow = cast.isNotNull() & ~F.isnan(cast) & (F.abs(cast) == float("inf"))
-        overflow = overflow & ~value.rlike(_FINITE_TEXT)
+        overflow = overflow & ~value.rlike(_NON_FINITE_TEXT)
         if isinstance(data_type, T.FloatType):
             return TypedValue(
                 F.when(~overflow, cast),
@@ -245,32 +245,32 @@ def _typed(value: Column, data_type: T.DataType, column: str) -> TypedValue:
 
 
 def _not_valid(value: Column, failed: Column, column: str, data_type: T.DataType) -> Column:
-    return F.when(
-        value.isNotNull() & failed,
-        F.concat(
-            F.lit(f"{column}: "),
-            F.substring(value, 1, 80),
-            F.lit(f" is not a valid {data_type.simpleString()}"),
-        ),
+    return F.when(value.isNotNull() & failed, _not_valid_text(value, column, data_type))
+
+
+def _not_valid_text(value: Column, column: str, data_type: T.DataType) -> Column:
+    return F.concat(
+        F.lit(f"{column}: "), F.substring(value, 1, 80), F.lit(f" is not a valid {data_type.simpleString()}")
     )
 
 
 def _integer(value: Column, data_type: T.DataType, column: str) -> TypedValue:
     """Whole numbers only (`1.5` is not an int, whatever Spark's cast says); an int column holding a
-    value beyond int but within bigint is widened to bigint (Iceberg promotes int to long)."""
+    value beyond int but within bigint is widened to bigint (Iceberg promotes int to long). The details
+    are computed only for values that don't fit (a CASE branch Spark evaluates lazily)."""
     whole = value.rlike(_INTEGER)
-    number = F.when(whole, F.trim(value)).cast(T.DecimalType(38, 0))
-    fits_long = number.between(*LONG_RANGE)
+    cast = F.when(whole, value.cast(data_type))
+    fits = cast.isNotNull()
     if isinstance(data_type, T.IntegerType):
-        fits = number.between(*INT_RANGE)
+        wider = whole & value.cast(T.LongType()).isNotNull()
         return TypedValue(
-            F.when(fits, number.cast(data_type)),
-            _not_valid(value, ~whole | number.isNull() | ~fits_long, column, data_type),
-            F.when(whole & ~fits & fits_long, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}bigint")),
+            cast,
+            F.when(value.isNotNull() & ~fits & ~wider, _not_valid_text(value, column, data_type)),
+            F.when(value.isNotNull() & ~fits & wider, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}bigint")),
         )
     return TypedValue(
-        F.when(fits_long, number.cast(data_type)),
-        _not_valid(value, ~whole | number.isNull() | ~fits_long, column, data_type),
+        cast,
+        F.when(value.isNotNull() & ~fits, _not_valid_text(value, column, data_type)),
         F.lit(None).cast("string"),
     )
 
@@ -278,29 +278,29 @@ def _integer(value: Column, data_type: T.DataType, column: str) -> TypedValue:
 def _decimal(value: Column, data_type: T.DecimalType, column: str) -> TypedValue:
     """Plain decimal text only. More decimal places than the scale is a mismatch (Iceberg can't change
     a decimal's scale; Spark's cast would round); more integer digits than the precision allows widens
-    the precision (Iceberg promotes decimal(P,S) to decimal(P',S)) up to 38."""
+    the precision (Iceberg promotes decimal(P,S) to decimal(P',S)) up to 38. One regular expression
+    decides whether a value fits; the details are computed only for values that don't."""
+    scale, room = data_type.scale, data_type.precision - data_type.scale
+    fits = value.rlike(rf"^\s*[+-]?(?=\.?[0-9])0*[0-9]{{0,{room}}}(\.[0-9]{{0,{scale}}}0*)?\s*$")
     plain = value.rlike(_PLAIN_DECIMAL) & value.rlike("[0-9]")
     integer_digits = F.length(F.regexp_replace(F.regexp_extract(value, _PLAIN_DECIMAL, 1), "^0+", ""))
     places = F.length(F.regexp_replace(F.regexp_extract(value, _PLAIN_DECIMAL, 3), "0+$", ""))
-    scale, room = data_type.scale, data_type.precision - data_type.scale
     needed = integer_digits + scale
-    fits = plain & (places <= scale) & (integer_digits <= room)
-    widen = plain & (places <= scale) & (integer_digits > room) & (needed <= MAX_DECIMAL_PRECISION)
+    widen = plain & (places <= scale) & (needed <= MAX_DECIMAL_PRECISION)
+    misfit = value.isNotNull() & ~fits
     return TypedValue(
-        F.when(fits, F.trim(value).cast(data_type)),
+        F.when(fits, value.cast(data_type)),
         F.when(
-            value.isNotNull() & ~fits & ~widen,
+            misfit & ~widen,
             F.concat(
-                F.lit(f"{column}: "),
-                F.substring(value, 1, 80),
-                F.lit(f" is not a valid {data_type.simpleString()}"),
+                _not_valid_text(value, column, data_type),
                 F.when(plain & (places > scale), F.lit(f" (more than {scale} decimal places)")).otherwise(
                     F.lit("")
                 ),
             ),
         ),
         F.when(
-            value.isNotNull() & widen,
+            misfit & widen,
             F.concat(
                 F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}decimal("), needed.cast("string"), F.lit(f",{scale})")
             ),
