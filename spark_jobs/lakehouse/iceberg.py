@@ -23,6 +23,7 @@ APPLIED_FILES = "dms.applied-files"  # snapshot summary: JSON list of the CDC fi
 FULL_LOAD_DONE = "dms.full-load.files"  # snapshot summary (and, from now on, table property) of a full load
 RUN_ID = "dms.run-id"
 REPLACED_SNAPSHOT = "dms.replaced-snapshot"  # snapshot summary of a (re)load: the snapshot it replaced
+SOURCE_TABLE = "dms.source-table"  # table property of a clean replica: the `schema.table` it holds
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -93,37 +94,39 @@ def evolve_schema(spark: SparkSession, table: str, wanted: dict[str, T.DataType]
 def snapshot_properties(spark: SparkSession, table: str) -> Iterator[dict[str, str]]:
     """Summaries of the table's current lineage, newest first, read from table metadata through the
     Iceberg API (no Spark job; lazily, so a caller that finds what it wants early stops early)."""
-    iceberg_table = _iceberg_table(spark, table)
-    snapshot = iceberg_table.currentSnapshot()
+    java_table = iceberg_table(spark, table)
+    snapshot = java_table.currentSnapshot()
     while snapshot is not None:
         yield dict(snapshot.summary())
         parent = snapshot.parentId()
-        snapshot = iceberg_table.snapshot(parent) if parent is not None else None
+        snapshot = java_table.snapshot(parent) if parent is not None else None
 
 
 def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
     """The table's properties, from its current metadata (no Spark job)."""
-    return dict(_iceberg_table(spark, table).properties())
+    return dict(iceberg_table(spark, table).properties())
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
-    snapshot = _iceberg_table(spark, table).currentSnapshot()
+    """The table's current snapshot id (None for a table without data yet), fresh from the catalog."""
+    snapshot = iceberg_table(spark, table).currentSnapshot()
     return int(snapshot.snapshotId()) if snapshot is not None else None
 
 
 def commit_of_run(spark: SparkSession, table: str, run_id: str) -> int | None:
     """The newest snapshot of the table's lineage that `run_id` committed."""
-    iceberg_table = _iceberg_table(spark, table)
-    snapshot = iceberg_table.currentSnapshot()
+    java_table = iceberg_table(spark, table)
+    snapshot = java_table.currentSnapshot()
     while snapshot is not None:
         if dict(snapshot.summary()).get(RUN_ID) == run_id:
             return int(snapshot.snapshotId())
         parent = snapshot.parentId()
-        snapshot = iceberg_table.snapshot(parent) if parent is not None else None
+        snapshot = java_table.snapshot(parent) if parent is not None else None
     return None
 
 
-def _iceberg_table(spark: SparkSession, table: str):
+def iceberg_table(spark: SparkSession, table: str) -> Any:
+    """The Iceberg Java table (its metadata fresh from the catalog)."""
     jvm = spark.sparkContext._jvm
     iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
     iceberg_table.refresh()

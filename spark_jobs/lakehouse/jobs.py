@@ -180,3 +180,76 @@ def full_load_main(argv: Sequence[str]) -> int:
     except (FileNotFoundError, ValueError) as error:  # nothing was loaded: say why, exit non-zero
         raise SystemExit(f"full load: {error}") from None
     return _finish(report, args, config)
+
+
+def maintenance_parser() -> argparse.ArgumentParser:
+    from lakehouse.maintenance import MaintenanceOptions
+
+    defaults = MaintenanceOptions()
+    parser = argparse.ArgumentParser(description="Compact, expire and clean the clean and refined tables")
+    parser.add_argument("--run_id", default="maintenance", help="names the run in the report")
+    parser.add_argument(
+        "--target_file_size_mb", type=int, default=defaults.target_file_size_mb, help="compacted file size"
+    )
+    parser.add_argument(
+        "--min_input_files",
+        type=int,
+        default=defaults.min_input_files,
+        help="compact a group of files once it has this many",
+    )
+    parser.add_argument(
+        "--delete_file_threshold",
+        type=int,
+        default=defaults.delete_file_threshold,
+        help="rewrite a data file (its deletes applied) once this many delete files point at it",
+    )
+    parser.add_argument(
+        "--snapshot_retention_hours",
+        type=float,
+        default=defaults.snapshot_retention_hours,
+        help="expire snapshots older than this (time travel reaches this far back)",
+    )
+    parser.add_argument(
+        "--retain_last", type=int, default=defaults.retain_last, help="snapshots kept whatever their age"
+    )
+    parser.add_argument(
+        "--orphan_file_age_hours",
+        type=float,
+        default=defaults.orphan_file_age_hours,
+        help="remove files no snapshot references once older than this (0 turns orphan removal off)",
+    )
+    parser.add_argument(
+        "--tombstone_retention_days",
+        type=float,
+        default=defaults.tombstone_retention_days,
+        help="keep a delete's tombstone this long (longer than any CDC file can be delivered late)",
+    )
+    parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
+    return parser
+
+
+def maintenance_main(argv: Sequence[str]) -> int:
+    from lakehouse.maintenance import MaintenanceOptions, maintain
+
+    _configure_logging()
+    parser = maintenance_parser()
+    config, args = parse_job_arguments(argv, parser)
+    options = MaintenanceOptions(
+        target_file_size_mb=args.target_file_size_mb,
+        min_input_files=args.min_input_files,
+        delete_file_threshold=args.delete_file_threshold,
+        snapshot_retention_hours=args.snapshot_retention_hours,
+        retain_last=args.retain_last,
+        orphan_file_age_hours=args.orphan_file_age_hours,
+        tombstone_retention_days=args.tombstone_retention_days,
+        remove_orphans=args.orphan_file_age_hours > 0,
+    )
+    spark = build_session(config, "dms-maintenance")
+    report = maintain(spark, config, options, args.run_id)
+    text = json.dumps(report.to_dict(), indent=2, default=str)
+    print(text)
+    if args.report_uri:
+        write_text(args.report_uri, text, config.s3_endpoint_url)
+    for table in report.failed:
+        log.error("%s: maintenance failed: %s", table.table, table.error)
+    return 1 if report.failed else 0

@@ -33,6 +33,7 @@ from lakehouse.iceberg import (
     FULL_LOAD_DONE,
     REPLACED_SNAPSHOT,
     RUN_ID,
+    SOURCE_TABLE,
     append_rows,
     commit_of_run,
     create_table,
@@ -431,7 +432,13 @@ def _apply_table_changes(
 def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> str:
     table = config.clean_table(spec.iceberg_name)
     if not table_exists(spark, table):
-        create_table(spark, table, clean_schema(spec), f"DMS replica of {spec.qualified_name}")
+        create_table(
+            spark,
+            table,
+            clean_schema(spec),
+            f"DMS replica of {spec.qualified_name}",
+            {SOURCE_TABLE: spec.qualified_name},
+        )
     return table
 
 
@@ -752,7 +759,7 @@ def _load_table(
             spark,
             table,
             empty,
-            {LOAD_DONE: "0"},
+            {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name},
             {FULL_LOAD_DONE: "0", RUN_ID: run.report.run_id},
             f"DMS replica of {spec.qualified_name}",
         )
@@ -767,7 +774,7 @@ def _load_table(
     rows = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     figures = batch.figures
     started_at = min([t for t in (figures["oldest"], *(m for _, m in found)) if t is not None], default=None)
-    properties = {LOAD_DONE: str(len(files))}
+    properties = {LOAD_DONE: str(len(files)), SOURCE_TABLE: spec.qualified_name}
     if started_at is not None:
         properties[LOAD_STARTED] = started_at.isoformat()
     target = _target_schema(spark, table, spec, batch.types)
