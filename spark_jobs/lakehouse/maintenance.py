@@ -139,10 +139,20 @@ def _tables(spark: SparkSession, config: LakeConfig, database: str) -> list[str]
 
 
 def _consumed_snapshots(spark: SparkSession, refined: Sequence[str]) -> set[int]:
-    """The snapshot ids (unique across tables) that the refined tables' newest refine commits consumed."""
-    from lakehouse.refine import consumed_snapshots
+    """Snapshot ids (unique across tables) the refine job needs: those the refined tables' newest refine
+    commits consumed, and those commits themselves (a compaction on top of one carries no refine state)."""
+    from lakehouse.refine import CONSUMED_PREFIX, consumed_snapshots
 
-    return {snapshot for table in refined for snapshot in (consumed_snapshots(spark, table) or {}).values()}
+    needed = {snapshot for table in refined for snapshot in (consumed_snapshots(spark, table) or {}).values()}
+    for table in refined:
+        newest = spark.sql(
+            f"SELECT snapshot_id FROM {table}.snapshots "
+            f"WHERE exists(map_keys(summary), k -> startswith(k, '{CONSUMED_PREFIX}')) "
+            "ORDER BY committed_at DESC LIMIT 1"
+        ).first()
+        if newest is not None:
+            needed.add(int(newest["snapshot_id"]))
+    return needed
 
 
 def _reconcile_ledger(spark: SparkSession, state: StateTables, replicas: Sequence[str]) -> dict[str, int]:
