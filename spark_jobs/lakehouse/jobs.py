@@ -216,7 +216,7 @@ def maintenance_parser() -> argparse.ArgumentParser:
         "--orphan_file_age_hours",
         type=float,
         default=defaults.orphan_file_age_hours,
-        help="remove files no snapshot references once older than this (0 turns orphan removal off)",
+        help="remove files no snapshot references once older than this (at least 24; 0 turns it off)",
     )
     parser.add_argument(
         "--tombstone_retention_days",

@@ -104,6 +104,11 @@ def maintain(
     now: datetime | None = None,
 ) -> MaintenanceReport:
     """One maintenance pass over every table of the clean and refined namespaces."""
+    if options.remove_orphans and options.orphan_file_age_hours < 24:
+        raise ValueError(
+            "orphan files younger than 24 hours may belong to a write in progress: "
+            f"orphan_file_age_hours must be at least 24, not {options.orphan_file_age_hours}"
+        )
     started = time.monotonic()
     moment = now or datetime.now(UTC).replace(tzinfo=None)
     report = MaintenanceReport(run_id)
