@@ -131,10 +131,25 @@ def backup_dir(table_dir: Path) -> Path:
     return DATA / "base-metadata" / table_dir.parent.name / table_dir.name
 
 
+# The pipeline's own tables beside the replica: which files it applied, which keys it deleted. A batch
+# applied again after a restore must find them as they were after the full load, or it is skipped.
+STATE_TABLES = ("dms_applied_files", "dms_tombstones")
+
+
+def backup_base(table_dir: Path) -> None:
+    """Keep the metadata of the table and of the pipeline's own tables as they are after the full load."""
+    for folder in (table_dir, *(table_dir.parent / name for name in STATE_TABLES)):
+        if (folder / "metadata").exists():
+            shutil.copytree(folder / "metadata", backup_dir(folder))
+
+
 def restore(table_dir: Path) -> None:
-    """Put the table back to its base snapshot: the metadata folder as it was after the full load."""
-    shutil.rmtree(table_dir / "metadata", ignore_errors=True)
-    shutil.copytree(backup_dir(table_dir), table_dir / "metadata")
+    """Put the table (and the pipeline's own tables) back to the base snapshot after the full load."""
+    for folder in (table_dir, *(table_dir.parent / name for name in STATE_TABLES)):
+        backup = backup_dir(folder)
+        if backup.exists():
+            shutil.rmtree(folder / "metadata", ignore_errors=True)
+            shutil.copytree(backup, folder / "metadata")
 
 
 def base_metadata_json(table_dir: Path) -> Path:
@@ -165,7 +180,7 @@ def build_base(spark, lake: Lake, dataset: Dataset, figures: list[Figure]) -> Pa
     if report.failed:
         raise RuntimeError(f"full load failed: {report.failed}")
     figures.append(figure)
-    shutil.copytree(table_dir / "metadata", backup_dir(table_dir))
+    backup_base(table_dir)
     return table_dir
 
 
