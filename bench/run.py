@@ -261,7 +261,12 @@ def table_name(lake: Lake, database: str) -> str:
 
 
 def refreshed(spark, table: str) -> None:
-    spark.sql(f"REFRESH TABLE {table}")
+    """Forget the cached metadata of the table and of the pipeline's own tables beside it (a restore
+    replaced their metadata folders)."""
+    database = table.rsplit(".", 1)[0]
+    for name in (table, *(f"{database}.{state}" for state in STATE_TABLES)):
+        if spark.catalog.tableExists(name):
+            spark.sql(f"REFRESH TABLE {name}")
 
 
 def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, figures: list[Figure]) -> None:

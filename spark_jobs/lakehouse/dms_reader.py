@@ -10,7 +10,6 @@ column its file's header lacks is absent for it (null), never an empty value.
 from __future__ import annotations
 
 import csv
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -22,6 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.dms_files import DmsFile
+from lakehouse.frames import literal_frame
 from lakehouse.names import quote
 from lakehouse.storage import is_missing, read_first_line
 
@@ -188,15 +188,12 @@ def _with_file_order(
     facts = (FILE_URI, FILE_ORDER, SEQ_BASE)
 
     def lookup(rows: dict[str, FileFacts], key: str, prefix: str) -> DataFrame:
-        # One JSON literal, not spark.createDataFrame (a Python RDD: Python workers start to broadcast
-        # it, ~1 s) nor a literal per value (a py4j call each: 4 s for 200 files). bench/profile_*.py
-        schema = (
-            f"array<struct<{key}:string,{prefix}{FILE_URI}:string,{prefix}{FILE_ORDER}:int,"
-            f"{prefix}{SEQ_BASE}:string>>"
-        )
         names = (key, *(f"{prefix}{name}" for name in facts))
-        document = json.dumps([dict(zip(names, (k, *values), strict=True)) for k, values in rows.items()])
-        return F.broadcast(spark.range(1).select(F.inline(F.from_json(F.lit(document), schema))))
+        schema = (
+            f"{key} string, {prefix}{FILE_URI} string, {prefix}{FILE_ORDER} int, {prefix}{SEQ_BASE} string"
+        )
+        document = [dict(zip(names, (k, *values), strict=True)) for k, values in rows.items()]
+        return F.broadcast(literal_frame(spark, document, schema))
 
     path = F.col(SPARK_PATH)
     matched = (

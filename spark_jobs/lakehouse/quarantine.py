@@ -16,6 +16,7 @@ from pyspark.sql import types as T
 
 from lakehouse.changes import RAW, REASON
 from lakehouse.dms_reader import FILE_URI, RECORD
+from lakehouse.frames import literal_frame
 from lakehouse.iceberg import create_table
 
 QUARANTINE_SCHEMA = T.StructType(
@@ -51,8 +52,9 @@ def record_rejections(rows: DataFrame, source_table: str) -> DataFrame:
 
 
 def file_rejections(spark: SparkSession, problems: Sequence[FileProblem]) -> DataFrame:
-    return spark.createDataFrame(
-        [(p.source_table, p.source_uri, None, p.reason, None) for p in problems],
+    return literal_frame(
+        spark,
+        [{"source_table": p.source_table, "source_uri": p.source_uri, "reason": p.reason} for p in problems],
         "source_table string, source_uri string, record_number long, reason string, record string",
     )
 

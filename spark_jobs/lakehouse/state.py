@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
@@ -28,6 +28,7 @@ from pyspark.sql import types as T
 
 from lakehouse.changes import SEQ_TYPE
 from lakehouse.config import LakeConfig
+from lakehouse.frames import literal_frame
 from lakehouse.iceberg import (
     APPLIED_FILES,
     REPLACED_SNAPSHOT,
@@ -127,21 +128,14 @@ class StateTables:
         return found
 
     def record(self, entries: Sequence[LedgerEntry], forget: Sequence[tuple[str, RecordedFile]] = ()) -> None:
-        """Add ledger rows (once each: by table, file and snapshot) and drop rows of rolled-back commits."""
+        """Append ledger rows and drop rows of rolled-back commits. An append, not a MERGE: the callers
+        add only names the ledger lacks, and a row that a crash makes appear twice changes no answer."""
         if entries:
-            view = "dms_ledger_entries"
-            self.spark.createDataFrame(
-                [(e.source_table, e.file_name, e.file_uri, e.run_id, e.snapshot_id) for e in entries],
+            literal_frame(
+                self.spark,
+                [asdict(e) for e in entries],
                 "source_table string, file_name string, file_uri string, run_id string, snapshot_id long",
-            ).withColumn("applied_at", F.current_timestamp()).createOrReplaceTempView(view)
-            try:
-                self.spark.sql(
-                    f"MERGE INTO {self.ledger} l USING {view} e "
-                    "ON l.source_table = e.source_table AND l.file_name = e.file_name "
-                    "AND l.snapshot_id <=> e.snapshot_id WHEN NOT MATCHED THEN INSERT *"
-                )
-            finally:
-                self.spark.catalog.dropTempView(view)
+            ).withColumn("applied_at", F.current_timestamp()).writeTo(self.ledger).append()
         if forget:
             condition = " OR ".join(
                 f"(source_table = {_literal(table)} AND file_name = {_literal(f.file_name)} "
