@@ -488,7 +488,9 @@ def _typed_batch(
             raw, spec, layout, types, run.options.names, run.options.reader.csv_null_value
         )
         usable = F.col(C.REASON).isNull() & F.col(C.MISMATCH).isNull() & F.col(C.WIDEN).isNull()
-        newer = F.lit(True) if floor is None else F.col(C.SEQ) > F.lit(str(floor)).cast(C.SEQ_TYPE)
+        newer = F.lit(True)
+        if floor is not None:  # a record without a sequence (a LOAD row) is not older than anything
+            newer = F.col(C.SEQ).isNull() | (F.col(C.SEQ) > F.lit(str(floor)).cast(C.SEQ_TYPE))
         observation = Observation(f"batch_{spec.iceberg_name}_{id(typed)}")
         observed = typed.observe(observation, *_batch_figures(usable, newer))
         product = build(observed, usable & newer).localCheckpoint(eager=True)
