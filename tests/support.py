@@ -34,10 +34,12 @@ def schema_of(
 @dataclass
 class DmsWriter:
     """Writes DMS-format files under `root/<schema>/<table>/`, with increasing change sequences and
-    CDC file names that sort in arrival order."""
+    CDC file names that sort in arrival order. With `parquet_types` ({column: pyarrow type}) it writes
+    DMS's Parquet output (DataFormat=parquet) instead of CSV."""
 
     root: Path
     fmt: CsvFormat = field(default_factory=CsvFormat)
+    parquet_types: dict[str, Any] | None = None
     _seq: itertools.count = field(default_factory=lambda: itertools.count(1))
     _clock: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -60,9 +62,31 @@ class DmsWriter:
         timestamp column is when DMS read them (`moment`)."""
         seq = change_seq(snapshot_seq) if snapshot_seq is not None else ""
         path = self.table_dir(qualified) / load_file_name(counter)
-        path.write_text(
-            write_dms_csv(columns, [("I", seq, moment, r) for r in rows], self.fmt), encoding="utf-8"
-        )
+        records = [("I", seq, moment, r) for r in rows]
+        if self.parquet_types is not None:
+            return self._parquet(path.with_suffix(".parquet"), columns, records)
+        path.write_text(write_dms_csv(columns, records, self.fmt), encoding="utf-8")
+        return str(path)
+
+    def _parquet(self, path: Path, columns: Sequence[str], records: Sequence[tuple]) -> str:
+        """DMS's Parquet: Op, the timestamp column and AR_H_CHANGE_SEQ as strings, the data typed."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert self.parquet_types is not None
+        data = {
+            "Op": pa.array([op for op, _, _, _ in records], pa.string()),
+            self.fmt.timestamp_column: pa.array(
+                [m.isoformat(sep=" ", timespec="microseconds") for _, _, m, _ in records], pa.string()
+            ),
+        }
+        if self.fmt.add_change_seq:
+            data["AR_H_CHANGE_SEQ"] = pa.array([seq or None for _, seq, _, _ in records], pa.string())
+        for index, column in enumerate(columns):
+            data[column] = pa.array(
+                [values[index] for _, _, _, values in records], self.parquet_types[column]
+            )
+        pq.write_table(pa.table(data), path)
         return str(path)
 
     def cdc(
@@ -86,6 +110,8 @@ class DmsWriter:
         directory = self.table_dir(qualified) / folder if folder else self.table_dir(qualified)
         directory.mkdir(parents=True, exist_ok=True)
         path = directory / name
+        if self.parquet_types is not None:
+            return self._parquet(path.with_suffix(".parquet"), columns, rows)
         path.write_text(write_dms_csv(columns, rows, self.fmt), encoding="utf-8")
         return str(path)
 

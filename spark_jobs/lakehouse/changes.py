@@ -93,23 +93,26 @@ def typed_changes(
     and the problems `_dms_reason`, `_dms_mismatch`, `_dms_widen` (each null when there is none)."""
     assert raw.rows is not None
     rows = raw.rows
-    present = set(rows.columns)
+    sources = {f.name: f.dataType for f in rows.schema.fields}
     keys = [k.lower() for k in spec.primary_key]
+    all_csv = len(raw.csv_groups) == len(raw.groups)
 
     def text(name: str | None) -> Column:
-        if not name or name not in present:
+        if not name or name not in sources:
             return F.lit(None).cast("string")
         value = F.col(quote(name))
-        if null_marker is not None:
-            # CsvNullValue set: the marker is null, and any empty field is an empty string.
-            value = F.when(value == null_marker, F.lit(None)).otherwise(F.coalesce(value, F.lit("")))
+        if null_marker is not None and raw.csv_groups and isinstance(sources[name], T.StringType):
+            # CsvNullValue set: the marker is null, and any empty field is an empty string (CSV only:
+            # a Parquet file has real nulls, and its text is what it is).
+            marked = F.when(value == null_marker, F.lit(None)).otherwise(F.coalesce(value, F.lit("")))
+            value = marked if all_csv else F.when(F.col(HEADER).isin(raw.csv_groups), marked).otherwise(value)
         groups = raw.groups_with(name)
         # A column its file's header lacks (added or dropped on the source) is null for that file.
         return value if groups is None else F.when(F.col(HEADER).isin(groups), value)
 
-    op_name = names.op.lower() if names.op.lower() in present else None
-    seq_name = names.change_seq.lower() if names.change_seq.lower() in present else None
-    ts_name = names.timestamp.lower() if names.timestamp.lower() in present else None
+    op_name = names.op.lower() if names.op.lower() in sources else None
+    seq_name = names.change_seq.lower() if names.change_seq.lower() in sources else None
+    ts_name = names.timestamp.lower() if names.timestamp.lower() in sources else None
 
     op = F.upper(F.trim(text(op_name))) if op_name else F.lit("I")  # IncludeOpForFullLoad=false
     seq_text = F.trim(text(seq_name))
@@ -139,7 +142,7 @@ def typed_changes(
     texts: dict[str, Column] = {}
     for column in layout.data_columns:
         texts[column] = text(column)
-        value = _typed(texts[column], types[column], column)
+        value = _typed(texts[column], types[column], column, sources.get(column, TEXT))
         typed[column] = value.value
         # A delete needs its key only: the rest of its before image may not fit the type, it goes nowhere.
         matters = F.lit(True) if column in keys else ~is_delete
@@ -153,7 +156,8 @@ def typed_changes(
         reasons.append(F.when(texts[key].isNull(), F.lit(f"primary key column {key} is null or missing")))
     before: dict[str, Column] = {}
     for key, column in layout.before_image.items():
-        value = _typed(text(column), types.get(key) or spec.spark_type_of(key) or T.StringType(), column)
+        target = types.get(key) or spec.spark_type_of(key) or T.StringType()
+        value = _typed(text(column), target, column, sources.get(column, TEXT))
         before[f"{BEFORE_IMAGE}{key}"] = value.value
         mismatches.append(value.mismatch)
         widenings.append(value.widen)
@@ -203,9 +207,17 @@ _MIDNIGHT = r"^\s*([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]00:00(:00(\.0*)?)?\s*$"
 _NON_FINITE_TEXT = r"(?i)^\s*[+-]?(nan|inf|infinity)\s*$"
 
 
-def _typed(value: Column, data_type: T.DataType, column: str) -> TypedValue:
-    """The value in its column's type, exactly, or a named mismatch, or the wider type that holds it."""
+TEXT = T.StringType()
+
+
+def _typed(value: Column, data_type: T.DataType, column: str, source: T.DataType = TEXT) -> TypedValue:
+    """The value in its column's type, exactly, or a named mismatch, or the wider type that holds it.
+    A typed value (Parquet) whose type converts exactly is cast; any other goes through its text."""
     none = F.lit(None).cast("string")
+    if not isinstance(source, T.StringType):
+        if converts_exactly(source, data_type):
+            return TypedValue(value.cast(data_type), none, none)
+        value = F.hex(value) if isinstance(source, T.BinaryType) else value.cast("string")
     if isinstance(data_type, T.StringType):
         return TypedValue(value, none, none)
     if not isinstance(data_type, T.BinaryType):
@@ -242,6 +254,29 @@ def _typed(value: Column, data_type: T.DataType, column: str) -> TypedValue:
     else:
         cast = value.cast(data_type)
     return TypedValue(cast, _not_valid(value, cast.isNull(), column, data_type), none)
+
+
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_TIMESTAMPS = (T.TimestampType, T.TimestampNTZType)
+
+
+def converts_exactly(source: T.DataType, target: T.DataType) -> bool:
+    """Every value of `source` is a value of `target` (a cast loses nothing)."""
+    if source == target:
+        return True
+    if isinstance(source, _INTEGRAL) and isinstance(target, _INTEGRAL):
+        return _INTEGRAL.index(type(source)) <= _INTEGRAL.index(type(target))
+    if isinstance(source, T.FloatType) and isinstance(target, T.DoubleType):
+        return True
+    if isinstance(source, T.DecimalType) and isinstance(target, T.DecimalType):
+        return (
+            target.scale >= source.scale
+            and target.precision - target.scale >= source.precision - source.scale
+        )
+    if isinstance(source, _INTEGRAL) and isinstance(target, T.DecimalType):
+        digits = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}[type(source)]
+        return target.precision - target.scale >= digits
+    return isinstance(source, _TIMESTAMPS) and isinstance(target, _TIMESTAMPS)
 
 
 def _not_valid(value: Column, failed: Column, column: str, data_type: T.DataType) -> Column:

@@ -18,11 +18,13 @@ CHANGE_SEQ_COLUMN = "AR_H_CHANGE_SEQ"
 DEFAULT_TIMESTAMP_COLUMN = "dms_timestamp"
 CHANGE_SEQ_DIGITS = 35
 
+# What DMS writes: CSV (DataFormat=csv, optionally gzipped) or Parquet (DataFormat=parquet).
+_EXTENSION = r"\.(?P<ext>csv(?:\.gz)?|parquet)"
 # LOAD00000001.csv (hex counter), or LOAD_<segment>_<counter>.csv when a table is loaded in parallel segments.
-_LOAD_NAME = re.compile(r"^LOAD(?:_(?P<segment>\d+)_)?(?P<counter>[0-9A-Fa-f]{8})\.csv(?:\.gz)?$")
+_LOAD_NAME = re.compile(r"^LOAD(?:_(?P<segment>\d+)_)?(?P<counter>[0-9A-Fa-f]{8})" + _EXTENSION + "$")
 # CDC files are named by the time DMS wrote them: 20141029-1134010000.csv (the AWS documentation's example),
 # 20261122-101010123.csv; the fraction of a second has no fixed number of digits.
-_CDC_NAME = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?P<fraction>\d*)\.csv(?:\.gz)?$")
+_CDC_NAME = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?P<fraction>\d*)" + _EXTENSION + "$")
 # DatePartitionEnabled puts CDC files below date folders: 2026/11/22[/10], 2026-11-22, 20261122, ...
 _DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
 MAX_DATE_FOLDERS = 4
@@ -32,7 +34,7 @@ RECORD_DIGITS = 12
 
 
 class NotADmsFileError(ValueError):
-    """A key that does not follow the DMS layout (`<schema>/<table>/[<date folders>/]<file>.csv`)."""
+    """A key that does not follow the DMS layout (`<schema>/<table>/[<date folders>/]<file>.csv|parquet`)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -49,6 +51,10 @@ class DmsFile:
     @property
     def name(self) -> str:
         return self.uri.rsplit("/", 1)[-1]
+
+    @property
+    def is_parquet(self) -> bool:
+        return self.uri.endswith(".parquet")
 
     @property
     def qualified_table(self) -> str:
@@ -73,13 +79,15 @@ class DmsFile:
 
 
 def parse_dms_key(uri: str, size: int = 0) -> DmsFile:
-    """Classify `…/<schema>/<table>/[<date folders>/]<LOADxxxxxxxx|YYYYMMDD-HHMMSS…>.csv[.gz]`."""
+    """Classify `…/<schema>/<table>/[<date folders>/]<LOADxxxxxxxx|YYYYMMDD-HHMMSS…>.<csv[.gz]|parquet>`."""
     parts = uri.rstrip("/").split("/")
     name, folders = parts[-1], parts[:-1]
     load = _LOAD_NAME.match(name)
     cdc = None if load else _CDC_NAME.match(name)
     if not load and not cdc:
-        raise NotADmsFileError(f"{uri}: {name!r} is neither a LOAD file nor a timestamp-named CDC file")
+        raise NotADmsFileError(
+            f"{uri}: {name!r} is neither a LOAD file nor a timestamp-named CDC file (.csv, .csv.gz, .parquet)"
+        )
     dated = 0
     while dated < MAX_DATE_FOLDERS and len(folders) > 2 and _DATE_FOLDER.match(folders[-1]):
         folders.pop()

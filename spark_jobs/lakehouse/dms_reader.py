@@ -1,10 +1,12 @@
-"""Read DMS CSV files into one DataFrame of raw text values, in file then record order.
+"""Read DMS files (CSV or Parquet) into one DataFrame, in file then record order.
 
-Files are read by Spark's own CSV reader (quotes, commas and newlines inside values; one file is
-never split, so records keep their order). Files of one table may carry different headers (a column
-added or dropped on the source mid-stream), so files are grouped by header, their columns named in lower
-case, and the groups unioned by name. Each record keeps the id of its header group (`_header`): a
-column its file's header lacks is absent for it (null), never an empty value.
+CSV files are read by Spark's own CSV reader as text (quotes, commas and newlines inside values; one file
+is never split, so records keep their order). Parquet files keep their types, and each record its row
+index in its file. Files of one table may carry different columns (a column added or dropped on the
+source mid-stream) or, in Parquet, different types (a column widened), so files are grouped by format,
+columns and types, their columns named in lower case, and the groups unioned by name (Spark widens a
+column's type across groups, or makes it text when one group is text). Each record keeps the id of its
+group (`_dms_header`): a column its file lacks is absent for it (null), never an empty value.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pyspark.sql import types as T
 from lakehouse.dms_files import DmsFile
 from lakehouse.frames import literal_frame
 from lakehouse.names import quote
-from lakehouse.storage import is_missing, read_first_line
+from lakehouse.storage import is_missing, read_first_line, read_parquet_schema
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +59,25 @@ class FileRejection:
     missing: bool = False
 
 
+@dataclass(frozen=True)
+class FileHeader:
+    """A file's columns as written, and, for Parquet, their types (a group's files share both)."""
+
+    names: tuple[str, ...]
+    parquet_types: tuple[str, ...] | None = None  # None: a CSV file
+
+    @property
+    def is_parquet(self) -> bool:
+        return self.parquet_types is not None
+
+
 @dataclass
 class RawRead:
     rows: DataFrame | None
     rejected: list[FileRejection]
-    headers: dict[str, list[str]]  # file URI → its header row, as written
-    groups: list[tuple[str, ...]] = field(default_factory=list)  # `_header` id → its columns, lower case
+    headers: dict[str, list[str]]  # file URI → its columns, as written
+    groups: list[tuple[str, ...]] = field(default_factory=list)  # `_dms_header` id → its columns, lower case
+    csv_groups: list[int] = field(default_factory=list)  # the groups read from CSV (text, CsvNullValue)
 
     def groups_with(self, column: str) -> list[int] | None:
         """The header groups whose files have `column` (lower case); None when every file has it."""
@@ -99,33 +114,40 @@ def read_headers(
     spark_paths: dict[str, str],
     options: ReaderOptions,
     required_columns: Sequence[str] = (),
-) -> tuple[dict[str, list[str]], list[FileRejection]]:
-    """The header row of each file (AddColumnName=true), read in parallel; unreadable files rejected."""
+) -> tuple[dict[str, FileHeader], list[FileRejection]]:
+    """The columns of each file, read in parallel: a CSV file's header row (AddColumnName=true), a
+    Parquet file's schema (its footer). Unreadable files are rejected with the reason."""
 
     wanted = {c.lower() for c in required_columns}
 
-    def probe(file: DmsFile) -> tuple[DmsFile, list[str] | None, str | None]:
+    def probe(file: DmsFile) -> tuple[DmsFile, FileHeader | None, str | None]:
         if file.uri not in spark_paths:
             return file, None, MISSING
         try:
-            line = read_first_line(spark_paths[file.uri])
-            header = parse_header(line, options.delimiter)
+            if file.is_parquet:
+                schema = read_parquet_schema(spark_paths[file.uri])
+                header = FileHeader(tuple(schema.names), tuple(str(t) for t in schema.types))
+                line = None
+            else:
+                line = read_first_line(spark_paths[file.uri])
+                header = FileHeader(tuple(parse_header(line, options.delimiter)))
         except Exception as error:  # any I/O or decoding failure: this file only
             if is_missing(error):
                 return file, None, MISSING
             return file, None, f"unreadable file: {type(error).__name__}: {error}"
-        if not header or any(not name.strip() for name in header):
+        names = header.names
+        if not names or any(not name.strip() for name in names):
             return file, None, "missing or blank header row (DMS AddColumnName=true is required)"
-        if line.count('"') % 2 or any(ord(ch) < 32 and ch != "\t" for ch in line):
+        if line is not None and (line.count('"') % 2 or any(ord(ch) < 32 and ch != "\t" for ch in line)):
             return file, None, f"malformed header row: {line[:200]!r}"
-        if len({name.lower() for name in header}) != len(header):
-            return file, None, f"duplicate column names in header: {header}"
-        missing = sorted(wanted - {name.lower() for name in header})
+        if len({name.lower() for name in names}) != len(names):
+            return file, None, f"duplicate column names in header: {list(names)}"
+        missing = sorted(wanted - {name.lower() for name in names})
         if missing:
-            return file, None, f"header lacks the primary key column(s) {missing}: {header[:20]}"
+            return file, None, f"header lacks the primary key column(s) {missing}: {list(names[:20])}"
         return file, header, None
 
-    headers: dict[str, list[str]] = {}
+    headers: dict[str, FileHeader] = {}
     rejected: list[FileRejection] = []
     with ThreadPoolExecutor(max_workers=8) as pool:
         for file, header, problem in pool.map(probe, files):
@@ -136,7 +158,7 @@ def read_headers(
     return headers, rejected
 
 
-def read_dms_csv(
+def read_dms_files(
     spark: SparkSession,
     files: Sequence[DmsFile],
     spark_paths: dict[str, str],
@@ -148,24 +170,23 @@ def read_dms_csv(
     `_header` (the record's header group) and `_pos` (rises with the record's position in its file;
     see `with_record_numbers`)."""
     headers, rejected = read_headers(files, spark_paths, options, required_columns)
-    groups: dict[tuple[str, ...], list[DmsFile]] = defaultdict(list)
+    groups: dict[FileHeader, list[DmsFile]] = defaultdict(list)
     for file in files:
         if file.uri in headers:
-            groups[tuple(headers[file.uri])].append(file)
+            groups[headers[file.uri]].append(file)
+    as_written = {uri: list(header.names) for uri, header in headers.items()}
     if not groups:
-        return RawRead(None, rejected, headers)
+        return RawRead(None, rejected, as_written)
 
-    frames = [
-        _read_group(spark, list(header), [spark_paths[f.uri] for f in group], options).withColumn(
-            HEADER, F.lit(number)
-        )
-        for number, (header, group) in enumerate(groups.items())
-    ]
-    raw = frames[0]
-    for frame in frames[1:]:
-        raw = raw.unionByName(frame, allowMissingColumns=True)
-    names = [tuple(name.lower() for name in header) for header in groups]
-    return RawRead(_with_file_order(spark, raw, files, spark_paths), rejected, headers, names)
+    frames = []
+    for number, (header, group) in enumerate(groups.items()):
+        paths = [spark_paths[f.uri] for f in group]
+        read = _read_parquet_group if header.is_parquet else _read_group
+        frames.append(read(spark, list(header.names), paths, options).withColumn(HEADER, F.lit(number)))
+    raw = _union(frames)
+    names = [tuple(name.lower() for name in header.names) for header in groups]
+    csv_groups = [number for number, header in enumerate(groups) if not header.is_parquet]
+    return RawRead(_with_file_order(spark, raw, files, spark_paths), rejected, as_written, names, csv_groups)
 
 
 def _with_file_order(
@@ -250,6 +271,50 @@ def _read_group(
         # A file is never split and its records are read in order: ids rise within a file.
         F.monotonically_increasing_id().alias(POSITION),
         F.expr("_metadata.file_path").alias(SPARK_PATH),
+    )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    """The groups' records in one frame. A column whose type differs between groups (CSV text and a
+    Parquet type, or two Parquet types) becomes text in all of them: typing it is the next step's job."""
+    kinds: dict[str, set[T.DataType]] = defaultdict(set)
+    for frame in frames:
+        for column in frame.schema.fields:
+            kinds[column.name].add(column.dataType)
+    mixed = {name for name, types in kinds.items() if len(types) > 1}
+
+    def as_text(frame: DataFrame) -> DataFrame:
+        return frame.select(
+            *[
+                (
+                    F.hex(F.col(quote(f.name)))
+                    if isinstance(f.dataType, T.BinaryType)
+                    else F.col(quote(f.name))
+                )
+                .cast("string")
+                .alias(f.name)
+                if f.name in mixed
+                else F.col(quote(f.name))
+                for f in frame.schema.fields
+            ]
+        )
+
+    united = as_text(frames[0])
+    for frame in frames[1:]:
+        united = united.unionByName(as_text(frame), allowMissingColumns=True)
+    return united
+
+
+def _read_parquet_group(
+    spark: SparkSession, header: list[str], paths: list[str], options: ReaderOptions
+) -> DataFrame:
+    """Parquet files of one schema, their types kept; a record's position is its row index in its file."""
+    frame = spark.read.parquet(*paths)
+    return frame.select(
+        *[F.col(quote(name)).alias(name.lower()) for name in header],
+        F.lit(None).cast("string").alias(CORRUPT),
+        F.col("_metadata.row_index").alias(POSITION),
+        F.col("_metadata.file_path").alias(SPARK_PATH),
     )
 
 

@@ -27,7 +27,7 @@ from pyspark.sql import types as T
 from lakehouse import changes as C
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile, NotADmsFileError, parse_dms_key
-from lakehouse.dms_reader import RawRead, ReaderOptions, read_dms_csv, with_record_numbers
+from lakehouse.dms_reader import RawRead, ReaderOptions, read_dms_files, with_record_numbers
 from lakehouse.iceberg import (
     APPLIED_FILES,
     FULL_LOAD_DONE,
@@ -254,7 +254,7 @@ class _Pipeline:
         """The files' records. Unreadable files go to quarantine; a file that does not exist is an error
         unless a later (re)load of the table superseded it (DMS removes a reloaded table's old files)."""
         paths = stage_for_spark([f.uri for f in files], self.config.s3_endpoint_url, self.config.staging_dir)
-        raw = read_dms_csv(self.spark, files, paths, self.options.reader, spec.primary_key)
+        raw = read_dms_files(self.spark, files, paths, self.options.reader, spec.primary_key)
         missing = [r.file for r in raw.rejected if r.missing]
         if missing:
             loaded_at = _loaded_at(self.spark, self.config.clean_table(spec.iceberg_name))

@@ -139,6 +139,23 @@ def stage_for_spark(uris: list[str], endpoint_url: str | None, staging_dir: str)
         return {uri: path for uri, path in pool.map(stage, uris) if path is not None}
 
 
+def read_parquet_schema(uri: str, endpoint_url: str | None = None) -> Any:
+    """A Parquet file's schema (pyarrow) from its footer alone: on S3, two ranged reads of its end."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not is_s3(uri):
+        return pq.read_schema(str(local_path(uri)))
+    bucket, key = split_s3(uri)
+    client = _s3_client(endpoint_url)
+    end = client.get_object(Bucket=bucket, Key=key, Range="bytes=-8")["Body"].read()
+    if len(end) != 8 or end[4:] != b"PAR1":
+        raise ValueError("not a Parquet file (no PAR1 magic at its end)")
+    footer = int.from_bytes(end[:4], "little") + 8
+    tail = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=-{footer}")["Body"].read()
+    return pq.read_schema(pa.BufferReader(tail))
+
+
 def read_first_line(uri: str, endpoint_url: str | None = None) -> str:
     """The first line of a file (a DMS header row), without reading the whole file."""
     head = read_bytes(uri, endpoint_url, max_bytes=HEADER_PROBE_BYTES)

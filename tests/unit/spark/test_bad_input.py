@@ -173,7 +173,7 @@ def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     """Given files under folders whose names hold spaces, %, +, # and accents (Spark lists them as
     encoded URIs), When they are read, Then every record carries its own file's URI and position."""
     from lakehouse.dms_files import parse_dms_key
-    from lakehouse.dms_reader import FILE_ORDER, FILE_URI, read_dms_csv
+    from lakehouse.dms_reader import FILE_ORDER, FILE_URI, read_dms_files
 
     paths = [
         dms.cdc(f"sales.{table}", COLUMNS, [("I", (n * 10 + i, table, "1.00")) for i in range(3)])
@@ -181,7 +181,7 @@ def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     ]
     files = [parse_dms_key(path) for path in paths]
 
-    raw = read_dms_csv(spark, files, {f.uri: f.uri for f in files})
+    raw = read_dms_files(spark, files, {f.uri: f.uri for f in files})
 
     assert raw.rejected == []
     assert sorted(tuple(r) for r in raw.rows.select("id", FILE_URI, FILE_ORDER).collect()) == sorted(
