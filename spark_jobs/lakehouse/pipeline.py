@@ -754,8 +754,14 @@ def _load_table(
     if not files:
         if reload:
             raise FileNotFoundError(f"{spec.qualified_name}: no LOAD files to reload the table from")
-        # DMS writes no folder for an empty source table: an empty, loaded table.
+        # DMS writes no folder for an empty source table: an empty, loaded table (or, if CDC created it
+        # already, the table as it is, marked loaded: its rows are changes made since).
         log.warning("%s: no LOAD files (an empty source table?)", spec.qualified_name)
+        if exists:
+            spark.sql(
+                f"ALTER TABLE {table} SET TBLPROPERTIES ('{LOAD_DONE}'='0', '{SOURCE_TABLE}'='{spec.qualified_name.replace(chr(39), '')}')"
+            )
+            return
         empty = spark.createDataFrame([], clean_schema(spec))
         replace_table(
             spark,

@@ -121,3 +121,20 @@ def test_a_raw_path_without_load_files_is_an_error_not_empty_tables(spark, lake_
         full_load_main([*arguments, "--schema_file", str(schema_file), "--raw_path", str(empty)])
 
     assert not spark.catalog.tableExists(lake_config.clean_table("sales_item"))
+
+
+def test_a_table_without_load_files_keeps_what_cdc_applied_and_counts_as_loaded(spark, lake_config, dms):
+    """Given a table DMS wrote no LOAD files for (empty at the source when loaded) whose first rows came
+    by CDC, When the full load runs, Then the rows stay and the table counts as loaded (a re-run skips it)."""
+    dms.load("sales.item", ["sku", "price"], [("A", 1)])
+    change = dms.cdc("sales.region", ["code", "name"], [("I", ("NY", "New York"))])
+    assert apply_cdc(spark, lake_config, SCHEMA, manifest(change)).ok
+
+    report = full_load(spark, lake_config, SCHEMA, str(dms.root))
+
+    assert report.ok, report.failed
+    region = lake_config.clean_table("sales_region")
+    assert rows_of(spark, region) == [("NY", "New York")]
+    snapshots = snapshot_count(spark, region)
+    assert full_load(spark, lake_config, SCHEMA, str(dms.root)).ok
+    assert snapshot_count(spark, region) == snapshots
