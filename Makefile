@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration lint format bench deploy local-up local-down clean
+.PHONY: venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser lint format bench deploy local-up local-down clean
 
 venv: $(STAMP)
 
@@ -24,8 +24,16 @@ demo: venv localstack-venv sam-venv
 demo-spark: venv
 	$(BIN)/python -m lakehouse.demo_spark
 
-test: venv localstack-venv sam-venv
+test: venv localstack-venv sam-venv browser
 	$(BIN)/python -m pytest
+
+# A headless Chromium (Debian's package) for the dashboard's browser test; said loudly when it can't be had.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] && echo "" || echo "sudo -n" ); \
+	  ( $$SUDO apt-get install -y -q chromium >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; } ) \
+	  || echo "WARNING: could not install chromium: the dashboard's browser test will be SKIPPED"; }
 
 test-unit: venv
 	$(BIN)/python -m pytest -m "not integration"
