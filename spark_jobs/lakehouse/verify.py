@@ -96,3 +96,70 @@ def check_all(
     spark: SparkSession, config: LakeConfig, schema: SchemaFile, source_db: str | Path
 ) -> list[TableCheck]:
     return [check_table(spark, config, spec, source_db) for spec in schema.tables.values()]
+
+
+# The refined tables recomputed from the source database in plain SQL (independent of lakehouse.refine):
+# the same joins and sums, so a refined zone that drifted from its source shows here.
+_SALES_SQL = """
+SELECT ws.ws_item_sk, ws.ws_order_number, d.d_date AS sold_date, d.d_year AS sold_year, d.d_moy AS sold_month,
+       t.t_hour AS sold_hour, d.d_holiday AS sold_on_holiday, ws.ws_bill_customer_sk AS customer_sk,
+       c.c_first_name AS customer_first_name, c.c_last_name AS customer_last_name,
+       a.ca_state AS customer_state, a.ca_city AS customer_city, i.i_item_id AS item_id,
+       i.i_product_name AS product_name, i.i_category AS category, i.i_class AS item_class, i.i_brand AS brand,
+       ws.ws_quantity AS quantity, ws.ws_list_price AS list_price, ws.ws_sales_price AS sales_price,
+       ws.ws_ext_sales_price AS revenue, ws.ws_ext_discount_amt AS discount, ws.ws_coupon_amt AS coupon,
+       ws.ws_net_paid AS net_paid, ws.ws_ext_wholesale_cost AS wholesale_cost, ws.ws_net_profit AS profit
+FROM web_sales ws
+LEFT JOIN date_dim d ON ws.ws_sold_date_sk = d.d_date_sk
+LEFT JOIN time_dim t ON ws.ws_sold_time_sk = t.t_time_sk
+LEFT JOIN item i ON ws.ws_item_sk = i.i_item_sk
+LEFT JOIN customer c ON ws.ws_bill_customer_sk = c.c_customer_sk
+LEFT JOIN customer_address a ON c.c_current_addr_sk = a.ca_address_sk
+"""
+_DAILY_SQL = """
+SELECT sold_date, {group}, sum(revenue) AS revenue, sum(profit) AS profit, sum(net_paid) AS net_paid,
+       sum(quantity) AS quantity, count(DISTINCT ws_order_number) AS orders, count(*) AS lines
+FROM ({sales}) GROUP BY sold_date, {group}
+"""
+REFINED_RECOMPUTATIONS = {
+    "sales_enriched": _SALES_SQL,
+    "daily_revenue_by_category": _DAILY_SQL.format(group="category", sales=_SALES_SQL),
+    "daily_revenue_by_state": _DAILY_SQL.format(group="customer_state", sales=_SALES_SQL),
+}
+
+
+def _exact(value: Any, data_type: T.DataType) -> Any:
+    """SQLite keeps decimals as REAL, and its sums carry binary fractions: round to the column's scale."""
+    if value is not None and isinstance(data_type, T.DecimalType) and isinstance(value, float):
+        return Decimal(repr(value)).quantize(Decimal(1).scaleb(-data_type.scale))
+    return value
+
+
+def check_refined(spark: SparkSession, refined_database: str, source_db: str | Path) -> list[TableCheck]:
+    """Each refined table against its recomputation from the source database (row checksums)."""
+    checks = []
+    for name, sql in REFINED_RECOMPUTATIONS.items():
+        with sqlite3.connect(source_db) as db:
+            cursor = db.execute(sql)
+            columns = [d[0].lower() for d in cursor.description]
+            source = cursor.fetchall()
+        frame = spark.table(f"{refined_database}.{name}")
+        types = {f.name: f.dataType for f in frame.schema.fields}
+        refined = frame.select(*columns).collect()
+        source_rows = [
+            [canonical(_exact(v, types[c]), types[c]) for v, c in zip(row, columns, strict=True)]
+            for row in source
+        ]
+        refined_rows = [
+            [canonical(v, types[c]) for v, c in zip(row, columns, strict=True)] for row in refined
+        ]
+        checks.append(
+            TableCheck(
+                f"refined.{name}",
+                len(source_rows),
+                len(refined_rows),
+                _checksum(source_rows),
+                _checksum(refined_rows),
+            )
+        )
+    return checks
