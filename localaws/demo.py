@@ -5,14 +5,19 @@
 Starts LocalStack (host mode, our plugins), `sam build` + `sam deploy --config-env local` of template.yaml,
 creates the TPC-DS-like source (SQLite: web_sales, customer, customer_address, item, date_dim, time_dim),
 creates and starts a DMS task replicating it into the raw bucket, starts the state machine, runs a
-workload of inserts/updates/deletes on the source while printing progress, waits until the clean zone has
-applied everything, checks every clean table against its source (row checksums), prints a summary and
-stops what it started (also on Ctrl-C or failure; `--keep-running` leaves it all running).
+workload of inserts/updates/deletes on the source while printing progress (the state machine refines every
+3 batches, runs maintenance every 6 and rolls over to a fresh execution on a low history threshold), waits
+until the clean zone has applied everything, checks every clean table against its source (row checksums),
+then stops the state machine, runs the refine job once more and one maintenance pass, checks every refined
+table against a recomputation from the source database, runs the BI queries (bi/queries) and writes the
+dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;
+`--keep-running` leaves it all running).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import signal
 import sys
 import threading
@@ -21,6 +26,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from localaws import sam_app, stack
 from localaws.pipeline_run import LocalPipeline, RunSettings
@@ -59,7 +65,14 @@ def run_demo(args: argparse.Namespace) -> int:
     if not already_running:
         stack.start(config)
     _step(started, f"local AWS up at {config.endpoint_url}" + (" (reused)" if already_running else ""))
-    settings = RunSettings(name=args.name, scale=args.scale, seed=args.seed, workdir=Path(args.workdir))
+    settings = RunSettings(
+        name=args.name,
+        scale=args.scale,
+        seed=args.seed,
+        workdir=Path(args.workdir),
+        # a low threshold: the demo shows the hand-over to a fresh execution (#2 in the progress line)
+        parameters={"HistoryThreshold": str(args.history_threshold)},
+    )
     pipeline = LocalPipeline(config.endpoint_url, settings, config)
     printer: _ProgressPrinter | None = None
     ok = False
@@ -95,19 +108,26 @@ def run_demo(args: argparse.Namespace) -> int:
             time.sleep(args.pause)
         final = pipeline.wait_until_applied(args.timeout)
         printer.stopped.set()
-        print(final.line(), flush=True)
+        print(printer.monitor.snapshot().line(), flush=True)  # the same clock as the lines before it
         _step(started, "caught up; verifying every clean table against its source")
         checks = pipeline.verify()
         for check in checks:
             print("  " + check.line())
-        ok = all(c.matches for c in checks)
-        runs = sam_app.client("glue", config.endpoint_url).get_job_runs(JobName=app.cdc_job_name)["JobRuns"]
+        clean_ok = all(c.matches for c in checks)
+        refined_checks, maintenance_runs = _finale(pipeline, app, started, Path(args.workdir))
+        ok = clean_ok and all(c.matches for c in refined_checks)
+        glue = sam_app.client("glue", config.endpoint_url)
+        runs = glue.get_job_runs(JobName=app.cdc_job_name)["JobRuns"]
+        refines = glue.get_job_runs(JobName=_job(app, "RefineJob"))["JobRuns"]
         print(
             f"\nsummary: {sum(counts.values())} source rows at scale {args.scale}, "
             f"{pipeline.row_changes} row changes in {args.changes} transactions, "
             f"{final.raw.load_files} load + {final.raw.cdc_files} CDC files, "
-            f"{len(runs)} CDC runs, {final.executions} execution(s), "
-            f"{len(checks)} tables {'ALL MATCH' if ok else 'MISMATCH'}, "
+            f"{len(runs)} CDC runs, {len(refines)} refine runs, {maintenance_runs} maintenance runs, "
+            f"{len(pipeline.executions())} execution(s), "
+            f"{len(checks)} clean tables {'ALL MATCH' if clean_ok else 'MISMATCH'}, "
+            f"{len(refined_checks)} refined tables "
+            f"{'ALL MATCH' if all(c.matches for c in refined_checks) else 'MISMATCH'}, "
             f"wall time {time.monotonic() - started:.0f}s"
         )
     except KeyboardInterrupt:
@@ -134,6 +154,97 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _batch_lag(report: dict[str, Any]) -> float:
+    """How old the batch's newest change was when the drain cut the batch (its run id is that time)."""
+    from datetime import UTC, datetime
+
+    newest = report.get("newest_commit_ts")
+    try:
+        cut = datetime.strptime(report["run_id"][:22], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
+    except (KeyError, ValueError):
+        return 0.0
+    if not newest:
+        return 0.0
+    moment = datetime.fromisoformat(newest.replace("Z", "+00:00"))
+    return round(
+        max((cut - (moment if moment.tzinfo else moment.replace(tzinfo=UTC))).total_seconds(), 0.0), 1
+    )
+
+
+def _job(app: Any, logical_id: str) -> str:
+    return app.outputs.get(f"{logical_id}Name") or app.resources[logical_id]
+
+
+def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) -> tuple[list[Any], int]:
+    """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
+    from lakehouse.bi import load_queries, run_query, spark_names
+    from lakehouse.dashboard import collect_figures, write_dashboard
+
+    pipeline.stop_executions()  # nothing races the jobs below; the pending batch (none) would stay
+    _step(started, "state machine stopped; running the refine job on the final clean zone")
+    pipeline.run_job(_job(app, "RefineJob"), {"--run_id": "demo-final-refine"})
+    glue = pipeline.aws("glue")
+    maintenance = app.outputs.get("MaintenanceJobName") or app.resources.get("MaintenanceJob")
+    maintenance_runs = 0
+    if maintenance:
+        in_loop = len(glue.get_job_runs(JobName=maintenance)["JobRuns"])
+        _step(started, f"maintenance ran {in_loop} time(s) in the loop; one more pass now")
+        report_key = "manifests/reports/maintenance-demo.json"
+        pipeline.run_job(
+            maintenance,
+            {"--run_id": "demo-maintenance", "--report_uri": f"s3://{app.artifacts_bucket}/{report_key}"},
+        )
+        maintenance_runs = in_loop + 1
+        body = pipeline.aws("s3").get_object(Bucket=app.artifacts_bucket, Key=report_key)["Body"].read()
+        tables = json.loads(body)["tables"]
+        print(
+            f"  maintenance: {len(tables)} tables, "
+            f"{sum(t['rewritten_data_files'] for t in tables)} data files compacted, "
+            f"{sum(t['removed_delete_files'] for t in tables)} delete files removed, "
+            f"{sum(t['expired_snapshots'] for t in tables)} snapshots expired, "
+            f"data files {sum(t['data_files_before'] for t in tables)} -> {sum(t['data_files_after'] for t in tables)}"
+        )
+    _step(started, "verifying every refined table against a recomputation from the source database")
+    refined_checks = pipeline.verify_refined()
+    for check in refined_checks:
+        print("  " + check.line())
+    spark, lake = pipeline.spark(), pipeline.lake_config()
+    _step(started, "BI queries (bi/queries) on the refined zone, first rows of each")
+    names = spark_names(lake)
+    for query in load_queries().values():
+        if not query.placeholders <= set(names):
+            continue  # the time-travel queries need a point in time: see docs/TIME_TRAVEL.md
+        rows = run_query(spark, query, names).limit(3).collect()
+        print(f"  {query.name}: {query.description}")
+        for row in rows:
+            print("    " + ", ".join(f"{k}={v}" for k, v in row.asDict().items()))
+    reports = pipeline.run_reports()
+    metrics = {
+        "CDC runs": len(reports),
+        "changes applied": sum(
+            r["totals"]["inserted_or_updated"] + r["totals"]["deleted"] for r in reports if r.get("totals")
+        ),
+        "quarantined records": sum(r["totals"]["quarantined_records"] for r in reports if r.get("totals")),
+        "newest_commit_ts": max(
+            (r["newest_commit_ts"] for r in reports if r.get("newest_commit_ts")), default=None
+        ),
+        "runs": [
+            {
+                "run_id": r["run_id"],
+                "files": r["totals"]["files"],
+                "changes": r["totals"]["inserted_or_updated"] + r["totals"]["deleted"],
+                "seconds": round(r.get("seconds", 0), 1),
+                "lag_seconds": _batch_lag(r),
+            }
+            for r in reports
+            if r.get("totals")
+        ],
+    }
+    path = write_dashboard(workdir / "dashboard.html", collect_figures(spark, lake), metrics)
+    _step(started, f"dashboard written: {path.resolve()} (open it in a browser; it works offline)")
+    return refined_checks, maintenance_runs
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -149,6 +260,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", default="var/demo")
     parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the clean zone")
+    parser.add_argument(
+        "--history-threshold", type=int, default=300, help="events before the execution rolls over"
+    )
     parser.add_argument(
         "--keep-running", action="store_true", help="leave LocalStack, DMS and the execution up"
     )

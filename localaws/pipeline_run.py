@@ -265,31 +265,96 @@ class LocalPipeline:
         described = self.aws("stepfunctions").describe_execution(executionArn=newest["executionArn"])
         return f"{described.get('error', '')}: {described.get('cause', '')}"[:2000]
 
-    def verify(self) -> list[Any]:
-        """Every clean table against its source table (row checksums); see lakehouse.verify."""
+    @property
+    def refined_database(self) -> str:
+        assert self.app is not None
+        return self.app.outputs.get("RefinedDatabaseName") or self.app.clean_database.replace(
+            "_clean", "_refined"
+        )
+
+    def lake_config(self) -> Any:
+        """The demo's own view of the local warehouse (a hadoop catalog over the local Glue's folder)."""
         from lakehouse.config import LakeConfig
-        from lakehouse.schema import SchemaFile
-        from lakehouse.session import build_session
-        from lakehouse.verify import check_all
 
         assert self.app is not None
-        config = LakeConfig(
+        return LakeConfig(
             catalog_name=VERIFY_CATALOG,
             warehouse=str(self.stack.warehouse),
             clean_database=self.app.clean_database,
+            refined_database=self.refined_database,
         )
+
+    def spark(self) -> Any:
+        """One local Spark session reading the warehouse the local Glue jobs write (kept for the run)."""
+        from lakehouse.session import build_session
+
         if self._spark is None:
-            self._spark = build_session(config, "verify-clean-zone")
-        spark = self._spark
+            self._spark = build_session(self.lake_config(), "verify-lake")
         for key, value in {
             f"spark.sql.catalog.{VERIFY_CATALOG}": "org.apache.iceberg.spark.SparkCatalog",
             f"spark.sql.catalog.{VERIFY_CATALOG}.type": "hadoop",
             f"spark.sql.catalog.{VERIFY_CATALOG}.warehouse": self.stack.warehouse.resolve().as_uri(),
             f"spark.sql.catalog.{VERIFY_CATALOG}.cache-enabled": "false",  # see other writers' commits
         }.items():
-            spark.conf.set(key, value)
+            self._spark.conf.set(key, value)
+        return self._spark
+
+    def verify(self) -> list[Any]:
+        """Every clean table against its source table (row checksums); see lakehouse.verify."""
+        from lakehouse.schema import SchemaFile
+        from lakehouse.verify import check_all
+
+        spark = self.spark()
         schema = SchemaFile.from_dict(replication.schema_document(self.source_db))
-        return check_all(spark, config, schema, self.source_db)
+        return check_all(spark, self.lake_config(), schema, self.source_db)
+
+    def verify_refined(self) -> list[Any]:
+        """Every refined table against its recomputation from the source database (row checksums)."""
+        from lakehouse.verify import check_refined
+
+        return check_refined(self.spark(), f"{VERIFY_CATALOG}.{self.refined_database}", self.source_db)
+
+    def stop_executions(self) -> None:
+        """Stop the pipeline's running executions (its pending batch stays; nothing is lost)."""
+        for execution in self.executions():
+            if execution["status"] == "RUNNING":
+                self.aws("stepfunctions").stop_execution(
+                    executionArn=execution["executionArn"], error="Stopped", cause="demo finale"
+                )
+
+    def run_job(
+        self, job_name: str, arguments: dict[str, str] | None = None, timeout: float = 600
+    ) -> dict[str, Any]:
+        """One run of a deployed Glue job, waited for; raises with Glue's error if it does not succeed."""
+        glue = self.aws("glue")
+        run_id = glue.start_job_run(JobName=job_name, Arguments=arguments or {})["JobRunId"]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = glue.get_job_run(JobName=job_name, RunId=run_id)["JobRun"]
+            if run["JobRunState"] in ("SUCCEEDED", "FAILED", "ERROR", "TIMEOUT", "STOPPED"):
+                if run["JobRunState"] != "SUCCEEDED":
+                    raise RuntimeError(
+                        f"{job_name} {run['JobRunState']}: {run.get('ErrorMessage', '')[:2000]}"
+                    )
+                return run
+            time.sleep(2.0)
+        raise TimeoutError(f"{job_name} still running after {timeout:.0f}s")
+
+    def run_reports(self) -> list[dict[str, Any]]:
+        """The CDC runs' reports (`manifests/reports/<run_id>.json`), oldest first."""
+        assert self.app is not None
+        s3 = self.aws("s3")
+        reports = []
+        for page in s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self.app.artifacts_bucket, Prefix="manifests/reports/"
+        ):
+            for item in page.get("Contents", []):
+                report = json.loads(
+                    s3.get_object(Bucket=self.app.artifacts_bucket, Key=item["Key"])["Body"].read()
+                )
+                if report.get("job") == "cdc":
+                    reports.append(report)
+        return sorted(reports, key=lambda r: r.get("run_id", ""))
 
     def quarantined(self) -> list[dict[str, Any]]:
         """Rows of the clean zone's quarantine table (file + line + reason of what was set aside)."""
