@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser lint format bench deploy local-up local-down clean
+.PHONY: venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser dashboard lint format bench deploy local-up local-down clean
 
 venv: $(STAMP)
 
@@ -56,6 +56,11 @@ deploy: venv sam-venv
 	PATH="$(CURDIR)/$(BIN):$$PATH" .venv-sam/bin/sam build
 	.venv-sam/bin/sam deploy $(if $(GUIDED),--guided,) --stack-name $(STACK)
 	$(BIN)/python -m deploy.glue_artifacts --stack-name $(STACK) $(if $(SCHEMA_FILE),--schema-file $(SCHEMA_FILE),)
+
+# The dashboard of the demo's warehouse (make demo writes one itself at its end): var/demo/dashboard.html
+dashboard: venv
+	$(BIN)/python -m lakehouse.dashboard --catalog_type hadoop --warehouse var/warehouse/clean \
+	  --clean_database demo_clean --refined_database demo_refined --out var/demo/dashboard.html
 
 sample-db: venv
 	$(BIN)/python -m lakehouse.sample_data --db var/source.db --scale 1 --seed 42 --schema_out var/schema.json

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import json
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -305,3 +306,49 @@ def write_dashboard(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(render_html(figures, metrics, title), encoding="utf-8")
     return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m lakehouse.dashboard --warehouse var/warehouse/clean --clean_database demo_clean
+    --refined_database demo_refined --out var/dashboard.html [--reports DIR]`: the dashboard of a local
+    warehouse (the demo's, by default `make dashboard`), run reports (`<run_id>.json`) read from DIR."""
+    import argparse
+
+    from lakehouse.config import parse_job_arguments
+    from lakehouse.session import build_session
+
+    parser = argparse.ArgumentParser(description="Write the dashboard of a warehouse's refined zone")
+    parser.add_argument("--out", default="var/dashboard.html", help="the HTML file to write")
+    parser.add_argument("--reports", default=None, help="a folder of CDC run reports (JSON), optional")
+    config, args = parse_job_arguments(list(argv) if argv is not None else sys.argv[1:], parser)
+    metrics: dict[str, Any] = {}
+    if args.reports:
+        reports = sorted(
+            (json.loads(p.read_text()) for p in Path(args.reports).glob("*.json")),
+            key=lambda r: r.get("run_id", ""),
+        )
+        reports = [r for r in reports if r.get("job") == "cdc" and r.get("totals")]
+        metrics = {
+            "CDC runs": len(reports),
+            "changes applied": sum(
+                r["totals"]["inserted_or_updated"] + r["totals"]["deleted"] for r in reports
+            ),
+            "newest_commit_ts": max(
+                (r["newest_commit_ts"] for r in reports if r.get("newest_commit_ts")), default=None
+            ),
+            "runs": [
+                {
+                    "run_id": r["run_id"],
+                    "changes": r["totals"]["inserted_or_updated"] + r["totals"]["deleted"],
+                }
+                for r in reports
+            ],
+        }
+    spark = build_session(config, "dashboard")
+    path = write_dashboard(args.out, collect_figures(spark, config), metrics)
+    print(path.resolve())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
