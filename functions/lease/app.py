@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import boto3
@@ -11,7 +12,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from lease import acquire
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 ARTIFACTS_BUCKET = os.environ.get("ARTIFACTS_BUCKET", "")
 LEASE_KEY = os.environ.get("LEASE_KEY", "locks/pipeline-lease.json")
@@ -27,6 +28,17 @@ sfn = boto3.client("stepfunctions")
 class LeaseRequest(BaseModel):
     execution_arn: str = Field(pattern=EXECUTION_ARN)
     previous_execution: str | None = Field(default=None, pattern=EXECUTION_ARN)
+    # The state machine passes its whole input: a rolled-over execution names its predecessor there.
+    execution_input: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def predecessor_from_input(self) -> LeaseRequest:
+        named = (self.execution_input or {}).get("previous_execution")
+        if self.previous_execution is None and named is not None:
+            if not isinstance(named, str) or not re.match(EXECUTION_ARN, named):
+                raise ValueError(f"previous_execution {named!r} is not an execution ARN")
+            self.previous_execution = named
+        return self
 
 
 @logger.inject_lambda_context

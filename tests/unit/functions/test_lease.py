@@ -93,7 +93,10 @@ def test_rollover_hands_the_lease_to_the_successor_while_the_predecessor_still_r
     first, successor, intruder = start(machine, "first"), start(machine, "next"), start(machine, "intruder")
     lease_app.handler({"execution_arn": first}, FakeContext())
 
-    handed = lease_app.handler({"execution_arn": successor, "previous_execution": first}, FakeContext())
+    rolled_over_input = {"skip_full_load": True, "loop": {"batches": 3}, "previous_execution": first}
+    handed = lease_app.handler(
+        {"execution_arn": successor, "execution_input": rolled_over_input}, FakeContext()
+    )
     refused = lease_app.handler({"execution_arn": intruder, "previous_execution": first}, FakeContext())
 
     assert handed["acquired"] and handed["reason"] == f"handed over by {first}"
