@@ -27,18 +27,25 @@ class Dataset:
     rows: int
     changes: int
     files: int = 200
+    fmt: str = "csv"  # or "parquet": DMS's DataFormat
+
+    @property
+    def suffix(self) -> str:
+        return "" if self.fmt == "csv" else f"-{self.fmt}"
 
     @property
     def name(self) -> str:
-        return f"orders-{self.rows}-{self.changes}-{self.files}"
+        return f"orders-{self.rows}-{self.changes}-{self.files}{self.suffix}"
 
     @property
     def load_raw(self) -> Path:
         return (
             ensure_dataset(
-                DATA / f"load-orders-{self.rows}",
+                DATA / f"load-orders-{self.rows}{self.suffix}",
                 lambda folder: write_full_load(
-                    folder / "raw", FullLoadSpec(NARROW, self.rows, rows_per_file=ROWS_PER_LOAD_FILE)
+                    folder / "raw",
+                    FullLoadSpec(NARROW, self.rows, rows_per_file=ROWS_PER_LOAD_FILE),
+                    self.fmt,
                 ),
             )
             / "raw"
@@ -48,9 +55,13 @@ class Dataset:
     def cdc_files(self) -> list[Path]:
         folder = ensure_dataset(
             DATA / f"cdc-{self.name}",
-            lambda folder: write_cdc(folder / "raw", CdcSpec(self.rows, self.changes, self.files)),
+            lambda folder: write_cdc(
+                folder / "raw", CdcSpec(self.rows, self.changes, self.files), fmt=self.fmt
+            ),
         )
-        return sorted((folder / "raw" / "bench" / NARROW).glob("*.csv"))
+        return sorted(
+            p for p in (folder / "raw" / "bench" / NARROW).iterdir() if p.suffix in (".csv", ".parquet")
+        )
 
 
 def wide_load_raw(rows: int) -> Path:

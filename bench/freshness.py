@@ -8,7 +8,7 @@ run's), and waits until warm (full load and a CDC batch applied). Each probe, af
 hit every phase of the Idle wait loop), sets one customer's e-mail to a unique value on the SQLite source.
 Start: the time in the name of the raw CDC file holding it, which the local DMS takes just before PutObject
 (S3 LastModified, also kept, has whole seconds only). End: the first poll (every --poll s) of the table's
-current Iceberg metadata whose watermark covers that file (data and watermark are one commit); the row is
+current Iceberg metadata whose commit names that file as applied (data and name are one commit); the row is
 then read back with PyIceberg. The execution history and run reports split each latency. Prints Markdown,
 writes bench/data/results/freshness-<UTC time>.json; stops what it started, also on Ctrl-C or failure.
 """
@@ -118,7 +118,7 @@ def take_probe(pipeline: LocalPipeline, probe: Probe, after: str, poll: float, t
             (probe.file, probe.at["last_modified"]), name = found, found[0].rsplit("/", 1)[1]
             probe.at["landed"] = cdc_file_time(name).timestamp()  # type: ignore[union-attr]
         state = read_clean_table(table_dir) if name else None
-        if state and (state.watermark_file or "") >= name:
+        if state and name in state.applied_files:
             probe.at["seen"] = time.time()
             break
         if time.monotonic() > deadline:
@@ -227,7 +227,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"[{time.monotonic() - begun:5.0f}s] deployed {pipeline.stack_name}; waiting to be warm")
             pipeline.wait_until_applied(args.timeout)
             pipeline.run_workload(20, args.seed)  # changes for a first CDC batch
-            while not any(s.watermark_file for s in pipeline.wait_until_applied(args.timeout).clean.values()):
+            while not any(s.applied_files for s in pipeline.wait_until_applied(args.timeout).clean.values()):
                 time.sleep(1)
             print(f"[{time.monotonic() - begun:5.0f}s] warm: full load and a CDC batch applied", flush=True)
             load["before"], after = loads(), ""

@@ -3,7 +3,8 @@
 Layout exactly as DMS writes it (docs/CONTRACTS.md, lakehouse.dms_files): a header row
 `Op,dms_timestamp,AR_H_CHANGE_SEQ,<columns…>`, RFC 4180 quoting only where needed, null as an empty
 field, 35-digit zero-padded change sequences (empty in LOAD files), LOAD files with a hex counter and
-CDC files named by time. Two tables:
+CDC files named by time. Or, with `fmt="parquet"`, DMS's Parquet output (DataFormat=parquet): the same
+columns, Op / timestamp / sequence as strings, the data typed as DMS maps it. Two tables:
 
 - `bench.orders` (narrow, 8 columns, primary key `order_id`): full load and CDC.
 - `bench.wide_sales` (wide, 40 columns, primary key `ws_id`): full load only.
@@ -153,6 +154,42 @@ def _write(path: Path, op: pa.Array, ts: pa.Array, seq: pa.Array, rows: dict[str
     return path.stat().st_size
 
 
+_ARROW_TYPES = {"bigint": pa.int64(), "int": pa.int32(), "datetime": pa.timestamp("us"), "date": pa.date32()}
+
+
+def _arrow_type(source_type: str) -> pa.DataType:
+    """The Parquet type DMS writes for a source type (INT4 → INT32, NUMERIC → DECIMAL, …)."""
+    if source_type.startswith("decimal"):
+        precision, scale = source_type[len("decimal(") : -1].split(",")
+        return pa.decimal128(int(precision), int(scale))
+    return _ARROW_TYPES.get(source_type, pa.string())
+
+
+def _write_parquet(
+    path: Path, op: pa.Array, ts: pa.Array, seq: pa.Array, rows: dict[str, pa.Array], table: str
+) -> int:
+    """One DMS Parquet file: the text the generator makes for a column cast to the column's type."""
+    import pyarrow.parquet as pq
+
+    types = dict(NARROW_COLUMNS if table == NARROW else wide_columns())
+    seq_text = pc.if_else(pc.equal(seq, ""), pa.scalar(None, pa.string()), seq)
+    data = {"Op": op, "dms_timestamp": ts, "AR_H_CHANGE_SEQ": seq_text}
+    data |= {name: values.cast(_arrow_type(types[name])) for name, values in rows.items()}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(data), path)
+    return path.stat().st_size
+
+
+def _emit(folder: Path, stem: str, op, ts, seq, rows: dict[str, pa.Array], table: str, fmt: str) -> Path:
+    if fmt == "parquet":
+        path = folder / f"{stem}.parquet"
+        _write_parquet(path, op, ts, seq, rows, table)
+    else:
+        path = folder / f"{stem}.csv"
+        _write(path, op, ts, seq, rows)
+    return path
+
+
 def _seq_text(first: int, n: int) -> pa.Array:
     numbers = pa.array(np.arange(first, first + n, dtype=np.int64)).cast(pa.string())
     return pc.utf8_lpad(numbers, width=SEQ_DIGITS, padding="0")
@@ -166,7 +203,7 @@ class FullLoadSpec:
     seed: int = 1
 
 
-def write_full_load(raw: Path, spec: FullLoadSpec) -> list[Path]:
+def write_full_load(raw: Path, spec: FullLoadSpec, fmt: str = "csv") -> list[Path]:
     """LOAD00000001.csv … (hex counter): every row an `I` with an empty change sequence."""
     rng = np.random.default_rng(spec.seed)
     make = narrow_rows if spec.table == NARROW else wide_rows
@@ -178,9 +215,9 @@ def write_full_load(raw: Path, spec: FullLoadSpec) -> list[Path]:
         op = pa.array(np.full(n, "I"))
         ts = pa.array(np.full(n, BASE_TIME.isoformat(sep=" ", timespec="microseconds")))
         seq = pa.array(np.full(n, ""))
-        path = folder / f"LOAD{counter:08X}.csv"
-        _write(path, op, ts, seq, make(rng, keys, BASE_TIME))
-        paths.append(path)
+        paths.append(
+            _emit(folder, f"LOAD{counter:08X}", op, ts, seq, make(rng, keys, BASE_TIME), spec.table, fmt)
+        )
     return paths
 
 
@@ -215,7 +252,7 @@ def cdc_ops_and_keys(spec: CdcSpec) -> tuple[np.ndarray, np.ndarray]:
     return ops, keys
 
 
-def write_cdc(raw: Path, spec: CdcSpec, table: str = NARROW) -> list[Path]:
+def write_cdc(raw: Path, spec: CdcSpec, table: str = NARROW, fmt: str = "csv") -> list[Path]:
     ops, keys = cdc_ops_and_keys(spec)
     rng = np.random.default_rng(spec.seed + 1)
     make = narrow_rows if table == NARROW else wide_rows
@@ -229,9 +266,9 @@ def write_cdc(raw: Path, spec: CdcSpec, table: str = NARROW) -> list[Path]:
         moment = BASE_TIME + timedelta(days=1, seconds=index)
         ts = _ts_text(_timestamps(rng, hi - lo, moment, 1))
         rows = make(rng, keys[lo:hi], moment)
-        name = moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
-        _write(folder / name, pa.array(ops[lo:hi]), ts, _seq_text(10**12 + lo + 1, hi - lo), rows)
-        paths.append(folder / name)
+        stem = moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}"
+        seq = _seq_text(10**12 + lo + 1, hi - lo)
+        paths.append(_emit(folder, stem, pa.array(ops[lo:hi]), ts, seq, rows, table, fmt))
     return paths
 
 

@@ -23,7 +23,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
 from datasets import DATA, Dataset  # noqa: E402
 from experiments import session_patches, table_setups  # noqa: E402
 from generate import write_schema  # noqa: E402
-from run import Lake, apply_in_session, backup_dir, restore, table_name  # noqa: E402
+from run import Lake, apply_in_session, backup_dir, refreshed, restore, table_name  # noqa: E402
 
 EVENT_LOG = DATA / "eventlog"
 
@@ -88,7 +88,7 @@ def main(argv: Sequence[str]) -> int:
     files = dataset.cdc_files
     for warmup in range(args.warmups):
         restore(table_dir)
-        spark.sql(f"REFRESH TABLE {table}")
+        refreshed(spark, table)
         apply_in_session(spark, lake, database, files, f"warmup{warmup}")
 
     merge_seconds: list[float] = []
@@ -103,10 +103,10 @@ def main(argv: Sequence[str]) -> int:
 
     pipeline.merge_changes = timed_merge
     restore(table_dir)
-    spark.sql(f"REFRESH TABLE {table}")
+    refreshed(spark, table)
     for setup in table_setups(args.variant):
         setup(spark, table)
-    spark.sql(f"REFRESH TABLE {table}")
+    refreshed(spark, table)
     app = spark.sparkContext.applicationId
     with session_patches(spark, args.variant):
         since_ms = time.time() * 1000

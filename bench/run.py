@@ -99,8 +99,8 @@ class Lake:
     schema_file: Path
     shuffle_partitions: int
 
-    def database(self, rows: int) -> str:
-        return f"rows_{rows}"
+    def database(self, rows: int, fmt: str = "csv") -> str:
+        return f"rows_{rows}" if fmt == "csv" else f"rows_{rows}_{fmt}"
 
     def table_dir(self, database: str, table: str) -> Path:
         return self.warehouse / database / f"{SOURCE_SCHEMA}_{table}"
@@ -131,10 +131,25 @@ def backup_dir(table_dir: Path) -> Path:
     return DATA / "base-metadata" / table_dir.parent.name / table_dir.name
 
 
+# The pipeline's own tables beside the replica: which files it applied, which keys it deleted. A batch
+# applied again after a restore must find them as they were after the full load, or it is skipped.
+STATE_TABLES = ("dms_applied_files", "dms_tombstones")
+
+
+def backup_base(table_dir: Path) -> None:
+    """Keep the metadata of the table and of the pipeline's own tables as they are after the full load."""
+    for folder in (table_dir, *(table_dir.parent / name for name in STATE_TABLES)):
+        if (folder / "metadata").exists():
+            shutil.copytree(folder / "metadata", backup_dir(folder))
+
+
 def restore(table_dir: Path) -> None:
-    """Put the table back to its base snapshot: the metadata folder as it was after the full load."""
-    shutil.rmtree(table_dir / "metadata", ignore_errors=True)
-    shutil.copytree(backup_dir(table_dir), table_dir / "metadata")
+    """Put the table (and the pipeline's own tables) back to the base snapshot after the full load."""
+    for folder in (table_dir, *(table_dir.parent / name for name in STATE_TABLES)):
+        backup = backup_dir(folder)
+        if backup.exists():
+            shutil.rmtree(folder / "metadata", ignore_errors=True)
+            shutil.copytree(backup, folder / "metadata")
 
 
 def base_metadata_json(table_dir: Path) -> Path:
@@ -147,14 +162,18 @@ def build_base(spark, lake: Lake, dataset: Dataset, figures: list[Figure]) -> Pa
     from lakehouse.pipeline import full_load
     from lakehouse.schema import SchemaFile
 
-    database = lake.database(dataset.rows)
+    database = lake.database(dataset.rows, dataset.fmt)
     table_dir = lake.table_dir(database, NARROW)
     if backup_dir(table_dir).exists():
         return table_dir
     raw = dataset.load_raw
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
     figure = Figure(
-        "full-load-base (narrow)", dataset.rows, dataset.rows, "rows", note="one run: builds the base"
+        f"full-load-base (narrow, {dataset.fmt})",
+        dataset.rows,
+        dataset.rows,
+        "rows",
+        note="one run: builds the base",
     )
     report = timed(
         figure,
@@ -165,7 +184,7 @@ def build_base(spark, lake: Lake, dataset: Dataset, figures: list[Figure]) -> Pa
     if report.failed:
         raise RuntimeError(f"full load failed: {report.failed}")
     figures.append(figure)
-    shutil.copytree(table_dir / "metadata", backup_dir(table_dir))
+    backup_base(table_dir)
     return table_dir
 
 
@@ -246,11 +265,16 @@ def table_name(lake: Lake, database: str) -> str:
 
 
 def refreshed(spark, table: str) -> None:
-    spark.sql(f"REFRESH TABLE {table}")
+    """Forget the cached metadata of the table and of the pipeline's own tables beside it (a restore
+    replaced their metadata folders)."""
+    database = table.rsplit(".", 1)[0]
+    for name in (table, *(f"{database}.{state}" for state in STATE_TABLES)):
+        if spark.catalog.tableExists(name):
+            spark.sql(f"REFRESH TABLE {name}")
 
 
 def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, figures: list[Figure]) -> None:
-    database = lake.database(dataset.rows)
+    database = lake.database(dataset.rows, dataset.fmt)
     table_dir = build_base(spark, lake, dataset, figures)
     table = table_name(lake, database)
     files = dataset.cdc_files
@@ -275,7 +299,7 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
             reset()
             apply_in_session(spark, lake, database, files, f"warmup{warmup}")
         for variant in args.variants:
-            figure = Figure(f"cdc-session [{variant}]", dataset.rows, n, "changes")
+            figure = Figure(f"cdc-session [{variant}, {dataset.fmt}]", dataset.rows, n, "changes")
             for run in range(args.runs):
                 with session_patches(spark, variant):
 
@@ -480,6 +504,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000], help="table sizes for CDC")
     parser.add_argument("--change-ratio", type=float, default=0.1, help="changes per batch / table rows")
     parser.add_argument("--files", type=int, default=200, help="CDC files per batch")
+    parser.add_argument("--formats", default="csv", help="comma list of DMS DataFormats: csv, parquet")
     parser.add_argument("--full-load-rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmups", type=int, default=2, help="throw-away applies before cdc-session")
@@ -516,9 +541,10 @@ def main(argv: Sequence[str]) -> int:
     spark = spark_session(lake, args.driver_memory)
     try:
         for rows in args.rows if args.parts - {"full-load"} else []:
-            dataset = Dataset(rows, max(args.files, int(rows * args.change_ratio)), args.files)
-            print(f"CDC: {dataset.name}", flush=True)
-            measure_cdc(spark, lake, dataset, args, figures)
+            for fmt in (f.strip() for f in args.formats.split(",") if f.strip()):
+                dataset = Dataset(rows, max(args.files, int(rows * args.change_ratio)), args.files, fmt)
+                print(f"CDC: {dataset.name}", flush=True)
+                measure_cdc(spark, lake, dataset, args, figures)
         if "full-load" in args.parts:
             print(f"full load: {args.full_load_rows} rows", flush=True)
             measure_full_load(spark, lake, args.full_load_rows, args, figures)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
 
 from datasets import DATA, Dataset, wide_cdc_files, wide_load_raw  # noqa: E402
 from generate import SOURCE_SCHEMA, WIDE, write_schema  # noqa: E402
-from run import Lake, apply_in_session, backup_dir, expected_rows, restore  # noqa: E402
+from run import Lake, apply_in_session, backup_base, backup_dir, expected_rows, refreshed, restore  # noqa: E402
 
 
 def main(argv: Sequence[str]) -> int:
@@ -55,16 +54,16 @@ def main(argv: Sequence[str]) -> int:
         )
         if report.failed:
             raise SystemExit(f"full load failed: {report.to_dict()}")
-        shutil.copytree(table_dir / "metadata", backup_dir(table_dir))
+        backup_base(table_dir)
     expected = expected_rows(Dataset(args.rows, changes, args.files))
 
     def apply(run_id: str) -> float:
         restore(table_dir)
-        spark.sql(f"REFRESH TABLE {table}")
+        refreshed(spark, table)
         started = time.perf_counter()
         apply_in_session(spark, lake, database, files, run_id)
         seconds = time.perf_counter() - started
-        spark.sql(f"REFRESH TABLE {table}")
+        refreshed(spark, table)
         count = spark.table(table).count()
         if count != expected:
             raise SystemExit(f"{run_id}: {count} rows after the batch, expected {expected}")

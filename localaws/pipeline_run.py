@@ -125,8 +125,8 @@ class LocalPipeline:
     # steps -------------------------------------------------------------------------------------------------
     def create_source(self) -> dict[str, int]:
         """A new source database, so a new replica: the clean and refined tables of an earlier run of
-        this environment (same names in the local warehouse) are removed, or their watermarks would
-        make the new task's changes look applied already."""
+        this environment (same names in the local warehouse) are removed, or their rows, applied files and
+        tombstones would be mistaken for the new task's."""
         self.workdir.mkdir(parents=True, exist_ok=True)
         for zone in ("clean", "refined"):
             shutil.rmtree(Path(self.stack.warehouse) / f"{self.settings.name}_{zone}", ignore_errors=True)
@@ -230,7 +230,7 @@ class LocalPipeline:
         ignore_files: frozenset[str] = frozenset(),
         settle: float = 3.0,
     ) -> ProgressSnapshot:
-        """Wait until every table's newest CDC file is covered by the applied watermark and the full
+        """Wait until every table's CDC files in the raw zone are applied (named by a commit) and the full
         load is in (after `settle` seconds for DMS to flush its buffer). Raises if an execution fails."""
         monitor = self.monitor(ignore_files)
         time.sleep(settle)

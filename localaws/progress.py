@@ -2,7 +2,8 @@
 
 Read without Spark: DMS through its API, the raw zone by listing the bucket, the clean zone from the
 Iceberg metadata files of the local warehouse (hadoop catalog: `<warehouse>/<db>/<table>/metadata/`),
-whose snapshot summaries carry the applied watermark (the CDC file name, a UTC time) and row totals.
+whose snapshot summaries name the CDC files each commit applied (a file's name is its UTC time) and
+carry row totals.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from typing import Any
 
 from localaws import replication
 
-WATERMARK_FILE = "dms.watermark.cdc-file"
-WATERMARK_SEQ = "dms.watermark.change-seq"
+APPLIED_FILES = "dms.applied-files"
 FULL_LOAD_DONE = "dms.full-load.files"
+LOAD_DONE_PROPERTY = "dms.full-load.done"
 
 
 @dataclass(frozen=True)
@@ -29,8 +30,11 @@ class CleanTableState:
     snapshots: int
     live_rows: int
     full_load_done: bool
-    watermark_file: str | None
-    watermark_seq: int | None
+    applied_files: frozenset[str] = frozenset()
+
+    @property
+    def newest_applied_file(self) -> str | None:
+        return max(self.applied_files, default=None)
 
 
 def read_clean_table(table_dir: Path) -> CleanTableState | None:
@@ -45,15 +49,16 @@ def read_clean_table(table_dir: Path) -> CleanTableState | None:
     summaries = [s.get("summary", {}) for s in snapshots]
     current = next((s for s in snapshots if s["snapshot-id"] == metadata.get("current-snapshot-id")), None)
     totals = (current or {}).get("summary", {})
-    files = [s[WATERMARK_FILE] for s in summaries if WATERMARK_FILE in s]
-    sequences = [int(s[WATERMARK_SEQ]) for s in summaries if WATERMARK_SEQ in s]
+    applied = frozenset(
+        name for s in summaries if APPLIED_FILES in s for name in json.loads(s[APPLIED_FILES])
+    )
     return CleanTableState(
         name=table_dir.name,
         snapshots=len(snapshots),
         live_rows=int(totals.get("total-records", 0)) - int(totals.get("total-position-deletes", 0)),
-        full_load_done=any(FULL_LOAD_DONE in s for s in summaries),
-        watermark_file=max(files) if files else None,
-        watermark_seq=max(sequences) if sequences else None,
+        full_load_done=LOAD_DONE_PROPERTY in (metadata.get("properties") or {})
+        or any(FULL_LOAD_DONE in s for s in summaries),
+        applied_files=applied,
     )
 
 
@@ -62,18 +67,25 @@ def read_clean_zone(warehouse: Path, database: str) -> dict[str, CleanTableState
     folder = warehouse / database
     if not folder.is_dir():
         return {}
-    states = (read_clean_table(d) for d in sorted(folder.iterdir()) if d.is_dir())
+    # dms_quarantine, dms_applied_files, dms_tombstones are the pipeline's own, not replicas
+    states = (
+        read_clean_table(d) for d in sorted(folder.iterdir()) if d.is_dir() and not d.name.startswith("dms_")
+    )
     return {s.name: s for s in states if s is not None}
 
 
 @dataclass
 class RawZone:
-    """The DMS files in the raw bucket: counts and each table's newest CDC file name."""
+    """The DMS files in the raw bucket: counts and each table's CDC file names."""
 
     load_files: int = 0
     cdc_files: int = 0
     bytes: int = 0
-    newest_cdc_file: dict[str, str] = field(default_factory=dict)  # "<schema>_<table>" → file name
+    cdc_file_names: dict[str, set[str]] = field(default_factory=dict)  # "<schema>_<table>" → file names
+
+    @property
+    def newest_cdc_file(self) -> dict[str, str]:
+        return {table: max(names) for table, names in self.cdc_file_names.items() if names}
 
 
 def list_raw_zone(s3: Any, bucket: str, prefix: str = "dms/") -> RawZone:
@@ -89,8 +101,7 @@ def list_raw_zone(s3: Any, bucket: str, prefix: str = "dms/") -> RawZone:
                 zone.load_files += 1
                 continue
             zone.cdc_files += 1
-            iceberg_name = f"{schema}_{table}".lower()
-            zone.newest_cdc_file[iceberg_name] = max(name, zone.newest_cdc_file.get(iceberg_name, ""))
+            zone.cdc_file_names.setdefault(f"{schema}_{table}".lower(), set()).add(name)
     return zone
 
 
@@ -105,13 +116,12 @@ def cdc_file_time(name: str) -> datetime | None:
 def pending_tables(
     raw: RawZone, clean: dict[str, CleanTableState], ignore_files: frozenset[str] = frozenset()
 ) -> list[str]:
-    """Tables whose newest CDC file in the raw zone is not yet covered by the applied watermark."""
+    """Tables with a CDC file in the raw zone that no commit of theirs has applied yet."""
     pending = []
-    for table, newest in sorted(raw.newest_cdc_file.items()):
-        if newest in ignore_files:
-            continue
+    for table, names in sorted(raw.cdc_file_names.items()):
         state = clean.get(table)
-        if state is None or state.watermark_file is None or state.watermark_file < newest:
+        applied = state.applied_files if state else frozenset()
+        if names - ignore_files - applied:
             pending.append(table)
     return pending
 
@@ -132,7 +142,7 @@ class ProgressSnapshot:
 
     @property
     def applied_through(self) -> datetime | None:
-        times = [cdc_file_time(s.watermark_file) for s in self.clean.values() if s.watermark_file]
+        times = [cdc_file_time(s.newest_applied_file) for s in self.clean.values() if s.newest_applied_file]
         return max((t for t in times if t), default=None)
 
     def lag_seconds(self, now: datetime | None = None) -> float | None:

@@ -32,12 +32,17 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 4566
 
 
+def _default_port() -> int:
+    """LOCALAWS_PORT moves the whole local AWS (tests, demo) off 4566, e.g. beside another checkout's run."""
+    return int(os.environ.get("LOCALAWS_PORT", DEFAULT_PORT))
+
+
 @dataclass(frozen=True)
 class StackConfig:
     """Where LocalStack listens and keeps its files, and what our plugins run on the host."""
 
     host: str = DEFAULT_HOST
-    port: int = DEFAULT_PORT
+    port: int = field(default_factory=_default_port)
     state_dir: Path = REPO_ROOT / "var" / "localstack"
     host_python: Path = REPO_ROOT / ".venv" / "bin" / "python"
     warehouse: Path = REPO_ROOT / "var" / "warehouse" / "clean"

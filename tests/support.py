@@ -34,10 +34,12 @@ def schema_of(
 @dataclass
 class DmsWriter:
     """Writes DMS-format files under `root/<schema>/<table>/`, with increasing change sequences and
-    CDC file names that sort in arrival order."""
+    CDC file names that sort in arrival order. With `parquet_types` ({column: pyarrow type}) it writes
+    DMS's Parquet output (DataFormat=parquet) instead of CSV."""
 
     root: Path
     fmt: CsvFormat = field(default_factory=CsvFormat)
+    parquet_types: dict[str, Any] | None = None
     _seq: itertools.count = field(default_factory=lambda: itertools.count(1))
     _clock: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -54,13 +56,37 @@ class DmsWriter:
         rows: Sequence[Sequence[Any]],
         counter: int = 1,
         snapshot_seq: int | None = None,
+        moment: datetime = BASE_TIME,
     ) -> str:
-        """LOAD rows carry no change sequence, unless DMS stamps them with the snapshot's position."""
+        """LOAD rows carry no change sequence, unless DMS stamps them with the snapshot's position; their
+        timestamp column is when DMS read them (`moment`)."""
         seq = change_seq(snapshot_seq) if snapshot_seq is not None else ""
         path = self.table_dir(qualified) / load_file_name(counter)
-        path.write_text(
-            write_dms_csv(columns, [("I", seq, BASE_TIME, r) for r in rows], self.fmt), encoding="utf-8"
-        )
+        records = [("I", seq, moment, r) for r in rows]
+        if self.parquet_types is not None:
+            return self._parquet(path.with_suffix(".parquet"), columns, records)
+        path.write_text(write_dms_csv(columns, records, self.fmt), encoding="utf-8")
+        return str(path)
+
+    def _parquet(self, path: Path, columns: Sequence[str], records: Sequence[tuple]) -> str:
+        """DMS's Parquet: Op, the timestamp column and AR_H_CHANGE_SEQ as strings, the data typed."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        assert self.parquet_types is not None
+        data = {
+            "Op": pa.array([op for op, _, _, _ in records], pa.string()),
+            self.fmt.timestamp_column: pa.array(
+                [m.isoformat(sep=" ", timespec="microseconds") for _, _, m, _ in records], pa.string()
+            ),
+        }
+        if self.fmt.add_change_seq:
+            data["AR_H_CHANGE_SEQ"] = pa.array([seq or None for _, seq, _, _ in records], pa.string())
+        for index, column in enumerate(columns):
+            data[column] = pa.array(
+                [values[index] for _, _, _, values in records], self.parquet_types[column]
+            )
+        pq.write_table(pa.table(data), path)
         return str(path)
 
     def cdc(
@@ -68,17 +94,24 @@ class DmsWriter:
         qualified: str,
         columns: Sequence[str],
         changes: Sequence[tuple[str, Sequence[Any]]],
-        seqs: Sequence[int] | None = None,
+        seqs: Sequence[int | None] | None = None,
+        name: str | None = None,
+        folder: str | None = None,
     ) -> str:
-        """changes: [(op, values)]; sequences rise unless given."""
+        """changes: [(op, values)]; sequences rise unless given. Files are named by a rising time unless
+        `name` is given; `folder` puts the file below date folders (DatePartitionEnabled)."""
         moment = BASE_TIME + timedelta(seconds=next(self._clock))
-        name = moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
+        name = name or moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
         numbers = list(seqs) if seqs is not None else [next(self._seq) for _ in changes]
         rows = [
             (op, change_seq(n) if n is not None else "", moment, values)
             for (op, values), n in zip(changes, numbers, strict=True)
         ]
-        path = self.table_dir(qualified) / name
+        directory = self.table_dir(qualified) / folder if folder else self.table_dir(qualified)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / name
+        if self.parquet_types is not None:
+            return self._parquet(path.with_suffix(".parquet"), columns, rows)
         path.write_text(write_dms_csv(columns, rows, self.fmt), encoding="utf-8")
         return str(path)
 
@@ -89,8 +122,11 @@ def manifest(*paths: str, run_id: str = "test-run") -> Manifest:
 
 def rows_of(spark, table: str, columns: Sequence[str] | None = None) -> list[tuple]:
     """The whole table as tuples ordered by its columns (first column first): easy to assert on."""
+    from lakehouse.names import quote
+    from pyspark.sql import functions as F
+
     frame = spark.table(table)
-    chosen = list(columns) if columns else [c for c in frame.columns if not c.startswith("dms_")]
+    chosen = [F.col(quote(c)) for c in (columns or [c for c in frame.columns if not c.startswith("dms_")])]
     return [tuple(row) for row in frame.select(*chosen).orderBy(*chosen).collect()]
 
 

@@ -1,17 +1,20 @@
 """Pure DataFrame → DataFrame steps from raw DMS records to one change per key.
 
-raw text  →  typed_changes (types, Op, sequence; every problem becomes a `_reason`)
-          →  split by `_reason`: good rows go on, bad rows to quarantine
-          →  above_watermark (exactly once: drop what a previous commit applied)
+raw text  →  typed_changes (types, Op, sequence; every problem is named: `_dms_reason` for a malformed
+             record, `_dms_mismatch` for a value its column's type cannot hold, `_dms_widen` for a
+             value that a wider type of the same family holds)
           →  expand_key_changes (a primary-key update becomes a delete of the old key + the new row)
           →  last_change_per_key (MERGE must never see two source rows for one key)
+
+Typing never loses a value silently: Spark's casts truncate `1.5` to the int 1 and round `1.2345` to
+the decimal(10,2) 1.23; here such values are mismatches (or widenings), never quietly changed.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame
@@ -19,16 +22,24 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.dms_files import CHANGE_SEQ_COLUMN, DEFAULT_TIMESTAMP_COLUMN, OP_COLUMN
-from lakehouse.dms_reader import CORRUPT, FILE_ORDER, FILE_URI, POSITION
+from lakehouse.dms_reader import CORRUPT, FILE_ORDER, FILE_URI, HEADER, POSITION, SEQ_BASE, RawRead
+from lakehouse.names import INTERNAL_PREFIX, quote
 from lakehouse.schema import TableSpec
 
-OP = "_op"
-SEQ = "_seq"
-COMMIT_TS = "_commit_ts"
-REASON = "_reason"
-RAW = "_raw"
+OP = "_dms_op"
+SEQ = "_dms_seq"
+COMMIT_TS = "_dms_commit_ts"
+REASON = "_dms_reason"  # a malformed record: quarantined
+MISMATCH = "_dms_mismatch"  # a value its column's type can't hold: the table stops (or quarantine, if asked)
+WIDEN = "_dms_widen"  # `column<2>type` entries a wider type would hold: the table is widened and retyped
+WIDEN_SEPARATOR = "\u0001"  # between entries (names may hold any printable character)
+WIDEN_TYPE_SEPARATOR = "\u0002"  # between a column and the type it needs
+RAW = "_dms_raw"
+BEFORE_IMAGE = "_dms_bi_"
 SEQ_TYPE = T.DecimalType(38, 0)
 VALID_OPS = ("I", "U", "D")
+MAX_DECIMAL_PRECISION = 38
+_RECORD_MASK = (1 << 33) - 1  # monotonically_increasing_id: the record's index within its partition
 
 
 @dataclass(frozen=True)
@@ -42,165 +53,197 @@ class ChangeColumns:
 
 
 @dataclass(frozen=True)
-class Watermark:
-    """The highest change applied to a table: its change sequence and its CDC file name."""
-
-    change_seq: Decimal | None = None
-    cdc_file: str | None = None
-
-    def advanced_to(self, other: Watermark) -> Watermark:
-        """Never backwards: each part is the larger of the two."""
-        return Watermark(_larger(self.change_seq, other.change_seq), _larger(self.cdc_file, other.cdc_file))
-
-
-def _larger(a, b):
-    if a is None:
-        return b
-    if b is None:
-        return a
-    return max(a, b)
-
-
-@dataclass(frozen=True)
 class HeaderLayout:
-    """How one header's columns map to the table: data columns and before-image columns."""
+    """How the batch's header columns (lower case) map to the table: data and before-image columns."""
 
-    data_columns: dict[str, str]  # target name (lower case) → header name
-    before_image: dict[str, str]  # primary-key column (lower case) → header name of its before image
+    data_columns: tuple[str, ...]
+    before_image: dict[str, str]  # primary-key column → its before-image column
 
 
-def header_layout(header: Sequence[str], spec: TableSpec, names: ChangeColumns) -> HeaderLayout:
+def header_layout(
+    headers: Sequence[Sequence[str]], spec: TableSpec, names: ChangeColumns = ChangeColumns()
+) -> HeaderLayout:
     special = {names.op.lower(), names.change_seq.lower(), names.timestamp.lower()}
     keys = {k.lower() for k in spec.primary_key}
     prefix = names.before_image_prefix.lower()
-    data: dict[str, str] = {}
-    before: dict[str, str] = {}
-    for column in header:
-        lowered = column.lower()
-        if lowered in special:
-            continue
-        if prefix and lowered.startswith(prefix) and lowered[len(prefix) :] in keys:
-            before[lowered[len(prefix) :]] = column
-            continue
-        data[lowered] = column
-    return HeaderLayout(data, before)
-
-
-def union_layout(headers: Sequence[Sequence[str]], spec: TableSpec, names: ChangeColumns) -> HeaderLayout:
-    data: dict[str, str] = {}
+    data: dict[str, None] = {}
     before: dict[str, str] = {}
     for header in headers:
-        layout = header_layout(header, spec, names)
-        data.update(layout.data_columns)
-        before.update(layout.before_image)
-    return HeaderLayout(data, before)
-
-
-def column_types(layout: HeaderLayout, spec: TableSpec) -> dict[str, T.DataType]:
-    """Each data column's type from the schema file; a column the schema file doesn't know yet is text."""
-    return {name: spec.spark_type_of(name) or T.StringType() for name in layout.data_columns}
+        for column in (c.lower() for c in header):
+            if column in special:
+                continue
+            if prefix and column.startswith(prefix) and column[len(prefix) :] in keys:
+                before[column[len(prefix) :]] = column
+                continue
+            data[column] = None
+    return HeaderLayout(tuple(data), before)
 
 
 def typed_changes(
-    raw: DataFrame,
+    raw: RawRead,
     spec: TableSpec,
     layout: HeaderLayout,
     types: dict[str, T.DataType],
     names: ChangeColumns = ChangeColumns(),
     null_marker: str | None = None,
 ) -> DataFrame:
-    """Typed change rows. Columns: the data columns (lower case) and `bi_<key>` before images, `_op`,
-    `_seq`, `_commit_ts`, `_file_uri`, `_file_order`, `_pos`, `_raw` and `_reason` (null when valid)."""
-    present = set(raw.columns)
-    reasons: list[Column] = []
+    """Typed change rows. Columns: the data columns (lower case), before images (`_dms_bi_<key>`),
+    `_dms_op`, `_dms_seq` (AR_H_CHANGE_SEQ, or for a CDC record without one the file's time and the
+    record's position), `_dms_commit_ts`, `_dms_file_uri`, `_dms_file_order`, `_dms_pos`, `_dms_raw`
+    and the problems `_dms_reason`, `_dms_mismatch`, `_dms_widen` (each null when there is none)."""
+    assert raw.rows is not None
+    rows = raw.rows
+    sources = {f.name: f.dataType for f in rows.schema.fields}
+    keys = [k.lower() for k in spec.primary_key]
+    all_csv = len(raw.csv_groups) == len(raw.groups)
 
     def text(name: str | None) -> Column:
-        if not name or name not in present:
+        if not name or name not in sources:
             return F.lit(None).cast("string")
-        value = F.col(f"`{name}`")
-        if null_marker is None:
-            return value
-        # CsvNullValue set: the marker is null, and any empty field is an empty string.
-        return F.when(value == null_marker, F.lit(None)).otherwise(F.coalesce(value, F.lit("")))
+        value = F.col(quote(name))
+        if null_marker is not None and raw.csv_groups and isinstance(sources[name], T.StringType):
+            # CsvNullValue set: the marker is null, and any empty field is an empty string (CSV only:
+            # a Parquet file has real nulls, and its text is what it is).
+            marked = F.when(value == null_marker, F.lit(None)).otherwise(F.coalesce(value, F.lit("")))
+            value = marked if all_csv else F.when(F.col(HEADER).isin(raw.csv_groups), marked).otherwise(value)
+        groups = raw.groups_with(name)
+        # A column its file's header lacks (added or dropped on the source) is null for that file.
+        return value if groups is None else F.when(F.col(HEADER).isin(groups), value)
 
-    op_name = next((c for c in raw.columns if c.lower() == names.op.lower()), None)
-    seq_name = next((c for c in raw.columns if c.lower() == names.change_seq.lower()), None)
-    ts_name = next((c for c in raw.columns if c.lower() == names.timestamp.lower()), None)
+    op_name = names.op.lower() if names.op.lower() in sources else None
+    seq_name = names.change_seq.lower() if names.change_seq.lower() in sources else None
+    ts_name = names.timestamp.lower() if names.timestamp.lower() in sources else None
 
     op = F.upper(F.trim(text(op_name))) if op_name else F.lit("I")  # IncludeOpForFullLoad=false
     seq_text = F.trim(text(seq_name))
-    seq = F.when(seq_text == "", None).otherwise(seq_text).cast(SEQ_TYPE)
+    written_seq = F.when(seq_text == "", None).otherwise(seq_text).cast(SEQ_TYPE)
+    record_seq = F.col(SEQ_BASE).cast(SEQ_TYPE) + F.col(POSITION).bitwiseAND(_RECORD_MASK).cast(SEQ_TYPE)
+    is_delete = op == "D"
 
-    reasons.append(
-        F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed CSV record (field count differs from header)"))
-    )
-    reasons.append(
+    reasons: list[Column] = [
+        F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed CSV record (field count differs from header)")),
         F.when(
             F.col(FILE_ORDER).isNull(),
             F.concat(
                 F.lit("record not matched to a file of the batch: Spark read it from "), F.col(FILE_URI)
             ),
-        )
-    )
-    reasons.append(
+        ),
         F.when(
             ~op.isin(*VALID_OPS) | op.isNull(), F.concat(F.lit("invalid Op "), F.coalesce(op, F.lit("null")))
-        )
-    )
-    reasons.append(
+        ),
         F.when(
-            seq_text.isNotNull() & (seq_text != "") & seq.isNull(),
+            seq_text.isNotNull() & (seq_text != "") & written_seq.isNull(),
             F.concat(F.lit(f"{names.change_seq} is not a number: "), seq_text),
-        )
-    )
-
+        ),
+    ]
+    mismatches: list[Column] = []
+    widenings: list[Column] = []
     typed: dict[str, Column] = {}
-    for target, source in layout.data_columns.items():
-        value, problem = _typed(text(source), types[target], target)
-        typed[target] = value
-        reasons.append(problem)
-    for key in (k.lower() for k in spec.primary_key):
+    texts: dict[str, Column] = {}
+    for column in layout.data_columns:
+        texts[column] = text(column)
+        value = _typed(texts[column], types[column], column, sources.get(column, TEXT))
+        typed[column] = value.value
+        # A delete needs its key only: the rest of its before image may not fit the type, it goes nowhere.
+        matters = F.lit(True) if column in keys else ~is_delete
+        mismatches.append(F.when(matters, value.mismatch))
+        widenings.append(F.when(matters, value.widen))
+    for key in keys:
         if key not in typed:
             typed[key] = F.lit(None).cast(spec.spark_type_of(key) or T.StringType())
-        reasons.append(F.when(typed[key].isNull(), F.lit(f"primary key column {key} is null or missing")))
+            texts[key] = F.lit(None).cast("string")
+        # a key that is there but fits no type is a mismatch (above), not a missing key
+        reasons.append(F.when(texts[key].isNull(), F.lit(f"primary key column {key} is null or missing")))
     before: dict[str, Column] = {}
-    for key, source in layout.before_image.items():
-        value, problem = _typed(
-            text(source),
-            types.get(key) or spec.spark_type_of(key) or T.StringType(),
-            f"before image of {key}",
-        )
-        before[f"bi_{key}"] = value
-        reasons.append(problem)
+    for key, column in layout.before_image.items():
+        target = types.get(key) or spec.spark_type_of(key) or T.StringType()
+        value = _typed(text(column), target, column, sources.get(column, TEXT))
+        before[f"{BEFORE_IMAGE}{key}"] = value.value
+        mismatches.append(value.mismatch)
+        widenings.append(value.widen)
 
-    reason = F.concat_ws("; ", *reasons)
+    reason = _joined(reasons)
     raw_record = F.coalesce(
-        F.col(CORRUPT), F.to_json(F.struct(*[F.col(f"`{c}`") for c in raw.columns if not c.startswith("_")]))
+        F.col(CORRUPT),
+        F.to_json(F.struct(*[F.col(quote(c)) for c in rows.columns if not c.startswith(INTERNAL_PREFIX)])),
     )
-    return raw.select(
+    mismatch = _joined(mismatches)
+    return rows.select(
         *[value.alias(name) for name, value in typed.items()],
         *[value.alias(name) for name, value in before.items()],
         op.alias(OP),
-        seq.alias(SEQ),
-        F.expr(f"try_cast({_quoted(ts_name)} as timestamp)").alias(COMMIT_TS)
+        F.coalesce(written_seq, record_seq).alias(SEQ),
+        F.expr(f"try_cast({quote(ts_name)} as timestamp)").alias(COMMIT_TS)
         if ts_name
         else F.lit(None).cast("timestamp").alias(COMMIT_TS),
         F.col(FILE_URI),
         F.col(FILE_ORDER),
         F.col(POSITION),
-        F.when(reason != "", raw_record).alias(RAW),  # kept for rejected rows only (bench: -13% time)
-        F.when(reason == "", None).otherwise(reason).alias(REASON),
+        # the raw record is kept for rejected rows only (bench: -13% time)
+        F.when(reason.isNotNull() | mismatch.isNotNull(), raw_record).alias(RAW),
+        reason.alias(REASON),
+        mismatch.alias(MISMATCH),
+        _joined(widenings, WIDEN_SEPARATOR).alias(WIDEN),
     )
 
 
-def _quoted(name: str | None) -> str:
-    return f"`{name}`"
+def _joined(parts: list[Column], separator: str = "; ") -> Column:
+    """The non-null parts joined, or null when there are none."""
+    text = F.concat_ws(separator, *parts) if parts else F.lit("")
+    return F.when(text != "", text)
 
 
-def _typed(value: Column, data_type: T.DataType, label: str) -> tuple[Column, Column]:
-    """The value cast to its type, and a reason when a present value does not fit the type."""
+@dataclass(frozen=True)
+class TypedValue:
+    value: Column  # the typed value (null when it does not fit)
+    mismatch: Column  # why the value does not fit its type, or null
+    widen: Column  # `column<2>type` when a wider type of the same family holds it, or null
+
+
+_INTEGER = r"^\s*[+-]?[0-9]+\s*$"
+_PLAIN_DECIMAL = r"^\s*[+-]?([0-9]*)(\.([0-9]*))?\s*$"
+_ISO_DATE = r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}\s*$"
+_MIDNIGHT = r"^\s*([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]00:00(:00(\.0*)?)?\s*$"
+_NON_FINITE_TEXT = r"(?i)^\s*[+-]?(nan|inf|infinity)\s*$"
+
+
+TEXT = T.StringType()
+
+
+def _typed(value: Column, data_type: T.DataType, column: str, source: T.DataType = TEXT) -> TypedValue:
+    """The value in its column's type, exactly, or a named mismatch, or the wider type that holds it.
+    A typed value (Parquet) whose type converts exactly is cast; any other goes through its text."""
+    none = F.lit(None).cast("string")
+    if not isinstance(source, T.StringType):
+        if converts_exactly(source, data_type):
+            return TypedValue(value.cast(data_type), none, none)
+        value = F.hex(value) if isinstance(source, T.BinaryType) else value.cast("string")
     if isinstance(data_type, T.StringType):
-        return value, F.lit(None)
+        return TypedValue(value, none, none)
+    if not isinstance(data_type, T.BinaryType):
+        value = F.when(F.trim(value) != "", value)  # only text and bytes can be empty: else it is null
+    if isinstance(data_type, T.IntegerType | T.LongType):
+        return _integer(value, data_type, column)
+    if isinstance(data_type, T.DecimalType):
+        return _decimal(value, data_type, column)
+    if isinstance(data_type, T.FloatType | T.DoubleType):
+        cast = value.cast(data_type)
+        overflow = cast.isNotNull() & ~F.isnan(cast) & (F.abs(cast) == float("inf"))
+        overflow = overflow & ~value.rlike(_NON_FINITE_TEXT)
+        if isinstance(data_type, T.FloatType):
+            return TypedValue(
+                F.when(~overflow, cast),
+                _not_valid(value, cast.isNull(), column, data_type),
+                F.when(value.isNotNull() & overflow, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}double")),
+            )
+        return TypedValue(
+            F.when(~overflow, cast), _not_valid(value, cast.isNull() | overflow, column, data_type), none
+        )
+    if isinstance(data_type, T.DateType):
+        midnight = F.regexp_extract(value, _MIDNIGHT, 1)
+        text = F.when(value.rlike(_ISO_DATE), F.trim(value)).when(midnight != "", midnight)
+        cast = text.cast(data_type)
+        return TypedValue(cast, _not_valid(value, cast.isNull(), column, data_type), none)
     if isinstance(data_type, T.BinaryType):
         cast = F.unhex(value)
     elif isinstance(data_type, T.BooleanType):
@@ -210,59 +253,122 @@ def _typed(value: Column, data_type: T.DataType, label: str) -> tuple[Column, Co
         )
     else:
         cast = value.cast(data_type)
-    problem = F.when(
-        value.isNotNull() & cast.isNull(),
-        F.concat(
-            F.lit(f"{label}: "),
-            F.substring(value, 1, 80),
-            F.lit(f" is not a valid {data_type.simpleString()}"),
+    return TypedValue(cast, _not_valid(value, cast.isNull(), column, data_type), none)
+
+
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+_TIMESTAMPS = (T.TimestampType, T.TimestampNTZType)
+
+
+def converts_exactly(source: T.DataType, target: T.DataType) -> bool:
+    """Every value of `source` is a value of `target` (a cast loses nothing)."""
+    if source == target:
+        return True
+    if isinstance(source, _INTEGRAL) and isinstance(target, _INTEGRAL):
+        return _INTEGRAL.index(type(source)) <= _INTEGRAL.index(type(target))
+    if isinstance(source, T.FloatType) and isinstance(target, T.DoubleType):
+        return True
+    if isinstance(source, T.DecimalType) and isinstance(target, T.DecimalType):
+        return (
+            target.scale >= source.scale
+            and target.precision - target.scale >= source.precision - source.scale
+        )
+    if isinstance(source, _INTEGRAL) and isinstance(target, T.DecimalType):
+        digits = {T.ByteType: 3, T.ShortType: 5, T.IntegerType: 10, T.LongType: 19}[type(source)]
+        return target.precision - target.scale >= digits
+    return isinstance(source, _TIMESTAMPS) and isinstance(target, _TIMESTAMPS)
+
+
+def _not_valid(value: Column, failed: Column, column: str, data_type: T.DataType) -> Column:
+    return F.when(value.isNotNull() & failed, _not_valid_text(value, column, data_type))
+
+
+def _not_valid_text(value: Column, column: str, data_type: T.DataType) -> Column:
+    return F.concat(
+        F.lit(f"{column}: "), F.substring(value, 1, 80), F.lit(f" is not a valid {data_type.simpleString()}")
+    )
+
+
+def _integer(value: Column, data_type: T.DataType, column: str) -> TypedValue:
+    """Whole numbers only (`1.5` is not an int, whatever Spark's cast says); an int column holding a
+    value beyond int but within bigint is widened to bigint (Iceberg promotes int to long). The details
+    are computed only for values that don't fit (a CASE branch Spark evaluates lazily)."""
+    whole = value.rlike(_INTEGER)
+    cast = F.when(whole, value.cast(data_type))
+    fits = cast.isNotNull()
+    if isinstance(data_type, T.IntegerType):
+        wider = whole & value.cast(T.LongType()).isNotNull()
+        return TypedValue(
+            cast,
+            F.when(value.isNotNull() & ~fits & ~wider, _not_valid_text(value, column, data_type)),
+            F.when(value.isNotNull() & ~fits & wider, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}bigint")),
+        )
+    return TypedValue(
+        cast,
+        F.when(value.isNotNull() & ~fits, _not_valid_text(value, column, data_type)),
+        F.lit(None).cast("string"),
+    )
+
+
+def _decimal(value: Column, data_type: T.DecimalType, column: str) -> TypedValue:
+    """Plain decimal text only. More decimal places than the scale is a mismatch (Iceberg can't change
+    a decimal's scale; Spark's cast would round); more integer digits than the precision allows widens
+    the precision (Iceberg promotes decimal(P,S) to decimal(P',S)) up to 38. One regular expression
+    decides whether a value fits; the details are computed only for values that don't."""
+    scale, room = data_type.scale, data_type.precision - data_type.scale
+    fits = value.rlike(rf"^\s*[+-]?(?=\.?[0-9])0*[0-9]{{0,{room}}}(\.[0-9]{{0,{scale}}}0*)?\s*$")
+    plain = value.rlike(_PLAIN_DECIMAL) & value.rlike("[0-9]")
+    integer_digits = F.length(F.regexp_replace(F.regexp_extract(value, _PLAIN_DECIMAL, 1), "^0+", ""))
+    places = F.length(F.regexp_replace(F.regexp_extract(value, _PLAIN_DECIMAL, 3), "0+$", ""))
+    needed = integer_digits + scale
+    widen = plain & (places <= scale) & (needed <= MAX_DECIMAL_PRECISION)
+    misfit = value.isNotNull() & ~fits
+    return TypedValue(
+        F.when(fits, value.cast(data_type)),
+        F.when(
+            misfit & ~widen,
+            F.concat(
+                _not_valid_text(value, column, data_type),
+                F.when(plain & (places > scale), F.lit(f" (more than {scale} decimal places)")).otherwise(
+                    F.lit("")
+                ),
+            ),
+        ),
+        F.when(
+            misfit & widen,
+            F.concat(
+                F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}decimal("), needed.cast("string"), F.lit(f",{scale})")
+            ),
         ),
     )
-    return cast, problem
-
-
-def file_name(column: str = FILE_URI) -> Column:
-    return F.element_at(F.split(F.col(column), "/"), -1)
-
-
-def is_above_watermark(watermark: Watermark) -> Column:
-    """True for changes an earlier commit has not applied: above the change sequence, or, where DMS
-    wrote no sequence, in files after the last applied CDC file."""
-    by_seq = F.col(SEQ).isNotNull()
-    if watermark.change_seq is not None:
-        by_seq = by_seq & (F.col(SEQ) > F.lit(watermark.change_seq).cast(SEQ_TYPE))
-    by_file = F.col(SEQ).isNull()
-    if watermark.cdc_file is not None:
-        by_file = by_file & (file_name() > F.lit(watermark.cdc_file))
-    return by_seq | by_file
-
-
-def above_watermark(changes: DataFrame, watermark: Watermark) -> DataFrame:
-    """Drop what an earlier commit applied (exactly once)."""
-    return changes.where(is_above_watermark(watermark))
 
 
 def expand_key_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:
     """A `U` whose before image names another key moved the row: delete the old key, then upsert
     the new one (both at the update's sequence, so later changes to either key still win)."""
-    before = [f"bi_{k}" for k in key]
+    before = [f"{BEFORE_IMAGE}{k}" for k in key]
+    images = [c for c in changes.columns if c.startswith(BEFORE_IMAGE)]
     if not key or not all(b in changes.columns for b in before):
-        return changes.drop(*[c for c in changes.columns if c.startswith("bi_")])
+        return changes.drop(*images)
     moved = (
         (F.col(OP) == "U")
         & reduce(lambda a, b: a | b, [F.col(b).isNotNull() for b in before])
-        & ~F.expr(" AND ".join(f"`{b}` <=> `{k}`" for b, k in zip(before, key, strict=True)))
+        & ~reduce(
+            lambda a, b: a & b, [F.col(b).eqNullSafe(F.col(k)) for b, k in zip(before, key, strict=True)]
+        )
     )
-    data_columns = [c for c in changes.columns if not c.startswith("bi_")]
+    data_columns = [c for c in changes.columns if c not in images]
     old_key_deletes = changes.where(moved).select(
         *[
-            F.col(f"bi_{c}").alias(c)
+            F.col(f"{BEFORE_IMAGE}{c}").alias(c)
             if c in key
             else (
                 F.lit("D").alias(OP)
                 if c == OP
                 else (
-                    F.col(c) if c.startswith("_") else F.lit(None).cast(changes.schema[c].dataType).alias(c)
+                    F.col(c)
+                    if c.startswith(INTERNAL_PREFIX)
+                    else F.lit(None).cast(changes.schema[c].dataType).alias(c)
                 )
             )
             for c in data_columns
@@ -273,7 +379,8 @@ def expand_key_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:
 
 def last_change_per_key(changes: DataFrame, key: Sequence[str]) -> DataFrame:
     """One row per key: the last change by change sequence, then file order, then record order
-    (the tie rule: for an equal sequence the later file wins, then the later record)."""
+    (the tie rule: for an equal sequence the later file wins, then the later record, then an upsert
+    over a delete)."""
     ordering = [
         F.coalesce(F.col(SEQ), F.lit(0).cast(SEQ_TYPE)).alias("__seq"),
         F.col(FILE_ORDER).alias("__file"),
@@ -281,7 +388,26 @@ def last_change_per_key(changes: DataFrame, key: Sequence[str]) -> DataFrame:
         F.when(F.col(OP) == "D", 0).otherwise(1).alias("__op_rank"),
     ]
     payload = [c for c in changes.columns if c not in key]
-    latest = changes.groupBy(*key).agg(
-        F.max(F.struct(*ordering, *[F.col(c) for c in payload])).alias("__last")
+    latest = changes.groupBy(*[F.col(quote(k)) for k in key]).agg(
+        F.max(F.struct(*ordering, *[F.col(quote(c)) for c in payload])).alias("__last")
     )
-    return latest.select(*key, *[F.col(f"__last.{c}").alias(c) for c in payload])
+    return latest.select(
+        *[F.col(quote(k)) for k in key], *[F.col(f"__last.{quote(c)}").alias(c) for c in payload]
+    )
+
+
+def type_named(text: str) -> T.DataType:
+    """The type a widening entry names: `bigint`, `double` or `decimal(P,S)`."""
+    simple = {"bigint": T.LongType(), "double": T.DoubleType()}
+    if text in simple:
+        return simple[text]
+    match = re.fullmatch(r"decimal\((\d+),(\d+)\)", text)
+    if not match:
+        raise ValueError(f"not a widening type: {text!r}")
+    return T.DecimalType(int(match.group(1)), int(match.group(2)))
+
+
+def key_json(key: Sequence[str]) -> Column:
+    """A key as canonical text (its columns, lower case, as JSON): how tombstones name a deleted key.
+    Stays the same when a key column is widened (int → bigint keeps its digits)."""
+    return F.to_json(F.struct(*[F.col(quote(k)).alias(k) for k in key]))

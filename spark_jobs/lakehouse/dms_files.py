@@ -1,7 +1,7 @@
 """The DMS S3 file contract, without Spark: key layout, LOAD counters, and a writer of DMS-format CSV.
 
 Full load: `<prefix>/<schema>/<table>/LOAD00000001.csv` with a HEX counter (…09, …0A).
-CDC: `<prefix>/<schema>/<table>/<YYYYMMDD-HHMMSSmmm>.csv`, ordered by name.
+CDC: `<prefix>/<schema>/<table>/[<date folders>/]<YYYYMMDD-HHMMSS…>.csv`, ordered by their time.
 The writer is what our tests, demo and benchmarks use to produce files exactly as DMS does.
 """
 
@@ -18,12 +18,23 @@ CHANGE_SEQ_COLUMN = "AR_H_CHANGE_SEQ"
 DEFAULT_TIMESTAMP_COLUMN = "dms_timestamp"
 CHANGE_SEQ_DIGITS = 35
 
-_LOAD_NAME = re.compile(r"^LOAD([0-9A-Fa-f]{8})\.csv(\.gz)?$")
-_CDC_NAME = re.compile(r"^(\d{8}-\d{6,9})\.csv(\.gz)?$")
+# What DMS writes: CSV (DataFormat=csv, optionally gzipped) or Parquet (DataFormat=parquet).
+_EXTENSION = r"\.(?P<ext>csv(?:\.gz)?|parquet)"
+# LOAD00000001.csv (hex counter), or LOAD_<segment>_<counter>.csv when a table is loaded in parallel segments.
+_LOAD_NAME = re.compile(r"^LOAD(?:_(?P<segment>\d+)_)?(?P<counter>[0-9A-Fa-f]{8})" + _EXTENSION + "$")
+# CDC files are named by the time DMS wrote them: 20141029-1134010000.csv (the AWS documentation's example),
+# 20261122-101010123.csv; the fraction of a second has no fixed number of digits.
+_CDC_NAME = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?P<fraction>\d*)" + _EXTENSION + "$")
+# DatePartitionEnabled puts CDC files below date folders: 2026/11/22[/10], 2026-11-22, 20261122, ...
+_DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
+MAX_DATE_FOLDERS = 4
+# A synthesized change sequence: the file's time as DMS's AR_H_CHANGE_SEQ spells a time (YYYYMMDDHHmmSShh,
+# 16 digits), then 19 digits: the rest of the file time's fraction (7) and the record's position (12).
+RECORD_DIGITS = 12
 
 
 class NotADmsFileError(ValueError):
-    """A key that does not follow the DMS layout (`<schema>/<table>/<file>.csv`)."""
+    """A key that does not follow the DMS layout (`<schema>/<table>/[<date folders>/]<file>.csv|parquet`)."""
 
 
 @dataclass(frozen=True, order=True)
@@ -42,23 +53,56 @@ class DmsFile:
         return self.uri.rsplit("/", 1)[-1]
 
     @property
+    def is_parquet(self) -> bool:
+        return self.uri.endswith(".parquet")
+
+    @property
     def qualified_table(self) -> str:
         return f"{self.source_schema}.{self.table}"
 
+    @property
+    def sequence_base(self) -> int | None:
+        """The change sequence of this CDC file's first record when DMS wrote none (AR_H_CHANGE_SEQ not
+        configured): shaped like DMS's own (the file's time, then a counter), so that records order by
+        file time, then position, and compare sensibly with real sequences. None for LOAD files."""
+        if self.is_full_load:
+            return None
+        digits = self.order_key  # YYYYMMDDHHMMSS + a 12-digit fraction
+        return int(digits[:16]) * 10**19 + int(digits[16:23]) * 10**RECORD_DIGITS
+
+    @property
+    def written_at(self) -> datetime | None:
+        """When DMS wrote this CDC file (UTC, from its name); None for LOAD files."""
+        if self.is_full_load:
+            return None
+        return datetime.strptime(self.order_key[:20], "%Y%m%d%H%M%S%f")
+
 
 def parse_dms_key(uri: str, size: int = 0) -> DmsFile:
-    """Classify `…/<schema>/<table>/<LOADxxxxxxxx|YYYYMMDD-HHMMSSmmm>.csv`."""
+    """Classify `…/<schema>/<table>/[<date folders>/]<LOADxxxxxxxx|YYYYMMDD-HHMMSS…>.<csv[.gz]|parquet>`."""
     parts = uri.rstrip("/").split("/")
-    if len(parts) < 3:
-        raise NotADmsFileError(f"{uri}: expected …/<schema>/<table>/<file>.csv")
-    source_schema, table, name = parts[-3], parts[-2], parts[-1]
+    name, folders = parts[-1], parts[:-1]
     load = _LOAD_NAME.match(name)
+    cdc = None if load else _CDC_NAME.match(name)
+    if not load and not cdc:
+        raise NotADmsFileError(
+            f"{uri}: {name!r} is neither a LOAD file nor a timestamp-named CDC file (.csv, .csv.gz, .parquet)"
+        )
+    dated = 0
+    while dated < MAX_DATE_FOLDERS and len(folders) > 2 and _DATE_FOLDER.match(folders[-1]):
+        folders.pop()
+        dated += 1
+    if len(folders) < 2 or not folders[-1] or not folders[-2]:
+        raise NotADmsFileError(f"{uri}: expected …/<schema>/<table>/<file>.csv")
+    source_schema, table = folders[-2], folders[-1]
     if load:
-        return DmsFile(source_schema, table, True, f"{int(load.group(1), 16):010d}", uri, size)
-    cdc = _CDC_NAME.match(name)
-    if cdc:
-        return DmsFile(source_schema, table, False, cdc.group(1), uri, size)
-    raise NotADmsFileError(f"{uri}: {name!r} is neither a LOAD file nor a timestamp-named CDC file")
+        segment = int(load.group("segment") or 0)
+        order = f"{segment:06d}{int(load.group('counter'), 16):010d}"
+        return DmsFile(source_schema, table, True, order, uri, size)
+    fraction = cdc.group("fraction")[:12].ljust(12, "0")
+    return DmsFile(
+        source_schema, table, False, f"{cdc.group('date')}{cdc.group('time')}{fraction}", uri, size
+    )
 
 
 def load_file_name(counter: int) -> str:

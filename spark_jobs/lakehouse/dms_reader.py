@@ -1,36 +1,45 @@
-"""Read DMS CSV files into one DataFrame of raw text values, in file then record order.
+"""Read DMS files (CSV or Parquet) into one DataFrame, in file then record order.
 
-Files are read by Spark's own CSV reader (quotes, commas and newlines inside values; one file is
-never split, so records keep their order). Files of one table may carry different headers (a column
-added on the source mid-stream), so files are grouped by header and the groups unioned by name.
+CSV files are read by Spark's own CSV reader as text (quotes, commas and newlines inside values; one file
+is never split, so records keep their order). Parquet files keep their types, and each record its row
+index in its file. Files of one table may carry different columns (a column added or dropped on the
+source mid-stream) or, in Parquet, different types (a column widened), so files are grouped by format,
+columns and types, their columns named in lower case, and the groups unioned by name (Spark widens a
+column's type across groups, or makes it text when one group is text). Each record keeps the id of its
+group (`_dms_header`): a column its file lacks is absent for it (null), never an empty value.
 """
 
 from __future__ import annotations
 
 import csv
-import json
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.dms_files import DmsFile
-from lakehouse.storage import read_first_line
+from lakehouse.frames import literal_frame
+from lakehouse.names import quote
+from lakehouse.storage import is_missing, read_first_line, read_parquet_schema
 
 log = logging.getLogger(__name__)
 
-FILE_URI = "_file_uri"
-FILE_ORDER = "_file_order"
-RECORD = "_record"
-POSITION = "_pos"
+FILE_URI = "_dms_file_uri"
+FILE_ORDER = "_dms_file_order"
+SEQ_BASE = "_dms_seq_base"
+HEADER = "_dms_header"
+RECORD = "_dms_record"
+POSITION = "_dms_pos"
 NEVER_NULL = "\u0000never-null\u0000"
-CORRUPT = "_corrupt_record"
-SPARK_PATH = "_spark_path"
+CORRUPT = "_dms_corrupt_record"
+SPARK_PATH = "_dms_spark_path"
+DECODED = "_dms_decoded"
+MISSING = "the object does not exist"
 
 
 @dataclass(frozen=True)
@@ -43,17 +52,37 @@ class ReaderOptions:
 
 @dataclass(frozen=True)
 class FileRejection:
-    """A whole file that could not be read; it goes to quarantine with its reason."""
+    """A whole file that could not be read (quarantined with its reason), or that does not exist."""
 
     file: DmsFile
     reason: str
+    missing: bool = False
+
+
+@dataclass(frozen=True)
+class FileHeader:
+    """A file's columns as written, and, for Parquet, their types (a group's files share both)."""
+
+    names: tuple[str, ...]
+    parquet_types: tuple[str, ...] | None = None  # None: a CSV file
+
+    @property
+    def is_parquet(self) -> bool:
+        return self.parquet_types is not None
 
 
 @dataclass
 class RawRead:
     rows: DataFrame | None
     rejected: list[FileRejection]
-    headers: dict[str, list[str]]
+    headers: dict[str, list[str]]  # file URI → its columns, as written
+    groups: list[tuple[str, ...]] = field(default_factory=list)  # `_dms_header` id → its columns, lower case
+    csv_groups: list[int] = field(default_factory=list)  # the groups read from CSV (text, CsvNullValue)
+
+    def groups_with(self, column: str) -> list[int] | None:
+        """The header groups whose files have `column` (lower case); None when every file has it."""
+        having = [i for i, header in enumerate(self.groups) if column in header]
+        return None if len(having) == len(self.groups) else having
 
 
 def parse_header(line: str, delimiter: str = ",") -> list[str]:
@@ -85,64 +114,79 @@ def read_headers(
     spark_paths: dict[str, str],
     options: ReaderOptions,
     required_columns: Sequence[str] = (),
-) -> tuple[dict[str, list[str]], list[FileRejection]]:
-    """The header row of each file (AddColumnName=true), read in parallel; unreadable files rejected."""
+) -> tuple[dict[str, FileHeader], list[FileRejection]]:
+    """The columns of each file, read in parallel: a CSV file's header row (AddColumnName=true), a
+    Parquet file's schema (its footer). Unreadable files are rejected with the reason."""
 
     wanted = {c.lower() for c in required_columns}
 
-    def probe(file: DmsFile) -> tuple[DmsFile, list[str] | None, str | None]:
+    def probe(file: DmsFile) -> tuple[DmsFile, FileHeader | None, str | None]:
+        if file.uri not in spark_paths:
+            return file, None, MISSING
         try:
-            line = read_first_line(spark_paths[file.uri])
-            header = parse_header(line, options.delimiter)
+            if file.is_parquet:
+                schema = read_parquet_schema(spark_paths[file.uri])
+                header = FileHeader(tuple(schema.names), tuple(str(t) for t in schema.types))
+                line = None
+            else:
+                line = read_first_line(spark_paths[file.uri])
+                header = FileHeader(tuple(parse_header(line, options.delimiter)))
         except Exception as error:  # any I/O or decoding failure: this file only
+            if is_missing(error):
+                return file, None, MISSING
             return file, None, f"unreadable file: {type(error).__name__}: {error}"
-        if not header or any(not name.strip() for name in header):
+        names = header.names
+        if not names or any(not name.strip() for name in names):
             return file, None, "missing or blank header row (DMS AddColumnName=true is required)"
-        if line.count('"') % 2 or any(ord(ch) < 32 and ch != "\t" for ch in line):
+        if line is not None and (line.count('"') % 2 or any(ord(ch) < 32 and ch != "\t" for ch in line)):
             return file, None, f"malformed header row: {line[:200]!r}"
-        if len({name.lower() for name in header}) != len(header):
-            return file, None, f"duplicate column names in header: {header}"
-        missing = sorted(wanted - {name.lower() for name in header})
+        if len({name.lower() for name in names}) != len(names):
+            return file, None, f"duplicate column names in header: {list(names)}"
+        missing = sorted(wanted - {name.lower() for name in names})
         if missing:
-            return file, None, f"header lacks the primary key column(s) {missing}: {header[:20]}"
+            return file, None, f"header lacks the primary key column(s) {missing}: {list(names[:20])}"
         return file, header, None
 
-    headers: dict[str, list[str]] = {}
+    headers: dict[str, FileHeader] = {}
     rejected: list[FileRejection] = []
     with ThreadPoolExecutor(max_workers=8) as pool:
         for file, header, problem in pool.map(probe, files):
             if header is None:
-                rejected.append(FileRejection(file, problem or "unreadable"))
+                rejected.append(FileRejection(file, problem or "unreadable", missing=problem == MISSING))
             else:
                 headers[file.uri] = header
     return headers, rejected
 
 
-def read_dms_csv(
+def read_dms_files(
     spark: SparkSession,
     files: Sequence[DmsFile],
     spark_paths: dict[str, str],
     options: ReaderOptions = ReaderOptions(),
     required_columns: Sequence[str] = (),
 ) -> RawRead:
-    """All records of `files` as text, plus `_file_uri`, `_file_order` (the position of the file in
-    `files`) and `_pos` (rises with the record's position in its file; see `with_record_numbers`)."""
+    """All records of `files` as text (columns in lower case), plus `_file_uri`, `_file_order` (the
+    position of the file in `files`), `_seq_base` (the file's synthesized change sequence, CDC files),
+    `_header` (the record's header group) and `_pos` (rises with the record's position in its file;
+    see `with_record_numbers`)."""
     headers, rejected = read_headers(files, spark_paths, options, required_columns)
-    groups: dict[tuple[str, ...], list[DmsFile]] = defaultdict(list)
+    groups: dict[FileHeader, list[DmsFile]] = defaultdict(list)
     for file in files:
         if file.uri in headers:
-            groups[tuple(headers[file.uri])].append(file)
+            groups[headers[file.uri]].append(file)
+    as_written = {uri: list(header.names) for uri, header in headers.items()}
     if not groups:
-        return RawRead(None, rejected, headers)
+        return RawRead(None, rejected, as_written)
 
-    frames = [
-        _read_group(spark, list(header), [spark_paths[f.uri] for f in group], options)
-        for header, group in groups.items()
-    ]
-    raw = frames[0]
-    for frame in frames[1:]:
-        raw = raw.unionByName(frame, allowMissingColumns=True)
-    return RawRead(_with_file_order(spark, raw, files, spark_paths), rejected, headers)
+    frames = []
+    for number, (header, group) in enumerate(groups.items()):
+        paths = [spark_paths[f.uri] for f in group]
+        read = _read_parquet_group if header.is_parquet else _read_group
+        frames.append(read(spark, list(header.names), paths, options).withColumn(HEADER, F.lit(number)))
+    raw = _union(frames)
+    names = [tuple(name.lower() for name in header.names) for header in groups]
+    csv_groups = [number for number, header in enumerate(groups) if not header.is_parquet]
+    return RawRead(_with_file_order(spark, raw, files, spark_paths), rejected, as_written, names, csv_groups)
 
 
 def _with_file_order(
@@ -155,31 +199,40 @@ def _with_file_order(
     exact path string (decoding it on every record cost ~1 s per million records: bench/); a path
     Spark spells otherwise (escaped characters) is decoded and matched again; a record matched by
     neither keeps Spark's path and no position, and typed_changes rejects it: nothing is dropped."""
-    exact: dict[str, tuple[str, int]] = {}
-    for position, file in enumerate(files):
-        for spelling in _spellings(spark_paths[file.uri]):
-            exact[spelling] = (file.uri, position)
-    decoded = {_normalise(spark_paths[f.uri]): (f.uri, position) for position, f in enumerate(files)}
+    readable = [(position, file) for position, file in enumerate(files) if file.uri in spark_paths]
+    exact = {
+        spelling: _facts(position, file)
+        for position, file in readable
+        for spelling in _spellings(spark_paths[file.uri])
+    }
+    decoded = {_normalise(spark_paths[f.uri]): _facts(position, f) for position, f in readable}
+    facts = (FILE_URI, FILE_ORDER, SEQ_BASE)
 
-    def lookup(rows: dict[str, tuple[str, int]], key: str, prefix: str) -> DataFrame:
-        # One JSON literal, not spark.createDataFrame (a Python RDD: Python workers start to broadcast
-        # it, ~1 s) nor a literal per value (a py4j call each: 4 s for 200 files). bench/profile_*.py
-        schema = f"array<struct<{key}:string,{prefix}{FILE_URI}:string,{prefix}{FILE_ORDER}:int>>"
-        names = (key, f"{prefix}{FILE_URI}", f"{prefix}{FILE_ORDER}")
-        document = json.dumps(
-            [dict(zip(names, (k, uri, order), strict=True)) for k, (uri, order) in rows.items()]
+    def lookup(rows: dict[str, FileFacts], key: str, prefix: str) -> DataFrame:
+        names = (key, *(f"{prefix}{name}" for name in facts))
+        schema = (
+            f"{key} string, {prefix}{FILE_URI} string, {prefix}{FILE_ORDER} int, {prefix}{SEQ_BASE} string"
         )
-        return F.broadcast(spark.range(1).select(F.inline(F.from_json(F.lit(document), schema))))
+        document = [dict(zip(names, (k, *values), strict=True)) for k, values in rows.items()]
+        return F.broadcast(literal_frame(spark, document, schema))
 
     path = F.col(SPARK_PATH)
-    return (
+    matched = (
         raw.join(lookup(exact, SPARK_PATH, ""), SPARK_PATH, "left")
-        .withColumn("_decoded", F.when(F.col(FILE_ORDER).isNull(), _normalise_column(path)))
-        .join(lookup(decoded, "_decoded", "_d"), "_decoded", "left")
+        .withColumn(DECODED, F.when(F.col(FILE_ORDER).isNull(), _normalise_column(path)))
+        .join(lookup(decoded, DECODED, "_d"), DECODED, "left")
         .withColumn(FILE_URI, F.coalesce(F.col(FILE_URI), F.col(f"_d{FILE_URI}"), path))
-        .withColumn(FILE_ORDER, F.coalesce(F.col(FILE_ORDER), F.col(f"_d{FILE_ORDER}")))
-        .drop(SPARK_PATH, "_decoded", f"_d{FILE_URI}", f"_d{FILE_ORDER}")
     )
+    for name in (FILE_ORDER, SEQ_BASE):
+        matched = matched.withColumn(name, F.coalesce(F.col(name), F.col(f"_d{name}")))
+    return matched.drop(SPARK_PATH, DECODED, *(f"_d{name}" for name in facts))
+
+
+FileFacts = tuple[str, int, str | None]  # URI, position in the batch, synthesized sequence base
+
+
+def _facts(position: int, file: DmsFile) -> FileFacts:
+    return file.uri, position, None if file.sequence_base is None else str(file.sequence_base)
 
 
 def _read_group(
@@ -211,11 +264,58 @@ def _read_group(
             encoding="UTF-8",
         )
         .load(paths)
-        # A file is never split and its records are read in order: ids rise within a file.
-        .withColumn(POSITION, F.monotonically_increasing_id())
-        .withColumn(SPARK_PATH, F.expr("_metadata.file_path"))
     )
-    return frame
+    return frame.select(
+        *[F.col(quote(name)).alias(name.lower()) for name in header],
+        F.col(CORRUPT),
+        # A file is never split and its records are read in order: ids rise within a file.
+        F.monotonically_increasing_id().alias(POSITION),
+        F.expr("_metadata.file_path").alias(SPARK_PATH),
+    )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    """The groups' records in one frame. A column whose type differs between groups (CSV text and a
+    Parquet type, or two Parquet types) becomes text in all of them: typing it is the next step's job."""
+    kinds: dict[str, set[T.DataType]] = defaultdict(set)
+    for frame in frames:
+        for column in frame.schema.fields:
+            kinds[column.name].add(column.dataType)
+    mixed = {name for name, types in kinds.items() if len(types) > 1}
+
+    def as_text(frame: DataFrame) -> DataFrame:
+        return frame.select(
+            *[
+                (
+                    F.hex(F.col(quote(f.name)))
+                    if isinstance(f.dataType, T.BinaryType)
+                    else F.col(quote(f.name))
+                )
+                .cast("string")
+                .alias(f.name)
+                if f.name in mixed
+                else F.col(quote(f.name))
+                for f in frame.schema.fields
+            ]
+        )
+
+    united = as_text(frames[0])
+    for frame in frames[1:]:
+        united = united.unionByName(as_text(frame), allowMissingColumns=True)
+    return united
+
+
+def _read_parquet_group(
+    spark: SparkSession, header: list[str], paths: list[str], options: ReaderOptions
+) -> DataFrame:
+    """Parquet files of one schema, their types kept; a record's position is its row index in its file."""
+    frame = spark.read.parquet(*paths)
+    return frame.select(
+        *[F.col(quote(name)).alias(name.lower()) for name in header],
+        F.lit(None).cast("string").alias(CORRUPT),
+        F.col("_metadata.row_index").alias(POSITION),
+        F.col("_metadata.file_path").alias(SPARK_PATH),
+    )
 
 
 def _normalise_column(path: Column) -> Column:
@@ -227,9 +327,9 @@ def _normalise_column(path: Column) -> Column:
 def with_record_numbers(rows: DataFrame, everything: DataFrame) -> DataFrame:
     """Add `_record` (1-based record number in its file, header excluded) to `rows`, a subset of
     `everything`. It costs one more pass over the files, so it is done only for quarantined rows."""
-    first = everything.groupBy(FILE_URI).agg(F.min(POSITION).alias("_first"))
+    first = everything.groupBy(FILE_URI).agg(F.min(POSITION).alias("_dms_first"))
     return (
         rows.join(F.broadcast(first), FILE_URI)
-        .withColumn(RECORD, (F.col(POSITION) - F.col("_first") + 1).cast("long"))
-        .drop("_first")
+        .withColumn(RECORD, (F.col(POSITION) - F.col("_dms_first") + 1).cast("long"))
+        .drop("_dms_first")
     )

@@ -1,11 +1,11 @@
-"""Iceberg tables of the clean zone: create, evolve, MERGE, and the watermark in the commit itself."""
+"""Iceberg tables of the clean zone: create, evolve, MERGE and replace, with our facts in the commit itself
+(snapshot summary properties) or in the table's properties (replace sets them in the same commit)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from decimal import Decimal
 from typing import Any
 
 from pyspark.java_gateway import ensure_callback_server_started
@@ -13,15 +13,17 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.changes import OP, VALID_OPS, Watermark
+from lakehouse.changes import OP, VALID_OPS
+from lakehouse.names import quote
 from lakehouse.types import can_widen
 
 log = logging.getLogger(__name__)
 
-WATERMARK_SEQ = "dms.watermark.change-seq"
-WATERMARK_FILE = "dms.watermark.cdc-file"
-FULL_LOAD_DONE = "dms.full-load.files"
+APPLIED_FILES = "dms.applied-files"  # snapshot summary: JSON list of the CDC file names this commit applied
+FULL_LOAD_DONE = "dms.full-load.files"  # snapshot summary (and, from now on, table property) of a full load
 RUN_ID = "dms.run-id"
+REPLACED_SNAPSHOT = "dms.replaced-snapshot"  # snapshot summary of a (re)load: the snapshot it replaced
+SOURCE_TABLE = "dms.source-table"  # table property of a clean replica: the `schema.table` it holds
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -34,10 +36,6 @@ TABLE_PROPERTIES = {
 }
 
 
-def quote(name: str) -> str:
-    return "`" + name.replace("`", "``") + "`"
-
-
 def table_exists(spark: SparkSession, table: str) -> bool:
     return bool(spark.catalog.tableExists(table))
 
@@ -46,9 +44,15 @@ def ensure_namespace(spark: SparkSession, catalog: str, database: str) -> None:
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{quote(database)}")
 
 
-def create_table(spark: SparkSession, table: str, schema: T.StructType, comment: str = "") -> None:
+def create_table(
+    spark: SparkSession,
+    table: str,
+    schema: T.StructType,
+    comment: str = "",
+    extra_properties: dict[str, str] | None = None,
+) -> None:
     columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in schema.fields)
-    properties = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
+    properties = ", ".join(f"'{k}'='{v}'" for k, v in (TABLE_PROPERTIES | (extra_properties or {})).items())
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg "
         f"COMMENT '{comment.replace(chr(39), '')}' TBLPROPERTIES ({properties})"
@@ -57,7 +61,8 @@ def create_table(spark: SparkSession, table: str, schema: T.StructType, comment:
 
 def evolve_schema(spark: SparkSession, table: str, wanted: dict[str, T.DataType]) -> list[str]:
     """Add new columns and widen widened types, before the MERGE. Dropped columns stay in the table
-    (null from then on); a type change Iceberg cannot do is logged and left as it is."""
+    (null from then on). The caller resolved `wanted` (pipeline.resolve_types): a type that is neither
+    the column's nor a promotion of it is left as it is and logged."""
     current = {f.name.lower(): f.dataType for f in spark.table(table).schema.fields}
     done: list[str] = []
     added = [(n, t) for n, t in wanted.items() if n not in current]
@@ -89,32 +94,43 @@ def evolve_schema(spark: SparkSession, table: str, wanted: dict[str, T.DataType]
 def snapshot_properties(spark: SparkSession, table: str) -> Iterator[dict[str, str]]:
     """Summaries of the table's current lineage, newest first, read from table metadata through the
     Iceberg API (no Spark job; lazily, so a caller that finds what it wants early stops early)."""
-    jvm = spark.sparkContext._jvm
-    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-    iceberg_table.refresh()
-    snapshot = iceberg_table.currentSnapshot()
+    java_table = iceberg_table(spark, table)
+    snapshot = java_table.currentSnapshot()
     while snapshot is not None:
         yield dict(snapshot.summary())
         parent = snapshot.parentId()
-        snapshot = iceberg_table.snapshot(parent) if parent is not None else None
+        snapshot = java_table.snapshot(parent) if parent is not None else None
 
 
-def read_watermark(spark: SparkSession, table: str) -> Watermark:
-    """The newest watermark committed on the table's current lineage (compactions carry none)."""
-    for summary in snapshot_properties(spark, table):
-        if WATERMARK_SEQ in summary or WATERMARK_FILE in summary:
-            seq = summary.get(WATERMARK_SEQ) or None
-            return Watermark(Decimal(seq) if seq else None, summary.get(WATERMARK_FILE) or None)
-    return Watermark()
+def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
+    """The table's properties, from its current metadata (no Spark job)."""
+    return dict(iceberg_table(spark, table).properties())
 
 
-def watermark_properties(watermark: Watermark) -> dict[str, str]:
-    properties = {}
-    if watermark.change_seq is not None:
-        properties[WATERMARK_SEQ] = str(watermark.change_seq)
-    if watermark.cdc_file is not None:
-        properties[WATERMARK_FILE] = watermark.cdc_file
-    return properties
+def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
+    """The table's current snapshot id (None for a table without data yet), fresh from the catalog."""
+    snapshot = iceberg_table(spark, table).currentSnapshot()
+    return int(snapshot.snapshotId()) if snapshot is not None else None
+
+
+def commit_of_run(spark: SparkSession, table: str, run_id: str) -> int | None:
+    """The newest snapshot of the table's lineage that `run_id` committed."""
+    java_table = iceberg_table(spark, table)
+    snapshot = java_table.currentSnapshot()
+    while snapshot is not None:
+        if dict(snapshot.summary()).get(RUN_ID) == run_id:
+            return int(snapshot.snapshotId())
+        parent = snapshot.parentId()
+        snapshot = java_table.snapshot(parent) if parent is not None else None
+    return None
+
+
+def iceberg_table(spark: SparkSession, table: str) -> Any:
+    """The Iceberg Java table (its metadata fresh from the catalog)."""
+    jvm = spark.sparkContext._jvm
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    iceberg_table.refresh()
+    return iceberg_table
 
 
 class _PythonCallable:
@@ -143,7 +159,7 @@ def with_commit_properties(
     spark: SparkSession, properties: dict[str, str], action: Callable[[], Any]
 ) -> None:
     """Run `action` (a SQL MERGE) so that its Iceberg commit carries `properties` in its snapshot
-    summary: the data and the watermark land in one atomic commit."""
+    summary: the data and the facts about it land in one atomic commit."""
     with _callback_lock:
         ensure_callback_server_started(spark.sparkContext._gateway)
     jvm = spark.sparkContext._jvm
@@ -171,8 +187,9 @@ def merge_changes(
 ) -> None:
     """One MERGE: deletes, updates and inserts (an insert of an existing key, or an update of a
     missing one, is an upsert; a delete of a missing key does nothing). `changes` has one row per key.
-    With `order_column` (the change sequence), a change older than the row it would overwrite is
-    ignored: e.g. a change DMS replays from before the full-load snapshot never regresses a row."""
+    With `order_column` (the change sequence), a change applies to a row only if it is newer than the
+    change the row holds: an older change (a late file, a replay from before a load) never regresses a
+    row, and the same change applied again changes nothing."""
     target_columns = [f.name for f in spark.table(table).schema.fields]
     view = f"changes_{abs(hash((table, threading.get_ident())))}"
     source = changes.select(
@@ -193,7 +210,7 @@ def merge_changes(
     newer = ""
     if order_column:
         c = quote(order_column)
-        newer = f" AND (s.{c} IS NULL OR t.{c} IS NULL OR s.{c} >= t.{c})"
+        newer = f" AND (s.{c} IS NULL OR t.{c} IS NULL OR s.{c} > t.{c})"
     update_clause = f"WHEN MATCHED{newer} THEN UPDATE SET {updates} " if updates else ""
     statement = (
         f"MERGE INTO {table} t USING {view} s ON {on} "
@@ -224,16 +241,36 @@ def append_rows(spark: SparkSession, table: str, rows: DataFrame, properties: di
 
 
 def overwrite_rows(spark: SparkSession, table: str, rows: DataFrame, properties: dict[str, str]) -> None:
-    from pyspark.sql import functions as F
-
     writer = rows.writeTo(table)
     for key, value in properties.items():
         writer = writer.option(f"snapshot-property.{key}", value)
     writer.overwrite(F.lit(True))
 
 
-def _null_of(spark: SparkSession, table: str, column: str):
-    from pyspark.sql import functions as F
+def replace_table(
+    spark: SparkSession,
+    table: str,
+    rows: DataFrame,
+    properties: dict[str, str],
+    summary: dict[str, str],
+    comment: str = "",
+) -> None:
+    """Replace the table's schema, rows and properties in ONE commit (Iceberg REPLACE TABLE AS SELECT:
+    the history stays, so time travel and rollback still reach the rows before). Creates the table if
+    it does not exist. Properties the owner set (e.g. copy-on-write modes) are kept."""
+    exists = table_exists(spark, table)
+    kept = table_properties(spark, table) if exists else {}
+    writer = rows.writeTo(table).using("iceberg")
+    for key, value in (TABLE_PROPERTIES | kept | properties).items():
+        if not (exists and key == "format-version"):  # never change an existing table's format
+            writer = writer.tableProperty(key, value)
+    if comment:
+        writer = writer.tableProperty("comment", comment.replace("'", ""))
+    for key, value in summary.items():
+        writer = writer.option(f"snapshot-property.{key}", value)
+    writer.createOrReplace()
 
+
+def _null_of(spark: SparkSession, table: str, column: str):
     data_type = spark.table(table).schema[column].dataType
     return F.lit(None).cast(data_type)

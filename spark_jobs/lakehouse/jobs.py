@@ -28,12 +28,44 @@ def _configure_logging() -> None:
 
 
 def _dms_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--csv_null_value", default=None, help="DMS CsvNullValue, when set on the endpoint")
-    parser.add_argument("--timestamp_column", default="dms_timestamp", help="DMS TimestampColumnName")
-    parser.add_argument("--change_seq_column", default="AR_H_CHANGE_SEQ")
-    parser.add_argument("--before_image_prefix", default="BI_")
-    parser.add_argument("--parallel_tables", type=int, default=4)
-    parser.add_argument("--no_primary_key", choices=["append", "skip"], default="append")
+    parser.add_argument(
+        "--csv_null_value",
+        default=None,
+        help="the DMS endpoint's CsvNullValue, when it sets one (then null and empty string differ)",
+    )
+    parser.add_argument(
+        "--timestamp_column", default="dms_timestamp", help="the DMS endpoint's TimestampColumnName"
+    )
+    parser.add_argument(
+        "--change_seq_column",
+        default="AR_H_CHANGE_SEQ",
+        help="the table-mapping add-column holding $AR_H_CHANGE_SEQ (without it: file time, then record order)",
+    )
+    parser.add_argument(
+        "--before_image_prefix",
+        default="BI_",
+        help="prefix of the pk-only before-image columns (key changes)",
+    )
+    parser.add_argument("--parallel_tables", type=int, default=4, help="tables applied at once")
+    parser.add_argument(
+        "--no_primary_key",
+        choices=["append", "skip"],
+        default="append",
+        help="tables without a primary key: append their inserts (updates, deletes quarantined) or skip them",
+    )
+    parser.add_argument(
+        "--type_mismatch",
+        choices=["fail", "quarantine"],
+        default="fail",
+        help="a value that fits no type of its column: stop the table with the value named (the schema file "
+        "is out of date), or quarantine its record and go on",
+    )
+    parser.add_argument(
+        "--reload_margin_seconds",
+        type=int,
+        default=300,
+        help="a reload whose LOAD rows carry no AR_H_CHANGE_SEQ is placed this long before DMS started it",
+    )
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
 
 
@@ -47,13 +79,21 @@ def apply_options(args: argparse.Namespace) -> ApplyOptions:
         ),
         parallel_tables=args.parallel_tables,
         no_primary_key=args.no_primary_key,
+        type_mismatch=args.type_mismatch,
+        reload_margin_seconds=args.reload_margin_seconds,
     )
 
 
 def load_schema(config: LakeConfig) -> SchemaFile:
-    if not config.schema_file:
-        raise SystemExit("--schema_file is required: generate it with python -m lakehouse.schema_gen")
-    return SchemaFile.from_dict(read_json(config.schema_file, config.s3_endpoint_url))
+    """The schema file, read and checked (a clear error names what is wrong in it)."""
+    try:
+        document = read_json(config.schema_file, config.s3_endpoint_url)
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"--schema_file {config.schema_file}: not JSON ({error})") from None
+    try:
+        return SchemaFile.from_dict(document)
+    except ValueError as error:
+        raise SystemExit(f"--schema_file {config.schema_file}: {error}") from None
 
 
 def _finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> int:
@@ -63,41 +103,153 @@ def _finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> 
         write_text(args.report_uri, text, config.s3_endpoint_url)
     for table in report.failed:
         log.error("%s failed: %s", table.table, table.error)
-    return 1 if report.failed else 0
+    if report.error:
+        log.error("the run failed: %s", report.error)
+    totals = report.totals()
+    if totals["quarantined_records"] or totals["quarantined_files"]:
+        log.warning(
+            "quarantined %d record(s) and %d file(s): see the table %s",
+            totals["quarantined_records"],
+            totals["quarantined_files"],
+            config.quarantine,
+        )
+    return 0 if report.ok else 1
+
+
+def cdc_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Apply a manifest of DMS CDC files to the clean zone")
+    parser.add_argument("--manifest", required=True, help="the batch to apply (written by the drain Lambda)")
+    _dms_arguments(parser)
+    return parser
 
 
 def cdc_main(argv: Sequence[str]) -> int:
     _configure_logging()
-    parser = argparse.ArgumentParser(description="Apply a manifest of DMS CDC files to the clean zone")
-    parser.add_argument("--manifest", required=True)
-    _dms_arguments(parser)
+    parser = cdc_parser()
     config, args = parse_job_arguments(argv, parser)
-    spark = build_session(config, "dms-cdc")
+    _require_schema_file(parser, config)
+    schema = load_schema(config)
     manifest = Manifest.from_dict(read_json(args.manifest, config.s3_endpoint_url))
+    spark = build_session(config, "dms-cdc")
     log.info("applying manifest %s: %d files", args.manifest, len(manifest.files))
-    report = apply_cdc(spark, config, load_schema(config), manifest, apply_options(args))
+    report = apply_cdc(spark, config, schema, manifest, apply_options(args))
     return _finish(report, args, config)
+
+
+def _require_schema_file(parser: argparse.ArgumentParser, config: LakeConfig) -> None:
+    if not config.schema_file:
+        parser.error("--schema_file is required: generate it with python -m lakehouse.schema_gen")
+
+
+def full_load_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Load DMS full-load files into the clean zone")
+    parser.add_argument(
+        "--raw_path", required=True, help="where DMS writes: <raw_path>/<schema>/<table>/LOAD*.csv"
+    )
+    parser.add_argument("--tables", default="", help="comma list of schema.table (default: all)")
+    parser.add_argument(
+        "--reload",
+        choices=["true", "false"],
+        default="false",
+        help="true: reload tables loaded before (changes newer than the reload survive it)",
+    )
+    parser.add_argument("--run_id", default="full-load", help="names the run in the commits and the report")
+    _dms_arguments(parser)
+    return parser
 
 
 def full_load_main(argv: Sequence[str]) -> int:
     _configure_logging()
-    parser = argparse.ArgumentParser(description="Load DMS full-load files into the clean zone")
-    parser.add_argument("--raw_path", required=True)
-    parser.add_argument("--tables", default="", help="comma list of schema.table (default: all)")
-    parser.add_argument("--reload", default="false", help="true: overwrite tables loaded before")
-    parser.add_argument("--run_id", default="full-load")
-    _dms_arguments(parser)
+    parser = full_load_parser()
     config, args = parse_job_arguments(argv, parser)
+    _require_schema_file(parser, config)
+    schema = load_schema(config)
     spark = build_session(config, "dms-full-load")
     tables = [t.strip() for t in args.tables.split(",") if t.strip()]
-    report = full_load(
-        spark,
-        config,
-        load_schema(config),
-        args.raw_path,
-        tables,
-        reload=args.reload.lower() == "true",
-        run_id=args.run_id,
-        options=apply_options(args),
-    )
+    try:
+        report = full_load(
+            spark,
+            config,
+            schema,
+            args.raw_path,
+            tables,
+            reload=args.reload.lower() == "true",
+            run_id=args.run_id,
+            options=apply_options(args),
+        )
+    except (FileNotFoundError, ValueError) as error:  # nothing was loaded: say why, exit non-zero
+        raise SystemExit(f"full load: {error}") from None
     return _finish(report, args, config)
+
+
+def maintenance_parser() -> argparse.ArgumentParser:
+    from lakehouse.maintenance import MaintenanceOptions
+
+    defaults = MaintenanceOptions()
+    parser = argparse.ArgumentParser(description="Compact, expire and clean the clean and refined tables")
+    parser.add_argument("--run_id", default="maintenance", help="names the run in the report")
+    parser.add_argument(
+        "--target_file_size_mb", type=int, default=defaults.target_file_size_mb, help="compacted file size"
+    )
+    parser.add_argument(
+        "--min_input_files",
+        type=int,
+        default=defaults.min_input_files,
+        help="compact a group of files once it has this many",
+    )
+    parser.add_argument(
+        "--delete_file_threshold",
+        type=int,
+        default=defaults.delete_file_threshold,
+        help="rewrite a data file (its deletes applied) once this many delete files point at it",
+    )
+    parser.add_argument(
+        "--snapshot_retention_hours",
+        type=float,
+        default=defaults.snapshot_retention_hours,
+        help="expire snapshots older than this (time travel reaches this far back)",
+    )
+    parser.add_argument(
+        "--retain_last", type=int, default=defaults.retain_last, help="snapshots kept whatever their age"
+    )
+    parser.add_argument(
+        "--orphan_file_age_hours",
+        type=float,
+        default=defaults.orphan_file_age_hours,
+        help="remove files no snapshot references once older than this (at least 24; 0 turns it off)",
+    )
+    parser.add_argument(
+        "--tombstone_retention_days",
+        type=float,
+        default=defaults.tombstone_retention_days,
+        help="keep a delete's tombstone this long (longer than any CDC file can be delivered late)",
+    )
+    parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
+    return parser
+
+
+def maintenance_main(argv: Sequence[str]) -> int:
+    from lakehouse.maintenance import MaintenanceOptions, maintain
+
+    _configure_logging()
+    parser = maintenance_parser()
+    config, args = parse_job_arguments(argv, parser)
+    options = MaintenanceOptions(
+        target_file_size_mb=args.target_file_size_mb,
+        min_input_files=args.min_input_files,
+        delete_file_threshold=args.delete_file_threshold,
+        snapshot_retention_hours=args.snapshot_retention_hours,
+        retain_last=args.retain_last,
+        orphan_file_age_hours=args.orphan_file_age_hours,
+        tombstone_retention_days=args.tombstone_retention_days,
+        remove_orphans=args.orphan_file_age_hours > 0,
+    )
+    spark = build_session(config, "dms-maintenance")
+    report = maintain(spark, config, options, args.run_id)
+    text = json.dumps(report.to_dict(), indent=2, default=str)
+    print(text)
+    if args.report_uri:
+        write_text(args.report_uri, text, config.s3_endpoint_url)
+    for table in report.failed:
+        log.error("%s: maintenance failed: %s", table.table, table.error)
+    return 1 if report.failed else 0

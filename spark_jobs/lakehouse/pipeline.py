@@ -1,18 +1,25 @@
-"""Full load and CDC apply: files → typed changes → one Iceberg commit per table, watermark included."""
+"""Full load and CDC apply: files → typed changes → one Iceberg commit per table.
+
+Exactly once and in any order (docs/CONTRACTS.md): a CDC file a table applied before is skipped (its
+commit named it, and the ledger keeps the name); every row keeps the change sequence of the change it
+holds and only a newer change replaces or deletes it; a deleted key keeps a tombstone, so an older change
+arriving late can't bring it back; a (re)load sets the table's floor, below which no change applies.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
+import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -20,34 +27,62 @@ from pyspark.sql import types as T
 from lakehouse import changes as C
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile, NotADmsFileError, parse_dms_key
-from lakehouse.dms_reader import ReaderOptions, read_dms_csv, with_record_numbers
+from lakehouse.dms_reader import RawRead, ReaderOptions, read_dms_files, with_record_numbers
 from lakehouse.iceberg import (
+    APPLIED_FILES,
     FULL_LOAD_DONE,
+    REPLACED_SNAPSHOT,
     RUN_ID,
+    SOURCE_TABLE,
     append_rows,
+    commit_of_run,
     create_table,
+    current_snapshot_id,
     ensure_namespace,
     evolve_schema,
     merge_changes,
-    overwrite_rows,
-    read_watermark,
+    replace_table,
     snapshot_properties,
     table_exists,
-    watermark_properties,
+    table_properties,
 )
 from lakehouse.manifest import Manifest
+from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, INTERNAL_PREFIX, RESERVED_COLUMNS, quote
 from lakehouse.quarantine import FileProblem, file_rejections, record_rejections, write_quarantine
 from lakehouse.schema import SchemaFile, TableSpec
+from lakehouse.state import LedgerEntry, RecordedFile, StateTables, applied_files
 from lakehouse.storage import list_objects, stage_for_spark
+from lakehouse.types import can_widen
 
 log = logging.getLogger(__name__)
 
-COMMIT_TS_COLUMN = "dms_commit_ts"
-CHANGE_SEQ_COLUMN = "dms_change_seq"
 METADATA_FIELDS = [
     T.StructField(COMMIT_TS_COLUMN, T.TimestampType()),
     T.StructField(CHANGE_SEQ_COLUMN, C.SEQ_TYPE),
 ]
+# Table properties a (re)load sets in the same commit as its rows.
+LOAD_DONE = "dms.full-load.done"  # the table has been loaded from its LOAD files
+LOAD_FLOOR = "dms.load.floor-seq"  # changes at or below this sequence are older than the (re)load
+LOAD_STARTED = "dms.load.started-at"  # when DMS started that load (UTC); older CDC files are superseded
+KEY = "_dms_key"
+TOMB_SEQ = "_dms_tomb_seq"
+TYPE_MISMATCH_POLICIES = ("fail", "quarantine")
+
+
+class SchemaOutOfDateError(RuntimeError):
+    """The files hold a column the schema file does not know: it must be regenerated."""
+
+
+class SchemaChangeError(RuntimeError):
+    """The source changed a column's type in a way Iceberg can't follow by promotion."""
+
+
+class TypeMismatchError(RuntimeError):
+    """Values that don't fit their column's type: the schema file is out of date, or the data is wrong."""
+
+
+class MissingFileError(RuntimeError):
+    """A file the batch names does not exist (and no reload made it unnecessary)."""
 
 
 @dataclass(frozen=True)
@@ -56,22 +91,25 @@ class ApplyOptions:
     names: C.ChangeColumns = C.ChangeColumns()
     parallel_tables: int = 4
     no_primary_key: str = "append"  # "append": inserts are appended, updates/deletes quarantined; "skip"
+    type_mismatch: str = "fail"  # "fail": the table stops with the values named; "quarantine"
+    reload_margin_seconds: int = 300  # a reload's floor from a time: this long before DMS started it
 
 
 @dataclass
 class TableReport:
     table: str
     files: int = 0
+    skipped_already_applied: int = 0  # files this table applied before (a retry, a replay, a duplicate)
+    superseded_files: int = 0  # CDC files a later reload of the table made unnecessary (and DMS removed)
     records: int = 0
     inserted_or_updated: int = 0
     deleted: int = 0
-    skipped_already_applied: int = 0
+    ignored_older: int = 0  # changes older than the table's (re)load or than the key's delete
     quarantined_records: int = 0
     quarantined_files: int = 0
     schema_changes: list[str] = field(default_factory=list)
-    watermark_seq: str | None = None
-    watermark_file: str | None = None
-    max_commit_ts: str | None = None
+    newest_commit_ts: str | None = None
+    snapshot_id: int | None = None
     seconds: float = 0.0
     error: str | None = None
 
@@ -84,25 +122,36 @@ class RunReport:
     skipped_files: list[str] = field(default_factory=list)
     quarantine_rows_added: int = 0
     seconds: float = 0.0
+    error: str | None = None  # a failure of the run itself (not of one table)
 
     @property
     def failed(self) -> list[TableReport]:
         return [t for t in self.tables if t.error]
 
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.error
+
+    @property
+    def newest_commit_ts(self) -> str | None:
+        return max((t.newest_commit_ts for t in self.tables if t.newest_commit_ts), default=None)
+
     def totals(self) -> dict[str, int]:
         keys = (
             "files",
+            "skipped_already_applied",
+            "superseded_files",
             "records",
             "inserted_or_updated",
             "deleted",
-            "skipped_already_applied",
+            "ignored_older",
             "quarantined_records",
             "quarantined_files",
         )
         return {k: sum(getattr(t, k) for t in self.tables) for k in keys}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "totals": self.totals()}
+        return {**asdict(self), "totals": self.totals(), "newest_commit_ts": self.newest_commit_ts}
 
 
 def clean_schema(spec: TableSpec) -> T.StructType:
@@ -116,11 +165,46 @@ def _with_metadata(changes: DataFrame) -> DataFrame:
     )
 
 
-def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> str:
-    table = config.clean_table(spec.iceberg_name)
-    if not table_exists(spark, table):
-        create_table(spark, table, clean_schema(spec), f"DMS replica of {spec.qualified_name}")
-    return table
+def resolve_types(
+    spec: TableSpec, columns: Sequence[str], table_types: dict[str, T.DataType], replacing: bool = False
+) -> dict[str, T.DataType]:
+    """The type each of the batch's columns is read as: the schema file's, or the table's where the table
+    is wider (a widening the data proved earlier) or the schema file doesn't name the column (it did
+    once). A column neither knows is a SchemaOutOfDateError; a type change Iceberg can't promote is a
+    SchemaChangeError, unless the table is being replaced by a (re)load (`replacing`)."""
+    types: dict[str, T.DataType] = {}
+    unknown = []
+    for column in columns:
+        if column in RESERVED_COLUMNS:
+            raise SchemaOutOfDateError(
+                f"{spec.qualified_name}: the DMS files have a column {column}, the name of the clean table's own "
+                "metadata column. If it is the endpoint's TimestampColumnName, pass --timestamp_column "
+                f"{column}; otherwise rename the source column with a DMS table-mapping rule."
+            )
+        wanted, have = spec.spark_type_of(column), table_types.get(column)
+        if wanted is None and have is None:
+            unknown.append(column)
+        elif wanted is None or have is None or wanted == have or replacing:
+            types[column] = wanted or have
+        elif can_widen(have, wanted):
+            types[column] = wanted
+        elif can_widen(wanted, have):
+            types[column] = have  # the table is wider already
+        else:
+            raise SchemaChangeError(
+                f"{spec.qualified_name}.{column} is {have.simpleString()} in the clean table but "
+                f"{wanted.simpleString()} in the schema file, and Iceberg can't change one into the other. "
+                f"Reload the table to take the new type (full_load_job.py --tables {spec.qualified_name} "
+                "--reload true); the batch stays pending until then."
+            )
+    if unknown:
+        raise SchemaOutOfDateError(
+            f"{spec.qualified_name}: column(s) {', '.join(unknown)} are in the DMS files but not in the schema "
+            "file (the source added them). Regenerate the schema file from the source catalog "
+            "(python -m lakehouse.schema_gen ...) and upload it where --schema_file points; the batch stays "
+            "pending and is applied by the next run."
+        )
+    return types
 
 
 class _Pipeline:
@@ -138,12 +222,20 @@ class _Pipeline:
         self.schema = schema
         self.options = options
         self.report = RunReport(run_id, job)
+        self.state = StateTables(spark, config)
         self.rejections: list[DataFrame] = []
         self.file_problems: list[FileProblem] = []
+        self.ledger_entries: list[LedgerEntry] = []
+        self.ledger_forget: list[tuple[str, RecordedFile]] = []
+        self._lock = threading.Lock()
 
     def classify(self, uris: Sequence[tuple[str, int]]) -> dict[TableSpec, list[DmsFile]]:
         by_table: dict[TableSpec, list[DmsFile]] = defaultdict(list)
+        seen: set[str] = set()
         for uri, size in uris:
+            if uri in seen:
+                continue  # listed twice in one manifest: applied once
+            seen.add(uri)
             try:
                 file = parse_dms_key(uri, size)
             except NotADmsFileError as error:
@@ -158,27 +250,68 @@ class _Pipeline:
             by_table[spec].append(file)
         return by_table
 
-    def read_typed(self, spec: TableSpec, files: list[DmsFile], report: TableReport):
+    def read_raw(self, spec: TableSpec, files: list[DmsFile], report: TableReport) -> RawRead:
+        """The files' records. Unreadable files go to quarantine; a file that does not exist is an error
+        unless a later (re)load of the table superseded it (DMS removes a reloaded table's old files)."""
         paths = stage_for_spark([f.uri for f in files], self.config.s3_endpoint_url, self.config.staging_dir)
-        raw = read_dms_csv(self.spark, files, paths, self.options.reader, spec.primary_key)
+        raw = read_dms_files(self.spark, files, paths, self.options.reader, spec.primary_key)
+        missing = [r.file for r in raw.rejected if r.missing]
+        if missing:
+            loaded_at = _loaded_at(self.spark, self.config.clean_table(spec.iceberg_name))
+            lost = [
+                f for f in missing if loaded_at is None or f.written_at is None or f.written_at >= loaded_at
+            ]
+            if lost:
+                raise MissingFileError(
+                    f"{spec.qualified_name}: {len(lost)} file(s) of the batch do not exist, e.g. {lost[0].uri}. "
+                    "A file DMS wrote was removed from the raw zone (a lifecycle rule? by hand?) and its changes "
+                    "can't be applied: restore it, or re-create the manifest without it after checking what it "
+                    "held. The batch stays pending."
+                )
+            report.superseded_files = len(missing)
+            log.info(
+                "%s: %d file(s) superseded by the reload of %s", spec.qualified_name, len(missing), loaded_at
+            )
         for rejection in raw.rejected:
-            self.file_problems.append(FileProblem(spec.qualified_name, rejection.file.uri, rejection.reason))
-        report.quarantined_files = len(raw.rejected)
-        if raw.rows is None:
-            return None, None, None
-        layout = C.union_layout(list(raw.headers.values()), spec, self.options.names)
-        types = C.column_types(layout, spec)
-        typed = C.typed_changes(
-            raw.rows, spec, layout, types, self.options.names, self.options.reader.csv_null_value
-        )
-        return raw.rows, typed, types
+            if not rejection.missing:
+                self.file_problems.append(
+                    FileProblem(spec.qualified_name, rejection.file.uri, rejection.reason)
+                )
+                report.quarantined_files += 1
+        return raw
 
-    def quarantine_records(self, spec: TableSpec, typed: DataFrame, raw: DataFrame) -> None:
-        bad = typed.where(F.col(C.REASON).isNotNull())
-        numbered = with_record_numbers(bad, raw)
-        self.rejections.append(record_rejections(numbered, spec.qualified_name).localCheckpoint())
+    def read_typed(
+        self, spec: TableSpec, files: list[DmsFile], report: TableReport
+    ) -> tuple[DataFrame | None, DataFrame | None]:
+        """The files' raw records and their typed changes, as a first pass sees them (bench/profile_*)."""
+        raw = self.read_raw(spec, files, report)
+        if raw.rows is None:
+            return None, None
+        table = self.config.clean_table(spec.iceberg_name)
+        layout, types = _layout_and_types(self, spec, table, raw, replacing=True)
+        names, marker = self.options.names, self.options.reader.csv_null_value
+        return raw.rows, C.typed_changes(raw, spec, layout, types, names, marker)
+
+    def quarantine_records(self, spec: TableSpec, rejected: DataFrame, raw: DataFrame) -> None:
+        """Rejected records (`_dms_reason` set), with their record numbers (one more pass over their files)."""
+        numbered = with_record_numbers(rejected, raw)
+        rows = record_rejections(numbered, spec.qualified_name).localCheckpoint()
+        with self._lock:
+            self.rejections.append(rows)
+
+    def remember(
+        self, entries: Sequence[LedgerEntry], forget: Sequence[tuple[str, RecordedFile]] = ()
+    ) -> None:
+        with self._lock:
+            self.ledger_entries.extend(entries)
+            self.ledger_forget.extend(forget)
 
     def finish(self) -> RunReport:
+        try:
+            self.state.record(self.ledger_entries, self.ledger_forget)
+        except Exception as error:  # the commits stand; the next run copies their names again
+            log.exception("recording the applied files in the ledger failed")
+            self.report.error = f"ledger: {type(error).__name__}: {error}"[:2000]
         parts = list(self.rejections)
         if self.file_problems:
             parts.append(file_rejections(self.spark, self.file_problems))
@@ -186,6 +319,28 @@ class _Pipeline:
             self.spark, self.config.quarantine, self.report.run_id, self.report.job, parts
         )
         return self.report
+
+    def run_tables(
+        self, items: list[tuple[TableSpec, Any]], apply: Callable[[TableSpec, Any, TableReport], None]
+    ):
+        def one(item: tuple[TableSpec, Any]) -> TableReport:
+            spec, payload = item
+            report = TableReport(spec.qualified_name)
+            begun = time.monotonic()
+            try:
+                apply(spec, payload, report)
+            except Exception as error:  # one table's failure is reported; the others go on
+                log.exception("%s: %s failed", spec.qualified_name, self.report.job)
+                report.error = f"{type(error).__name__}: {error}"[:2000]
+            report.seconds = round(time.monotonic() - begun, 3)
+            return report
+
+        workers = max(1, min(self.options.parallel_tables, len(items) or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="table") as pool:
+            self.report.tables = list(pool.map(one, sorted(items, key=lambda kv: kv[0].qualified_name)))
+
+
+# ==================================================================================================== CDC
 
 
 def apply_cdc(
@@ -195,160 +350,305 @@ def apply_cdc(
     manifest: Manifest,
     options: ApplyOptions = ApplyOptions(),
 ) -> RunReport:
-    """Apply every file of the manifest: per table one ordered change set and ONE MERGE, tables in
-    parallel. A table that fails does not stop the others; its error is in the report."""
+    """Apply every file of the manifest: per table one change set and ONE commit, tables in parallel.
+    A table that fails does not stop the others; its error is in the report (and the run fails)."""
+    _check_options(options)
     started = time.monotonic()
     ensure_namespace(spark, config.catalog_name, config.clean_database)
     run = _Pipeline(spark, config, schema, options, manifest.run_id, "cdc")
-    cdc_files = []
-    for f in manifest.files:
-        try:
-            if parse_dms_key(f.uri).is_full_load:
-                run.report.skipped_files.append(f.uri)  # LOAD files belong to the full-load job
-                continue
-        except NotADmsFileError:
-            pass
-        cdc_files.append((f.uri, f.size))
-    by_table = run.classify(cdc_files)
+    run.state.ensure()
+    by_table = run.classify([(f.uri, f.size) for f in manifest.files])
+    recorded = run.state.recorded(
+        [f.name for files in by_table.values() for f in files if not f.is_full_load]
+    )
 
-    def apply_table(item: tuple[TableSpec, list[DmsFile]]) -> TableReport:
-        spec, files = item
-        report = TableReport(spec.qualified_name, files=len(files))
-        begun = time.monotonic()
-        try:
-            _apply_table_changes(run, spec, sorted(files, key=lambda f: f.order_key), report)
-        except Exception as error:  # one table's failure is reported; the others go on
-            log.exception("%s: CDC apply failed", spec.qualified_name)
-            report.error = f"{type(error).__name__}: {error}"[:2000]
-        report.seconds = round(time.monotonic() - begun, 3)
-        return report
+    def apply(spec: TableSpec, files: list[DmsFile], report: TableReport) -> None:
+        report.files = len(files)
+        loads = [f for f in files if f.is_full_load]
+        if loads:
+            raise ValueError(
+                f"{spec.qualified_name}: the manifest lists LOAD file(s) ({loads[0].uri}): a table's (re)load is "
+                f"applied by the full-load job (full_load_job.py --tables {spec.qualified_name} --reload true), "
+                "never as CDC"
+            )
+        _apply_table_changes(run, spec, sorted(files, key=lambda f: f.order_key), report, recorded)
 
-    workers = max(1, min(options.parallel_tables, len(by_table)))
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="table") as pool:
-        run.report.tables = list(
-            pool.map(apply_table, sorted(by_table.items(), key=lambda kv: kv[0].qualified_name))
-        )
+    run.run_tables(list(by_table.items()), apply)
     report = run.finish()
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
-def _apply_table_changes(run: _Pipeline, spec: TableSpec, files: list[DmsFile], report: TableReport) -> None:
+def _check_options(options: ApplyOptions) -> None:
+    if options.type_mismatch not in TYPE_MISMATCH_POLICIES:
+        raise ValueError(
+            f"type_mismatch must be one of {TYPE_MISMATCH_POLICIES}, not {options.type_mismatch!r}"
+        )
+    if options.no_primary_key not in ("append", "skip"):
+        raise ValueError(f"no_primary_key must be 'append' or 'skip', not {options.no_primary_key!r}")
+
+
+def _apply_table_changes(
+    run: _Pipeline,
+    spec: TableSpec,
+    files: list[DmsFile],
+    report: TableReport,
+    recorded: dict[str, list[RecordedFile]],
+) -> None:
     spark, config = run.spark, run.config
     table = _ensure_table(spark, config, spec)
-    raw, typed, types = run.read_typed(spec, files, report)
-    if typed is None:
+    known = applied_files(
+        spark,
+        table,
+        spec.qualified_name,
+        [(f.name, f.uri, f.written_at) for f in files],
+        recorded.get(spec.qualified_name, []),
+    )
+    run.remember(known.to_record, [(spec.qualified_name, f) for f in known.to_forget])
+    fresh_files = [f for f in files if f.name not in known.applied]
+    report.skipped_already_applied = len(files) - len(fresh_files)
+    if not fresh_files:
+        log.info("%s: every file of the batch was applied before", spec.qualified_name)
         return
-    if not spec.has_primary_key:
-        _apply_table_without_key(run, spec, table, files, raw, typed, report)
-        return
-    watermark = read_watermark(spark, table)
-    fresh_valid = F.col(C.REASON).isNull() & C.is_above_watermark(watermark)
-    # One pass over the files: the batch's figures are observed while its last change per key is
-    # checkpointed, instead of caching every typed record to count it first (bench/profile_cdc.py).
-    batch = Observation(f"batch_{spec.iceberg_name}")
-    observed = typed.observe(batch, *_batch_figures(fresh_valid))
-    key = [k.lower() for k in spec.primary_key]
-    fresh = observed.where(fresh_valid).drop(C.REASON, C.RAW)
-    latest = C.last_change_per_key(C.expand_key_changes(fresh, key), key)
-    outcome = Observation(f"latest_{spec.iceberg_name}")
-    # Checkpointed: the MERGE reads it without recomputing the batch, and its plan holds no
-    # non-deterministic expression (the record position), which a copy-on-write MERGE (an EXISTS
-    # subquery on its source) would refuse.
-    latest = _with_metadata(latest).observe(outcome, *_outcome_figures()).localCheckpoint(eager=True)
-    # `get` waits for the checkpoint's metrics (its first action); should they come back empty, the
-    # batch is counted instead (one more pass).
-    stats = batch.get
-    if "records" not in stats:
-        stats = typed.agg(*_batch_figures(fresh_valid)).first().asDict()
-    stats = _read_figures(stats)
-    report.records = stats["records"]
-    report.quarantined_records = stats["bad"]
-    if stats["bad"]:
-        run.quarantine_records(spec, typed, raw)
-    report.skipped_already_applied = stats["records"] - stats["bad"] - stats["fresh"]
-    new_mark = watermark.advanced_to(C.Watermark(stats["seq"], max(f.name for f in files)))
-    report.watermark_seq = str(new_mark.change_seq) if new_mark.change_seq is not None else None
-    report.watermark_file = new_mark.cdc_file
-    if stats["fresh"] == 0:
-        log.info("%s: nothing above the watermark %s; nothing to apply", table, watermark)
-        return
-    report.max_commit_ts = stats["ts"].isoformat() if stats["ts"] else None
-    report.schema_changes = evolve_schema(spark, table, types)
-    counts = outcome.get
-    if "deletes" not in counts:
-        counts = latest.agg(*_outcome_figures()).first().asDict()
-    report.deleted = counts["deletes"]
-    report.inserted_or_updated = counts["upserts"]
-    properties = watermark_properties(new_mark) | {RUN_ID: run.report.run_id}
-    merge_changes(spark, table, latest, key, properties, order_column=CHANGE_SEQ_COLUMN)
+    raw = run.read_raw(spec, fresh_files, report)
+    applied_names = [f.name for f in fresh_files]
+    properties = {APPLIED_FILES: json.dumps(applied_names), RUN_ID: run.report.run_id}
+    floor = _floor(spark, table)
+    if raw.rows is None:
+        _commit_nothing(spark, table, properties)  # every file unreadable (quarantined) or superseded
+    elif spec.has_primary_key:
+        _apply_keyed(run, spec, table, raw, floor, properties, report)
+    else:
+        _apply_without_key(run, spec, table, raw, floor, properties, report)
+    snapshot = commit_of_run(spark, table, run.report.run_id)
+    report.snapshot_id = snapshot
+    run.remember(
+        [LedgerEntry(spec.qualified_name, f.name, f.uri, run.report.run_id, snapshot) for f in fresh_files]
+        if snapshot is not None
+        else []
+    )
 
 
-def _outcome_figures() -> list[Column]:
-    return [
-        F.count(F.when(F.col(C.OP) == "D", 1)).alias("deletes"),
-        F.count(F.when(F.col(C.OP) != "D", 1)).alias("upserts"),
-    ]
+def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> str:
+    table = config.clean_table(spec.iceberg_name)
+    if not table_exists(spark, table):
+        create_table(
+            spark,
+            table,
+            clean_schema(spec),
+            f"DMS replica of {spec.qualified_name}",
+            {SOURCE_TABLE: spec.qualified_name},
+        )
+    return table
 
 
-def _batch_figures(fresh_valid: Column) -> list[Column]:
-    """Counts, and the highest fresh sequence and commit time as a string and epoch microseconds:
-    observed metrics come back through py4j, which converts numbers and strings only. (A stage Spark
-    runs again could only inflate the counts, which are reported; the watermark is a maximum.)"""
+def _floor(spark: SparkSession, table: str) -> Decimal | None:
+    value = table_properties(spark, table).get(LOAD_FLOOR) if table_exists(spark, table) else None
+    return Decimal(value) if value else None
+
+
+def _loaded_at(spark: SparkSession, table: str) -> datetime | None:
+    value = table_properties(spark, table).get(LOAD_STARTED) if table_exists(spark, table) else None
+    return datetime.fromisoformat(value) if value else None
+
+
+def _table_types(spark: SparkSession, table: str) -> dict[str, T.DataType]:
+    if not table_exists(spark, table):
+        return {}
+    return {f.name.lower(): f.dataType for f in spark.table(table).schema.fields}
+
+
+@dataclass
+class _Batch:
+    """A batch's typed records after its first pass: the product the pass checkpointed, and its figures."""
+
+    typed: DataFrame
+    product: DataFrame
+    figures: dict[str, Any]
+    types: dict[str, T.DataType]
+
+
+def _typed_batch(
+    run: _Pipeline,
+    spec: TableSpec,
+    table: str,
+    raw: RawRead,
+    floor: Decimal | None,
+    report: TableReport,
+    build: Callable[[DataFrame, Column], DataFrame],
+    replacing: bool = False,
+) -> _Batch:
+    """Type the batch and run its first pass: `build(typed, usable)` makes the product to checkpoint from
+    the records that are `usable` (valid, newer than the floor) while the batch's figures are observed.
+    A value that a wider type holds (int → bigint, decimal precision, float → double) widens the column
+    and the batch is typed again; a value that fits no type stops the table (or is quarantined)."""
+    layout, types = _layout_and_types(run, spec, table, raw, replacing)
+    for _ in range(4):
+        typed = C.typed_changes(
+            raw, spec, layout, types, run.options.names, run.options.reader.csv_null_value
+        )
+        usable = F.col(C.REASON).isNull() & F.col(C.MISMATCH).isNull() & F.col(C.WIDEN).isNull()
+        newer = F.lit(True)
+        if floor is not None:  # a record without a sequence (a LOAD row) is not older than anything
+            newer = F.col(C.SEQ).isNull() | (F.col(C.SEQ) > F.lit(str(floor)).cast(C.SEQ_TYPE))
+        observation = Observation(f"batch_{spec.iceberg_name}_{id(typed)}")
+        observed = typed.observe(observation, *_batch_figures(usable, newer))
+        product = build(observed, usable & newer).localCheckpoint(eager=True)
+        figures = observation.get
+        if "records" not in figures:  # metrics not delivered: count instead (one more pass)
+            figures = typed.agg(*_batch_figures(usable, newer)).first().asDict()
+        figures = _read_figures(figures)
+        wider = _widened(types, figures["widen"])
+        if not wider:
+            break
+        log.warning("%s: values need wider types: %s; typing the batch again", spec.qualified_name, wider)
+        types = types | wider
+    else:
+        raise SchemaChangeError(f"{spec.qualified_name}: column types kept widening: {figures['widen']}")
+    report.records += figures["records"]
+    if figures["mismatched"] and run.options.type_mismatch == "fail":
+        raise TypeMismatchError(
+            f"{spec.qualified_name}: {figures['mismatched']} value(s) don't fit their column's type, e.g. "
+            f"{figures['example']}. The source changed the column's type and the schema file is out of date "
+            "(regenerate it: python -m lakehouse.schema_gen; if Iceberg can't promote the old type to the new "
+            f"one, reload the table: full_load_job.py --tables {spec.qualified_name} --reload true), or the "
+            "files are wrong. The batch stays pending. To go on and quarantine such records instead, run the "
+            "CDC job with --type_mismatch quarantine."
+        )
+    rejected = F.col(C.REASON).isNotNull() | (
+        F.col(C.MISMATCH).isNotNull() if run.options.type_mismatch == "quarantine" else F.lit(False)
+    )
+    bad = figures["bad"] + (figures["mismatched"] if run.options.type_mismatch == "quarantine" else 0)
+    if bad:
+        reasons = typed.where(rejected).withColumn(C.REASON, F.coalesce(C.REASON, C.MISMATCH))
+        run.quarantine_records(spec, reasons, raw.rows)
+        report.quarantined_records += bad
+    report.ignored_older += figures["older"]
+    if figures["newest"] is not None:
+        report.newest_commit_ts = figures["newest"].isoformat()
+    return _Batch(typed, product, figures, types)
+
+
+def _layout_and_types(
+    run: _Pipeline, spec: TableSpec, table: str, raw: RawRead, replacing: bool
+) -> tuple[C.HeaderLayout, dict[str, T.DataType]]:
+    layout = C.header_layout(raw.groups, spec, run.options.names)
+    return layout, resolve_types(spec, layout.data_columns, _table_types(run.spark, table), replacing)
+
+
+def _batch_figures(usable: Column, newer: Column) -> list[Column]:
+    """The batch's figures, observed on its first pass. Strings and numbers only: observed metrics come
+    back through py4j. (A stage Spark runs again could only inflate the counts; extremes are extremes.)"""
     return [
         F.count(F.lit(1)).alias("records"),
         F.count(C.REASON).alias("bad"),
-        F.count(F.when(fresh_valid, 1)).alias("fresh"),
-        F.max(F.when(fresh_valid, F.col(C.SEQ))).cast("string").alias("seq"),
-        F.unix_micros(F.max(F.when(fresh_valid, F.col(C.COMMIT_TS)))).alias("ts"),
+        F.count(F.when(F.col(C.REASON).isNull(), F.col(C.MISMATCH))).alias("mismatched"),
+        F.first(
+            F.when(
+                F.col(C.REASON).isNull() & F.col(C.MISMATCH).isNotNull(),
+                F.concat_ws(" in ", C.MISMATCH, C.FILE_URI),
+            ),
+            ignorenulls=True,
+        ).alias("example"),
+        F.concat_ws(C.WIDEN_SEPARATOR, F.collect_set(C.WIDEN)).alias("widen"),
+        F.count(F.when(usable & ~newer, 1)).alias("older"),
+        F.unix_micros(F.max(F.when(usable & newer, F.col(C.COMMIT_TS)))).alias("newest"),
+        F.unix_micros(F.min(F.when(usable, F.col(C.COMMIT_TS)))).alias("oldest"),
+        F.min(F.when(usable, F.col(C.SEQ))).cast("string").alias("min_seq"),
+        F.count(F.when(usable & F.col(C.SEQ).isNull(), 1)).alias("without_seq"),
     ]
 
 
 def _read_figures(values: dict[str, Any]) -> dict[str, Any]:
-    seq, micros = values["seq"], values["ts"]
+    def moment(micros: int | None) -> datetime | None:
+        return datetime(1970, 1, 1) + timedelta(microseconds=micros) if micros is not None else None
+
     return values | {
-        "seq": Decimal(seq) if seq is not None else None,
-        "ts": datetime(1970, 1, 1) + timedelta(microseconds=micros) if micros is not None else None,
+        "newest": moment(values["newest"]),
+        "oldest": moment(values["oldest"]),
+        "min_seq": Decimal(values["min_seq"]) if values["min_seq"] is not None else None,
     }
 
 
-def _apply_table_without_key(
+def _widened(types: dict[str, T.DataType], needs: str | None) -> dict[str, T.DataType]:
+    """The widest type each column's values asked for (`column<sep>type` entries)."""
+    wider: dict[str, T.DataType] = {}
+    for entry in filter(None, (needs or "").split(C.WIDEN_SEPARATOR)):
+        column, _, type_text = entry.partition(C.WIDEN_TYPE_SEPARATOR)
+        wanted = C.type_named(type_text)
+        current = wider.get(column, types[column])
+        if can_widen(current, wanted):
+            wider[column] = wanted
+    return wider
+
+
+def _apply_keyed(
     run: _Pipeline,
     spec: TableSpec,
     table: str,
-    files: list[DmsFile],
-    raw: DataFrame,
-    typed: DataFrame,
+    raw: RawRead,
+    floor: Decimal | None,
+    properties: dict[str, str],
     report: TableReport,
 ) -> None:
-    typed = typed.persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        watermark = read_watermark(run.spark, table)
-        fresh_valid = F.col(C.REASON).isNull() & C.is_above_watermark(watermark)
-        stats = _read_figures(typed.agg(*_batch_figures(fresh_valid)).first().asDict())
-        report.records = stats["records"]
-        report.quarantined_records = stats["bad"]
-        if stats["bad"]:
-            run.quarantine_records(spec, typed, raw)
-        fresh = typed.where(fresh_valid).drop(C.REASON, C.RAW)
-        _apply_without_key(run, spec, table, fresh, raw, files, report)
-    finally:
-        typed.unpersist()
+    spark = run.spark
+    key = [k.lower() for k in spec.primary_key]
+    tombstones = run.state.tombstones_of(spec.qualified_name)
+    outcomes: list[Observation] = []  # one per typing of the batch (a widening types it again)
+
+    def latest_changes(typed: DataFrame, usable: Column) -> DataFrame:
+        outcome = Observation(f"outcome_{spec.iceberg_name}_{len(outcomes)}")
+        outcomes.append(outcome)
+        fresh = typed.where(usable).drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
+        latest = _with_metadata(C.last_change_per_key(C.expand_key_changes(fresh, key), key))
+        # An upsert older than the key's last delete would bring a deleted row back: it is ignored.
+        latest = latest.withColumn(KEY, C.key_json(key)).join(
+            tombstones.withColumnRenamed("key", KEY).withColumnRenamed("tomb_seq", TOMB_SEQ), KEY, "left"
+        )
+        buried = (F.col(C.OP) != "D") & F.col(TOMB_SEQ).isNotNull() & (F.col(C.SEQ) < F.col(TOMB_SEQ))
+        return latest.observe(
+            outcome,
+            F.count(F.when(~buried & (F.col(C.OP) == "D"), 1)).alias("deletes"),
+            F.count(F.when(~buried & (F.col(C.OP) != "D"), 1)).alias("upserts"),
+            F.count(F.when(buried, 1)).alias("buried"),
+        ).where(~buried)
+
+    batch = _typed_batch(run, spec, table, raw, floor, report, latest_changes)
+    counts = outcomes[-1].get
+    if "deletes" not in counts:
+        counts = {
+            "deletes": batch.product.where(F.col(C.OP) == "D").count(),
+            "upserts": batch.product.where(F.col(C.OP) != "D").count(),
+            "buried": 0,
+        }
+    report.deleted, report.inserted_or_updated = counts["deletes"], counts["upserts"]
+    report.ignored_older += counts["buried"]
+    if counts["deletes"]:
+        # Before the MERGE: a crash between the two leaves a tombstone for a row the retry deletes.
+        deletes = batch.product.where(F.col(C.OP) == "D").select(
+            F.col(KEY).alias("key"), F.col(C.SEQ).alias("change_seq"), F.col(C.COMMIT_TS).alias("commit_ts")
+        )
+        run.state.bury(spec.qualified_name, deletes, run.report.run_id)
+    report.schema_changes += evolve_schema(spark, table, batch.types)
+    merge_changes(spark, table, batch.product, key, properties, order_column=CHANGE_SEQ_COLUMN)
 
 
 def _apply_without_key(
     run: _Pipeline,
     spec: TableSpec,
     table: str,
-    fresh: DataFrame,
-    raw: DataFrame,
-    files: list[DmsFile],
+    raw: RawRead,
+    floor: Decimal | None,
+    properties: dict[str, str],
     report: TableReport,
 ) -> None:
-    """A table without a primary key can't be merged. "append": inserts are appended and updates and
-    deletes go to quarantine (nothing is lost); "skip": the table's changes all go to quarantine."""
+    """A table without a primary key can't be merged. "append": inserts are appended (exactly once per
+    file: the ledger) and updates and deletes go to quarantine, nothing lost; "skip": all its changes go
+    to quarantine."""
     mode = run.options.no_primary_key
     log.warning("%s has no primary key: CDC mode %r", spec.qualified_name, mode)
+    batch = _typed_batch(run, spec, table, raw, floor, report, lambda typed, usable: typed.where(usable))
+    fresh = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     appendable = fresh.where(F.col(C.OP) == "I") if mode == "append" else fresh.limit(0)
     rest = fresh.where(F.col(C.OP) != "I") if mode == "append" else fresh
     reason = (
@@ -356,26 +656,26 @@ def _apply_without_key(
         f"can't be applied (mode {mode})"
     )
     rejected = rest.withColumn(C.REASON, F.lit(reason)).withColumn(
-        C.RAW, F.to_json(F.struct(*[F.col(c) for c in rest.columns if not c.startswith("_")]))
+        C.RAW,
+        F.to_json(F.struct(*[F.col(quote(c)) for c in rest.columns if not c.startswith(INTERNAL_PREFIX)])),
     )
-    stats = fresh.agg(F.count(F.lit(1)).alias("n"), F.max(C.SEQ).alias("seq")).first()
     n_rest = rejected.count()
     if n_rest:
-        run.rejections.append(
-            record_rejections(with_record_numbers(rejected, raw), spec.qualified_name).localCheckpoint()
-        )
+        run.quarantine_records(spec, rejected, raw.rows)
         report.quarantined_records += n_rest
-    n_append = stats["n"] - n_rest
-    if n_append:
-        batch = C.Watermark(stats["seq"], max(f.name for f in files))
-        mark = read_watermark(run.spark, table).advanced_to(batch)
-        append_rows(
-            run.spark,
-            table,
-            _with_metadata(appendable),
-            watermark_properties(mark) | {RUN_ID: run.report.run_id},
-        )
-        report.inserted_or_updated = n_append
+    report.schema_changes += evolve_schema(run.spark, table, batch.types)
+    append_rows(run.spark, table, _with_metadata(appendable), properties)
+    report.inserted_or_updated = batch.figures["records"] - batch.figures["bad"] - batch.figures["mismatched"]
+    report.inserted_or_updated -= n_rest + batch.figures["older"]
+
+
+def _commit_nothing(spark: SparkSession, table: str, properties: dict[str, str]) -> None:
+    """A commit without rows that still names the files it processed (all unreadable or superseded)."""
+    schema = spark.table(table).schema
+    append_rows(spark, table, spark.createDataFrame([], schema), properties)
+
+
+# ============================================================================================= full load
 
 
 def full_load(
@@ -388,75 +688,252 @@ def full_load(
     run_id: str = "full-load",
     options: ApplyOptions = ApplyOptions(),
 ) -> RunReport:
-    """Load every table's LOAD files into its Iceberg table. Safe to re-run: a table whose full load
-    committed already is left alone (its CDC changes stay), unless `reload`."""
+    """Load every table's LOAD files into its Iceberg table, rows and properties in one commit. A table
+    loaded before is left alone (its CDC changes stay), unless `reload`: then its rows are replaced by the
+    LOAD files' in an order-independent way (changes newer than the reload survive it, see `_reloaded`)."""
+    _check_options(options)
     started = time.monotonic()
     ensure_namespace(spark, config.catalog_name, config.clean_database)
     run = _Pipeline(spark, config, schema, options, run_id, "full-load")
+    run.state.ensure()
     wanted = {t.lower() for t in tables}
+    unknown = sorted(wanted - {s.qualified_name.lower() for s in schema.tables.values()})
+    if unknown:
+        raise ValueError(f"--tables names tables the schema file does not have: {unknown}")
     specs = [s for s in schema.tables.values() if not wanted or s.qualified_name.lower() in wanted]
     base = raw_path.rstrip("/")
-
-    def load(spec: TableSpec) -> TableReport:
-        report = TableReport(spec.qualified_name)
-        begun = time.monotonic()
-        try:
-            _load_table(run, spec, f"{base}/{spec.source_schema}/{spec.name}", reload, report)
-        except Exception as error:
-            log.exception("%s: full load failed", spec.qualified_name)
-            report.error = f"{type(error).__name__}: {error}"[:2000]
-        report.seconds = round(time.monotonic() - begun, 3)
-        return report
-
-    with ThreadPoolExecutor(max_workers=max(1, min(options.parallel_tables, len(specs) or 1))) as pool:
-        run.report.tables = list(pool.map(load, specs))
+    files = {spec: _load_files(f"{base}/{spec.source_schema}/{spec.name}", config) for spec in specs}
+    if specs and not any(files.values()):
+        raise FileNotFoundError(
+            f"no DMS LOAD files under {raw_path} for any of the {len(specs)} table(s) of the schema file "
+            f"(expected {base}/<schema>/<table>/LOAD00000001.csv): check --raw_path and that DMS's full load "
+            "has written its files"
+        )
+    run.run_tables(
+        [(spec, files[spec]) for spec in specs],
+        lambda spec, found, report: _load_table(run, spec, found, reload, report),
+    )
     report = run.finish()
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
 
-def _load_table(run: _Pipeline, spec: TableSpec, prefix: str, reload: bool, report: TableReport) -> None:
-    spark, config = run.spark, run.config
-    files = []
+def _load_files(prefix: str, config: LakeConfig) -> list[tuple[DmsFile, datetime | None]]:
+    found = []
     for info in list_objects(prefix, config.s3_endpoint_url):
         try:
             file = parse_dms_key(info.uri, info.size)
         except NotADmsFileError:
             continue
         if file.is_full_load:
-            files.append(file)
-    files.sort(key=lambda f: f.order_key)
+            found.append((file, info.last_modified))
+    return sorted(found, key=lambda item: item[0].order_key)
+
+
+def _load_table(
+    run: _Pipeline,
+    spec: TableSpec,
+    found: list[tuple[DmsFile, datetime | None]],
+    reload: bool,
+    report: TableReport,
+) -> None:
+    spark, config = run.spark, run.config
+    table = config.clean_table(spec.iceberg_name)
+    exists = table_exists(spark, table)
+    done = exists and (
+        LOAD_DONE in table_properties(spark, table)
+        or any(FULL_LOAD_DONE in s for s in snapshot_properties(spark, table))
+    )
+    files = [f for f, _ in found]
     report.files = len(files)
-    table = _ensure_table(spark, config, spec)
-    if not reload and any(FULL_LOAD_DONE in s for s in snapshot_properties(spark, table)):
+    if done and not reload:
         log.info("%s: full load committed already; not reloading", table)
-        run.report.skipped_files.extend(f.uri for f in files)
+        with run._lock:
+            run.report.skipped_files.extend(f.uri for f in files)
         return
     if not files:
-        log.warning("%s: no LOAD files under %s", spec.qualified_name, prefix)
+        if reload:
+            raise FileNotFoundError(f"{spec.qualified_name}: no LOAD files to reload the table from")
+        # DMS writes no folder for an empty source table: an empty, loaded table (or, if CDC created it
+        # already, the table as it is, marked loaded: its rows are changes made since).
+        log.warning("%s: no LOAD files (an empty source table?)", spec.qualified_name)
+        if exists:
+            spark.sql(
+                f"ALTER TABLE {table} SET TBLPROPERTIES ('{LOAD_DONE}'='0', '{SOURCE_TABLE}'='{spec.qualified_name.replace(chr(39), '')}')"
+            )
+            return
+        empty = spark.createDataFrame([], clean_schema(spec))
+        replace_table(
+            spark,
+            table,
+            empty,
+            {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name},
+            {FULL_LOAD_DONE: "0", RUN_ID: run.report.run_id},
+            f"DMS replica of {spec.qualified_name}",
+        )
         return
-    raw, typed, types = run.read_typed(spec, files, report)
-    if typed is None:
+    raw = run.read_raw(spec, files, report)
+    if raw.rows is None:
+        raise ValueError(f"{spec.qualified_name}: none of its {len(files)} LOAD file(s) could be read")
+    has_rows = exists and spark.table(table).limit(1).count() > 0
+    batch = _typed_batch(
+        run, spec, table, raw, None, report, lambda typed, usable: typed.where(usable), replacing=True
+    )
+    rows = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
+    figures = batch.figures
+    started_at = min([t for t in (figures["oldest"], *(m for _, m in found)) if t is not None], default=None)
+    properties = {LOAD_DONE: str(len(files)), SOURCE_TABLE: spec.qualified_name}
+    if started_at is not None:
+        properties[LOAD_STARTED] = started_at.isoformat()
+    target = _target_schema(spark, table, spec, batch.types)
+    if has_rows:
+        floor = figures["min_seq"]
+        if figures["without_seq"]:
+            # LOAD rows without AR_H_CHANGE_SEQ: the reload is placed by the time DMS started it.
+            if started_at is None:
+                raise ValueError(f"{spec.qualified_name}: can't place the reload in time (no timestamps)")
+            placed = sequence_at(started_at - timedelta(seconds=run.options.reload_margin_seconds))
+            _check_sequences_comparable(spark, table, spec, placed)
+            rows = rows.withColumn(C.SEQ, F.coalesce(F.col(C.SEQ), F.lit(str(placed)).cast(C.SEQ_TYPE)))
+            floor = placed if floor is None else min(floor, placed)
+        result = _reloaded(run, spec, table, rows, floor, target)
+        summary_extra = {REPLACED_SNAPSHOT: str(current_snapshot_id(spark, table))}
+    else:
+        floor = figures["min_seq"]
+        result = _aligned(_with_metadata(rows), target)
+        summary_extra = {}
+    if floor is not None:
+        properties[LOAD_FLOOR] = str(floor)
+    replace_table(
+        spark,
+        table,
+        result,
+        properties,
+        {FULL_LOAD_DONE: str(len(files)), RUN_ID: run.report.run_id} | summary_extra,
+        f"DMS replica of {spec.qualified_name}",
+    )
+    report.inserted_or_updated = figures["records"] - figures["bad"] - figures["mismatched"]
+    report.snapshot_id = current_snapshot_id(spark, table)
+
+
+def sequence_at(moment: datetime) -> Decimal:
+    """A change sequence shaped as DMS's AR_H_CHANGE_SEQ (YYYYMMDDHHmmSShh + 19 digits) for a time."""
+    return Decimal(moment.strftime("%Y%m%d%H%M%S") + f"{moment.microsecond // 10000:02d}" + "0" * 19)
+
+
+def _check_sequences_comparable(spark: SparkSession, table: str, spec: TableSpec, placed: Decimal) -> None:
+    """A reload placed by time compares DMS-shaped sequences: the table's must be such too."""
+    highest = spark.table(table).agg(F.max(CHANGE_SEQ_COLUMN)).first()[0]
+    if highest is None:
         return
-    report.schema_changes = evolve_schema(spark, table, types)
-    observed = Observation(f"load_{spec.iceberg_name}")
-    typed = typed.observe(observed, F.count(F.lit(1)).alias("records"), F.count(C.REASON).alias("bad"))
-    good = _with_metadata(typed.where(F.col(C.REASON).isNull()))
-    target = spark.table(table).schema
-    rows = good.select(
+    text = str(highest)
+    try:
+        shaped = len(text) == 35 and datetime.strptime(text[:14], "%Y%m%d%H%M%S").year >= 1990
+    except ValueError:
+        shaped = False
+    if not shaped:
+        raise ValueError(
+            f"{spec.qualified_name}: its rows' change sequences (e.g. {text}) are not AWS DMS's timestamp-"
+            "prefixed AR_H_CHANGE_SEQ and its LOAD files carry none, so the reload can't be ordered against "
+            f"the changes applied so far (a reload placed at {placed})"
+        )
+
+
+def _target_schema(
+    spark: SparkSession, table: str, spec: TableSpec, types: dict[str, T.DataType]
+) -> T.StructType:
+    """The table's columns after the load: the table's (dropped source columns stay), the schema file's,
+    with the batch's resolved types, then the metadata columns."""
+    fields: dict[str, T.DataType] = {}
+    if table_exists(spark, table):
+        fields |= {
+            f.name: f.dataType
+            for f in spark.table(table).schema.fields
+            if f.name not in (COMMIT_TS_COLUMN, CHANGE_SEQ_COLUMN)
+        }
+    for f in clean_schema(spec).fields:
+        if f.name not in (COMMIT_TS_COLUMN, CHANGE_SEQ_COLUMN):
+            fields[f.name] = types.get(f.name, fields.get(f.name, f.dataType))
+    fields |= {name: data_type for name, data_type in types.items()}
+    return T.StructType([T.StructField(n, t) for n, t in fields.items()] + METADATA_FIELDS)
+
+
+def _aligned(rows: DataFrame, target: T.StructType, prefix: str = "") -> DataFrame:
+    return rows.select(
         *[
-            good[f.name].cast(f.dataType)
-            if f.name in good.columns
-            else F.lit(None).cast(f.dataType).alias(f.name)
+            (F.col(quote(prefix + f.name)) if prefix + f.name in rows.columns else F.lit(None))
+            .cast(f.dataType)
+            .alias(f.name)
             for f in target.fields
         ]
     )
-    overwrite_rows(spark, table, rows, {FULL_LOAD_DONE: str(len(files)), RUN_ID: run.report.run_id})
-    stats = observed.get
-    if "records" not in stats:  # metrics not delivered: count the rows instead (one more pass)
-        stats = typed.agg(F.count(F.lit(1)).alias("records"), F.count(C.REASON).alias("bad")).first()
-    report.records = stats["records"]
-    report.quarantined_records = stats["bad"]
-    report.inserted_or_updated = stats["records"] - stats["bad"]
-    if stats["bad"]:
-        run.quarantine_records(spec, typed, raw)
+
+
+def _reloaded(
+    run: _Pipeline, spec: TableSpec, table: str, load: DataFrame, floor: Decimal | None, target: T.StructType
+) -> DataFrame:
+    """A reload's rows, whatever CDC the table applied before it and whatever arrives after:
+
+    - a key in both the table and the LOAD files keeps the table's row only if it holds a newer change
+      than the LOAD row; otherwise the LOAD row;
+    - a key only in the table stays only if its row holds a change newer than the reload's floor (it was
+      changed after DMS read the table; a newer change of it follows); otherwise it goes (deleted before);
+    - a key only in the LOAD files is added, unless a newer delete of it is known (a tombstone).
+    A table without a primary key keeps its rows newer than the floor and adds every LOAD row."""
+    spark = run.spark
+    existing = _aligned(spark.table(table), target)
+
+    def newer_than_floor(seq: str) -> Column:
+        if floor is None:
+            return F.lit(False)
+        return F.col(quote(seq)).isNotNull() & (F.col(quote(seq)) > F.lit(str(floor)).cast(C.SEQ_TYPE))
+
+    if not spec.has_primary_key:
+        return existing.where(newer_than_floor(CHANGE_SEQ_COLUMN)).unionByName(
+            _aligned(_with_metadata(load), target)
+        )
+    key = [k.lower() for k in spec.primary_key]
+    latest = _aligned(_with_metadata(C.last_change_per_key(load, key)), target)
+    kept, loaded, seq = "_dms_t_", "_dms_l_", CHANGE_SEQ_COLUMN
+    ours = existing.select(
+        *[F.col(quote(c)).alias(kept + c) for c in existing.columns], F.lit(True).alias(kept)
+    )
+    theirs = latest.select(
+        *[F.col(quote(c)).alias(loaded + c) for c in latest.columns], F.lit(True).alias(loaded)
+    )
+    joined = ours.join(
+        theirs, [F.col(quote(kept + k)) == F.col(quote(loaded + k)) for k in key], "full_outer"
+    )
+    joined = joined.withColumn(
+        KEY,
+        F.to_json(
+            F.struct(*[F.coalesce(F.col(quote(kept + k)), F.col(quote(loaded + k))).alias(k) for k in key])
+        ),
+    ).join(
+        run.state.tombstones_of(spec.qualified_name)
+        .withColumnRenamed("key", KEY)
+        .withColumnRenamed("tomb_seq", TOMB_SEQ),
+        KEY,
+        "left",
+    )
+    in_table, in_load = F.col(kept).isNotNull(), F.col(loaded).isNotNull()
+    table_newer = (
+        F.col(kept + seq).isNotNull()
+        & F.col(loaded + seq).isNotNull()
+        & (F.col(kept + seq) > F.col(loaded + seq))
+    )
+    deleted_later = (
+        F.col(TOMB_SEQ).isNotNull()
+        & F.col(loaded + seq).isNotNull()
+        & (F.col(TOMB_SEQ) > F.col(loaded + seq))
+    )
+    take_load = in_load & ((in_table & ~table_newer) | (~in_table & ~deleted_later))
+    keep_table = in_table & ((in_load & table_newer) | (~in_load & newer_than_floor(kept + seq)))
+    return joined.where(take_load | keep_table).select(
+        *[
+            F.when(take_load, F.col(quote(loaded + f.name)))
+            .otherwise(F.col(quote(kept + f.name)))
+            .alias(f.name)
+            for f in target.fields
+        ]
+    )

@@ -6,6 +6,7 @@ A re-run quarantines the same record once (keyed by source file and record numbe
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ from pyspark.sql import types as T
 
 from lakehouse.changes import RAW, REASON
 from lakehouse.dms_reader import FILE_URI, RECORD
+from lakehouse.frames import literal_frame
 from lakehouse.iceberg import create_table
 
 QUARANTINE_SCHEMA = T.StructType(
@@ -50,8 +52,9 @@ def record_rejections(rows: DataFrame, source_table: str) -> DataFrame:
 
 
 def file_rejections(spark: SparkSession, problems: Sequence[FileProblem]) -> DataFrame:
-    return spark.createDataFrame(
-        [(p.source_table, p.source_uri, None, p.reason, None) for p in problems],
+    return literal_frame(
+        spark,
+        [{"source_table": p.source_table, "source_uri": p.source_uri, "reason": p.reason} for p in problems],
         "source_table string, source_uri string, record_number long, reason string, record string",
     )
 
@@ -83,7 +86,7 @@ def write_quarantine(
     if count == 0:
         return 0
     create_table(spark, table, QUARANTINE_SCHEMA, "DMS files and records that could not be applied")
-    view = f"quarantine_{run_id.replace('-', '_')}"
+    view = f"quarantine_{uuid.uuid4().hex}"  # never built from the run id: any text can be a run id
     rows.createOrReplaceTempView(view)
     before = spark.table(table).count()
     spark.sql(

@@ -51,14 +51,15 @@ from pyspark.sql import types as T
 from lakehouse.config import LakeConfig
 from lakehouse.iceberg import (
     TABLE_PROPERTIES,
+    current_snapshot_id,
     ensure_namespace,
+    iceberg_table,
     overwrite_rows,
-    quote,
     snapshot_properties,
     table_exists,
     with_commit_properties,
 )
-from lakehouse.pipeline import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN
+from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, quote
 
 log = logging.getLogger(__name__)
 
@@ -262,27 +263,13 @@ def null_safe_join(left: DataFrame, right: DataFrame, columns: Sequence[str], ho
 # Snapshots
 
 
-def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
-    """The table's current snapshot id (None for a table without data yet), fresh from the catalog."""
-    jtable = _iceberg_table(spark, table)
-    snapshot = jtable.currentSnapshot()
-    return None if snapshot is None else int(snapshot.snapshotId())
-
-
 def is_in_history(spark: SparkSession, table: str, snapshot_id: int, current_id: int) -> bool:
     """Whether `snapshot_id` is still readable and an ancestor of (or is) the current snapshot."""
-    jtable = _iceberg_table(spark, table)
+    jtable = iceberg_table(spark, table)
     if jtable.snapshot(snapshot_id) is None:
         return False
     util = spark.sparkContext._jvm.org.apache.iceberg.util.SnapshotUtil
     return snapshot_id == current_id or bool(util.isAncestorOf(jtable, current_id, snapshot_id))
-
-
-def _iceberg_table(spark: SparkSession, table: str) -> Any:
-    jvm = spark.sparkContext._jvm
-    jtable = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-    jtable.refresh()
-    return jtable
 
 
 def consumed_snapshots(spark: SparkSession, table: str) -> dict[str, int] | None:
@@ -528,7 +515,7 @@ def refine(
 def _seconds_since_commit(spark: SparkSession, table: str) -> float:
     if not table_exists(spark, table):
         return float("inf")
-    snapshot = _iceberg_table(spark, table).currentSnapshot()
+    snapshot = iceberg_table(spark, table).currentSnapshot()
     return float("inf") if snapshot is None else time.time() - snapshot.timestampMillis() / 1000
 
 

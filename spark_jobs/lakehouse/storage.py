@@ -12,6 +12,7 @@ import os
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,15 @@ HEADER_PROBE_BYTES = 1 << 16
 class ObjectInfo:
     uri: str
     size: int
+    last_modified: datetime | None = None  # UTC, naive
+
+
+def is_missing(error: BaseException) -> bool:
+    """The error says the object does not exist (a local file, or an S3 key)."""
+    if isinstance(error, FileNotFoundError):
+        return True
+    code = getattr(error, "response", {}).get("Error", {}).get("Code") if hasattr(error, "response") else None
+    return code in ("NoSuchKey", "404", "NotFound")
 
 
 def is_s3(uri: str) -> bool:
@@ -80,22 +90,34 @@ def list_objects(prefix_uri: str, endpoint_url: str | None = None) -> list[Objec
         prefix = prefix.rstrip("/") + "/" if prefix else ""
         paginator = _s3_client(endpoint_url).get_paginator("list_objects_v2")
         found = [
-            ObjectInfo(f"s3://{bucket}/{item['Key']}", item["Size"])
+            ObjectInfo(
+                f"s3://{bucket}/{item['Key']}",
+                item["Size"],
+                item["LastModified"].astimezone(UTC).replace(tzinfo=None)
+                if item.get("LastModified")
+                else None,
+            )
             for page in paginator.paginate(Bucket=bucket, Prefix=prefix)
             for item in page.get("Contents", [])
         ]
     else:
         root = local_path(prefix_uri)
-        found = [ObjectInfo(str(path), path.stat().st_size) for path in root.rglob("*") if path.is_file()]
+        found = []
+        for path in root.rglob("*"):
+            if path.is_file():
+                status = path.stat()
+                modified = datetime.fromtimestamp(status.st_mtime, UTC).replace(tzinfo=None)
+                found.append(ObjectInfo(str(path), status.st_size, modified))
     return sorted(found, key=lambda info: info.uri)
 
 
 def stage_for_spark(uris: list[str], endpoint_url: str | None, staging_dir: str) -> dict[str, str]:
-    """Map each input URI to a path Spark can read. Only S3 objects on a local emulator are copied."""
+    """Map each input URI to a path Spark can read. Only S3 objects on a local emulator are copied; an
+    object that does not exist is left out of the map (the caller tells missing from unreadable)."""
     if not endpoint_url:
         return {uri: uri for uri in uris}
 
-    def stage(uri: str) -> tuple[str, str]:
+    def stage(uri: str) -> tuple[str, str | None]:
         if not is_s3(uri):
             return uri, uri
         bucket, key = split_s3(uri)
@@ -104,12 +126,34 @@ def stage_for_spark(uris: list[str], endpoint_url: str | None, staging_dir: str)
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_suffix(target.suffix + ".part")
-            _s3_client(endpoint_url).download_file(bucket, key, str(partial))
+            try:
+                _s3_client(endpoint_url).download_file(bucket, key, str(partial))
+            except Exception as error:
+                if is_missing(error):
+                    return uri, None
+                raise
             os.replace(partial, target)
         return uri, str(target)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
-        return dict(pool.map(stage, uris))
+        return {uri: path for uri, path in pool.map(stage, uris) if path is not None}
+
+
+def read_parquet_schema(uri: str, endpoint_url: str | None = None) -> Any:
+    """A Parquet file's schema (pyarrow) from its footer alone: on S3, two ranged reads of its end."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if not is_s3(uri):
+        return pq.read_schema(str(local_path(uri)))
+    bucket, key = split_s3(uri)
+    client = _s3_client(endpoint_url)
+    end = client.get_object(Bucket=bucket, Key=key, Range="bytes=-8")["Body"].read()
+    if len(end) != 8 or end[4:] != b"PAR1":
+        raise ValueError("not a Parquet file (no PAR1 magic at its end)")
+    footer = int.from_bytes(end[:4], "little") + 8
+    tail = client.get_object(Bucket=bucket, Key=key, Range=f"bytes=-{footer}")["Body"].read()
+    return pq.read_schema(pa.BufferReader(tail))
 
 
 def read_first_line(uri: str, endpoint_url: str | None = None) -> str:

@@ -7,11 +7,11 @@ from pathlib import Path
 from localaws import progress, replication, sam_app
 
 
-def write_table(folder: Path, summaries: list[dict[str, str]]) -> None:
+def write_table(folder: Path, summaries: list[dict[str, str]], properties: dict | None = None) -> None:
     metadata = folder / "metadata"
     metadata.mkdir(parents=True)
     snapshots = [{"snapshot-id": i, "summary": s} for i, s in enumerate(summaries, start=1)]
-    document = {"current-snapshot-id": len(snapshots), "snapshots": snapshots}
+    document = {"current-snapshot-id": len(snapshots), "snapshots": snapshots, "properties": properties or {}}
     (metadata / "v3.metadata.json").write_text(json.dumps(document))
     (metadata / "version-hint.text").write_text("3")
 
@@ -21,10 +21,9 @@ def test_clean_table_state_from_iceberg_metadata(tmp_path: Path) -> None:
         tmp_path / "db" / "main_item",
         [
             {"dms.full-load.files": "1", "total-records": "10", "total-position-deletes": "0"},
-            {"dms.watermark.cdc-file": "20261122-100000000.csv", "dms.watermark.change-seq": "7"},
+            {"dms.applied-files": '["20261122-100000000.csv"]'},
             {
-                "dms.watermark.cdc-file": "20261122-100005000.csv",
-                "dms.watermark.change-seq": "12",
+                "dms.applied-files": '["20261122-100005000.csv", "20261122-100001000.csv"]',
                 "total-records": "14",
                 "total-position-deletes": "3",
             },
@@ -35,17 +34,29 @@ def test_clean_table_state_from_iceberg_metadata(tmp_path: Path) -> None:
     assert list(states) == ["main_item"]
     item = states["main_item"]
     assert (item.full_load_done, item.live_rows, item.snapshots) == (True, 11, 3)
-    assert (item.watermark_file, item.watermark_seq) == ("20261122-100005000.csv", 12)
-
-
-def test_pending_tables_compare_newest_raw_file_with_the_watermark() -> None:
-    raw = progress.RawZone(newest_cdc_file={"main_item": "20261122-100005000.csv", "main_customer": "2.csv"})
-    clean = {
-        "main_item": progress.CleanTableState("main_item", 2, 1, True, "20261122-100005000.csv", 5),
-        "main_customer": progress.CleanTableState("main_customer", 2, 1, True, "1.csv", 5),
+    assert item.applied_files == {
+        "20261122-100000000.csv",
+        "20261122-100005000.csv",
+        "20261122-100001000.csv",
     }
-    assert progress.pending_tables(raw, clean) == ["main_customer"]
-    assert progress.pending_tables(raw, clean, frozenset({"2.csv"})) == []
+    assert item.newest_applied_file == "20261122-100005000.csv"
+
+
+def test_a_table_loaded_by_a_replace_commit_is_loaded(tmp_path: Path) -> None:
+    write_table(tmp_path / "db" / "main_item", [{"total-records": "1"}], {"dms.full-load.done": "2"})
+    assert progress.read_clean_zone(tmp_path, "db")["main_item"].full_load_done
+
+
+def test_a_table_is_pending_while_any_of_its_raw_files_is_unapplied_even_an_older_one() -> None:
+    """Given item with its newest file applied but an older (late) one not, and customer all applied,
+    Then item is pending; and not once the late file is ignored."""
+    raw = progress.RawZone(cdc_file_names={"main_item": {"1.csv", "3.csv"}, "main_customer": {"2.csv"}})
+    clean = {
+        "main_item": progress.CleanTableState("main_item", 2, 1, True, frozenset({"3.csv"})),
+        "main_customer": progress.CleanTableState("main_customer", 2, 1, True, frozenset({"2.csv"})),
+    }
+    assert progress.pending_tables(raw, clean) == ["main_item"]
+    assert progress.pending_tables(raw, clean, frozenset({"1.csv"})) == []
 
 
 def test_cdc_file_time_is_utc_from_the_name() -> None:

@@ -163,3 +163,48 @@ def test_rerun_without_clean_changes_commits_nothing(lake: Lake) -> None:
 
     assert modes(report) == {t: "unchanged" for t in (SALES_ENRICHED, *AGGREGATES)}
     assert [snapshot_count(lake.spark, t) for t in tables] == before
+
+
+def test_maintenance_keeps_what_the_refine_consumed_so_the_next_refine_stays_incremental(lake: Lake) -> None:
+    """Given the refined zone up to date, then a CDC batch,
+    When maintenance expires every snapshot it may (retention 0, keep 1),
+    Then the snapshots the refine consumed are kept, and the next refine is incremental and exact."""
+    from datetime import datetime, timedelta
+
+    from lakehouse.maintenance import MaintenanceOptions, maintain
+
+    refine(lake.spark, lake.config, run_id="before-maintenance")
+    lake.apply_workload(changes=20, seed=11, mix=MIXED_WITH_DIMENSION_CHANGES)
+    harsh = MaintenanceOptions(snapshot_retention_hours=0, retain_last=1, remove_orphans=False)
+
+    report = maintain(lake.spark, lake.config, harsh, now=datetime.utcnow() + timedelta(minutes=1))
+    again = refine(lake.spark, lake.config, run_id="after-maintenance")
+
+    assert not report.failed, report.failed
+    assert modes(again) == {t: "incremental" for t in (SALES_ENRICHED, *AGGREGATES)}
+    assert_refined_equals_recomputation(lake)
+
+
+def test_the_refine_rebuilds_when_someone_else_expired_what_it_consumed(lake: Lake, caplog) -> None:
+    """Given the refined zone up to date, then a CDC batch, and the clean tables' old snapshots expired
+    by hand (not by our maintenance, which keeps them),
+    When the refine runs, Then it rebuilds the refined tables in full, says why, and they are exact."""
+    import logging
+
+    refine(lake.spark, lake.config, run_id="before-expiry")
+    lake.apply_workload(changes=20, seed=12, mix=MIXED_WITH_DIMENSION_CHANGES)
+    catalog = lake.config.catalog_name
+    for name in ("web_sales", "item", "customer", "customer_address", "date_dim", "time_dim"):
+        table = lake.clean(name)
+        newest = lake.spark.sql(f"SELECT max(committed_at) AS t FROM {table}.snapshots").first()["t"]
+        lake.spark.sql(
+            f"CALL {catalog}.system.expire_snapshots(table => '{table.split('.', 1)[1]}', "
+            f"older_than => TIMESTAMP '{newest}', retain_last => 1)"
+        )
+
+    with caplog.at_level(logging.WARNING, logger="lakehouse.refine"):
+        report = refine(lake.spark, lake.config, run_id="after-expiry")
+
+    assert modes(report)[SALES_ENRICHED] == "built"
+    assert "no longer" in caplog.text or "rebuild" in caplog.text
+    assert_refined_equals_recomputation(lake)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from lakehouse.pipeline import apply_cdc
+from lakehouse.pipeline import ApplyOptions, apply_cdc
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
@@ -29,10 +29,13 @@ def quarantine(spark, config):
     return rows_of(spark, config.quarantine, ["source_table", "record_number", "reason"])
 
 
+QUARANTINE_MISMATCHES = ApplyOptions(type_mismatch="quarantine")
+
+
 def test_malformed_records_are_quarantined_with_file_record_and_reason(spark, lake_config, dms):
     """Given a CDC file whose 2nd record has a field too many, 3rd an invalid Op, 4th a non-numeric
     decimal, 5th a null key, 6th a bad change sequence, and good records around them,
-    When applied,
+    When applied with type mismatches quarantined (not the default, see test_type_mismatches_...),
     Then the good records are in the table and each bad one is quarantined with its record number."""
     path = dms.cdc("sales.customer", COLUMNS, [("I", (1, "good", 1))])
     with open(path, "a", encoding="utf-8") as handle:
@@ -43,7 +46,7 @@ def test_malformed_records_are_quarantined_with_file_record_and_reason(spark, la
         handle.write("I,2026-11-22 10:00:01.000000,not-a-number,6,bad seq,1\n")
         handle.write('I,2026-11-22 10:00:01.000000,00000000000000000000000000000000105,7,"also good",7\n')
 
-    report = apply_cdc(spark, lake_config, SCHEMA, manifest(path))
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(path), QUARANTINE_MISMATCHES)
 
     assert rows_of(spark, lake_config.clean_table("sales_customer")) == [
         (1, "good", Decimal("1.00")),
@@ -62,44 +65,61 @@ def test_malformed_records_are_quarantined_with_file_record_and_reason(spark, la
 
 
 def test_unreadable_file_and_unknown_table_do_not_stop_other_tables(spark, lake_config, dms, tmp_path):
-    """Given a manifest with a missing file, a file without header, a file of an unknown table,
-    a key outside the DMS layout, and one good file,
+    """Given a manifest with a file without header, a file of an unknown table, a key outside the DMS
+    layout, and good files,
     When applied,
-    Then the good file's table is applied and each bad file is quarantined with its reason."""
+    Then the good files are applied and each bad file is quarantined with its reason."""
     good = dms.cdc("sales.item", ["sku", "price"], [("I", ("A-1", 9.99))])
-    missing = str(dms.table_dir("sales.customer") / "20261122-100000001.csv")
-    empty = dms.table_dir("sales.customer") / "20261122-100000002.csv"
+    empty = dms.table_dir("sales.item") / "20261122-100000002.csv"
     empty.write_text("")
     unknown = dms.cdc("sales.ghost", ["id"], [("I", (1,))])
     stray = tmp_path / "notes.txt"
     stray.write_text("hello")
 
-    report = apply_cdc(spark, lake_config, SCHEMA, manifest(missing, str(empty), unknown, str(stray), good))
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(str(empty), unknown, str(stray), good))
 
     assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
     reasons = {
         uri.rsplit("/", 1)[-1]: reason
         for uri, reason in rows_of(spark, lake_config.quarantine, ["source_uri", "reason"])
     }
-    assert reasons[missing.rsplit("/", 1)[-1]].startswith("unreadable file: FileNotFoundError")
     assert (
-        reasons["20261122-100000002.csv"]
+        reasons.pop("20261122-100000002.csv")
         == "missing or blank header row (DMS AddColumnName=true is required)"
     )
-    assert reasons[unknown.rsplit("/", 1)[-1]] == "unknown table: not in the schema file"
-    assert (
-        reasons["notes.txt"].endswith("expected …/<schema>/<table>/<file>.csv")
-        or "neither a LOAD file" in reasons["notes.txt"]
-    )
+    assert reasons.pop(unknown.rsplit("/", 1)[-1]) == "unknown table: not in the schema file"
+    assert "neither a LOAD file nor a timestamp-named CDC file" in reasons.pop("notes.txt")
+    assert reasons == {}
+    assert report.totals()["quarantined_files"] == 1  # the table's own unreadable file
     assert not report.failed
+
+
+def test_a_file_the_manifest_names_that_does_not_exist_stops_its_table_only(spark, lake_config, dms):
+    """Given a manifest naming a file that does not exist (removed from the raw zone) and a good file of
+    another table,
+    When applied,
+    Then the missing file's table fails with a clear error and nothing of it is applied or quarantined,
+    and the other table is applied."""
+    good = dms.cdc("sales.item", ["sku", "price"], [("I", ("A-1", 9.99))])
+    present = dms.cdc("sales.customer", COLUMNS, [("I", (1, "a", 1))])
+    missing = str(dms.table_dir("sales.customer") / "20261122-235959001.csv")
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(present, missing, good))
+
+    (failed,) = report.failed
+    assert failed.table == "sales.customer"
+    assert "do not exist" in failed.error and missing in failed.error
+    assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
+    assert rows_of(spark, lake_config.clean_table("sales_customer")) == []
+    assert not spark.catalog.tableExists(lake_config.quarantine)
 
 
 def test_quarantine_keeps_one_row_per_record_when_a_batch_is_retried(spark, lake_config, dms):
     """Given a file with one bad record, When the batch runs twice, Then the record is quarantined once."""
     path = dms.cdc("sales.customer", COLUMNS, [("I", (1, "ok", 1)), ("I", (2, "bad", "1.2.3"))])
 
-    apply_cdc(spark, lake_config, SCHEMA, manifest(path))
-    apply_cdc(spark, lake_config, SCHEMA, manifest(path, run_id="retry"))
+    apply_cdc(spark, lake_config, SCHEMA, manifest(path), QUARANTINE_MISMATCHES)
+    apply_cdc(spark, lake_config, SCHEMA, manifest(path, run_id="retry"), QUARANTINE_MISMATCHES)
 
     assert quarantine(spark, lake_config) == [
         ("sales.customer", 2, "balance: 1.2.3 is not a valid decimal(10,2)")
@@ -153,7 +173,7 @@ def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     """Given files under folders whose names hold spaces, %, +, # and accents (Spark lists them as
     encoded URIs), When they are read, Then every record carries its own file's URI and position."""
     from lakehouse.dms_files import parse_dms_key
-    from lakehouse.dms_reader import FILE_ORDER, FILE_URI, read_dms_csv
+    from lakehouse.dms_reader import FILE_ORDER, FILE_URI, read_dms_files
 
     paths = [
         dms.cdc(f"sales.{table}", COLUMNS, [("I", (n * 10 + i, table, "1.00")) for i in range(3)])
@@ -161,7 +181,7 @@ def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     ]
     files = [parse_dms_key(path) for path in paths]
 
-    raw = read_dms_csv(spark, files, {f.uri: f.uri for f in files})
+    raw = read_dms_files(spark, files, {f.uri: f.uri for f in files})
 
     assert raw.rejected == []
     assert sorted(tuple(r) for r in raw.rows.select("id", FILE_URI, FILE_ORDER).collect()) == sorted(

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import pytest
-from lakehouse.iceberg import read_watermark
 from lakehouse.pipeline import apply_cdc, full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
@@ -200,7 +200,7 @@ def test_primary_key_change_through_before_image_moves_the_row(spark, lake_confi
 def test_rerun_and_overlapping_manifest_apply_nothing_twice(spark, lake_config, dms):
     """Given a batch applied once,
     When the same manifest runs again, then an overlapping one with one new file,
-    Then the retry commits nothing and the overlap applies only the new file's changes."""
+    Then the retry commits nothing and the overlap applies only the new file."""
     load(spark, lake_config, dms, [(1, "a", 1)])
     first = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "once", 2)), ("I", (2, "b", 1))])
     apply_cdc(spark, lake_config, SCHEMA, manifest(first))
@@ -208,40 +208,45 @@ def test_rerun_and_overlapping_manifest_apply_nothing_twice(spark, lake_config, 
 
     retry = apply_cdc(spark, lake_config, SCHEMA, manifest(first))
     assert snapshot_count(spark, table(lake_config)) == snapshots
-    assert retry.tables[0].skipped_already_applied == 2
+    assert retry.tables[0].skipped_already_applied == 1
 
     newer = dms.cdc(CUSTOMER, COLUMNS, [("D", (2, None, None))])
     overlap = apply_cdc(spark, lake_config, SCHEMA, manifest(first, newer))
 
     assert rows_of(spark, table(lake_config)) == [(1, "once", Decimal("2.00"))]
-    assert overlap.tables[0].skipped_already_applied == 2
+    assert overlap.tables[0].skipped_already_applied == 1
     assert overlap.tables[0].deleted == 1
 
 
-def test_watermark_is_in_the_merge_commit_and_never_moves_backwards(spark, lake_config, dms):
-    """Given a newer batch applied,
-    When an older batch (lower sequences, earlier file) is applied after it,
-    Then nothing changes and the watermark still names the newer batch."""
+def applied_files_of_newest_commit(spark, iceberg_table: str) -> list[str]:
+    summary = spark.sql(
+        f"SELECT summary FROM {iceberg_table}.snapshots ORDER BY committed_at DESC LIMIT 1"
+    ).first()["summary"]
+    return json.loads(summary["dms.applied-files"])
+
+
+def test_a_late_older_file_is_applied_but_never_overwrites_a_newer_change(spark, lake_config, dms):
+    """Given a newer change to key 1 applied, and a file with an older change to key 1 and a new key 2
+    delivered after it (out of order across batches),
+    When the late file is applied,
+    Then key 1 keeps the newer change, key 2 is inserted, and the commit names the late file as applied."""
     load(spark, lake_config, dms, [(1, "a", 1)])
-    older = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "older", 2))], seqs=[100])
+    older = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "older", 2)), ("I", (2, "b", 2))], seqs=[100, 101])
     newer = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "newer", 3))], seqs=[200])
     apply_cdc(spark, lake_config, SCHEMA, manifest(newer))
-    summary = spark.sql(
-        f"SELECT summary FROM {table(lake_config)}.snapshots ORDER BY committed_at DESC LIMIT 1"
-    ).first()["summary"]
 
-    apply_cdc(spark, lake_config, SCHEMA, manifest(older))
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(older))
 
-    assert summary["dms.watermark.change-seq"] == "200"
-    assert rows_of(spark, table(lake_config)) == [(1, "newer", Decimal("3.00"))]
-    mark = read_watermark(spark, table(lake_config))
-    assert (mark.change_seq, mark.cdc_file) == (Decimal(200), newer.rsplit("/", 1)[-1])
+    assert rows_of(spark, table(lake_config)) == [(1, "newer", Decimal("3.00")), (2, "b", Decimal("2.00"))]
+    assert applied_files_of_newest_commit(spark, table(lake_config)) == [older.rsplit("/", 1)[-1]]
+    assert report.tables[0].skipped_already_applied == 0
 
 
 def test_files_without_change_sequence_fall_back_to_file_then_record_order(spark, lake_config, dms):
-    """Given DMS without the AR_H_CHANGE_SEQ column (files and records give the order),
+    """Given DMS without the AR_H_CHANGE_SEQ column (the file's time, then the record's position give
+    the order),
     When two files are applied, then the first again,
-    Then the last record of the last file wins and the re-run of the earlier file is skipped."""
+    Then the last record of the last file wins and the re-run of the earlier file changes nothing."""
     from lakehouse.dms_files import CsvFormat
 
     plain = DmsWriter(dms.root, CsvFormat(add_change_seq=False))
@@ -330,12 +335,12 @@ def test_table_without_primary_key_appends_inserts_and_quarantines_the_rest(spar
     ]
 
 
-def test_many_tables_in_one_manifest_are_applied_in_parallel_each_with_its_own_watermark(
+def test_many_tables_in_one_manifest_are_applied_in_parallel_each_naming_its_own_files(
     spark, lake_config, dms
 ):
     """Given one manifest with files of three tables interleaved in arrival order,
     When applied (tables in parallel, one MERGE each),
-    Then every table holds its changes and each commit carries its own table's watermark."""
+    Then every table holds its changes and each commit names its own table's files."""
     names = ["sales.a", "sales.b", "sales.c"]
     schema = schema_of({n: (["id"], [("id", "int"), ("v", "varchar(5)")]) for n in names})
     paths = []
@@ -347,10 +352,11 @@ def test_many_tables_in_one_manifest_are_applied_in_parallel_each_with_its_own_w
     report = apply_cdc(spark, lake_config, schema, manifest(*paths))
 
     assert not report.failed
-    for offset, name in enumerate(names):
+    for name in names:
         iceberg = lake_config.clean_table(name.replace(".", "_"))
         assert rows_of(spark, iceberg) == [(0, f"{name[-1]}0"), (1, f"{name[-1]}1")]
-        assert read_watermark(spark, iceberg).change_seq == Decimal(100 * (offset + 1) + 1)
+        own = [p.rsplit("/", 1)[-1] for p in paths if f"/{name.replace('.', '/')}/" in p]
+        assert sorted(applied_files_of_newest_commit(spark, iceberg)) == sorted(own)
 
 
 def test_changes_replayed_from_before_the_full_load_snapshot_never_regress_a_row(spark, lake_config, dms):

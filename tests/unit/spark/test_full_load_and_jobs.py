@@ -49,24 +49,27 @@ def test_full_load_reads_every_load_file_of_every_table(spark, lake_config, dms)
     assert {t.table: t.files for t in report.tables} == {"sales.item": 3, "sales.region": 1}
 
 
-def test_rerunning_the_full_load_keeps_cdc_changes_unless_reload(spark, lake_config, dms):
-    """Given a loaded table with a CDC change applied,
+def test_rerunning_the_full_load_keeps_cdc_changes_and_a_reload_takes_the_new_load_files(
+    spark, lake_config, dms
+):
+    """Given a loaded table (snapshot at change 10) with a CDC change applied (20),
     When the full load runs again, Then nothing changes (no new snapshot);
-    When it runs with reload, Then the table is the LOAD files again."""
-    dms.load("sales.item", ["sku", "price"], [("A", 1)])
+    When DMS reloads the table (new LOAD files at change 30) and the job runs with reload,
+    Then the table is the new LOAD files."""
+    dms.load("sales.item", ["sku", "price"], [("A", 1), ("Z", 26)], snapshot_seq=10)
     full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"])
-    apply_cdc(
-        spark, lake_config, SCHEMA, manifest(dms.cdc("sales.item", ["sku", "price"], [("U", ("A", 9))]))
-    )
+    change = dms.cdc("sales.item", ["sku", "price"], [("U", ("A", 9))], seqs=[20])
+    apply_cdc(spark, lake_config, SCHEMA, manifest(change))
     table = lake_config.clean_table("sales_item")
     snapshots = snapshot_count(spark, table)
 
     full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"])
-    assert rows_of(spark, table) == [("A", Decimal("9.00"))]
+    assert rows_of(spark, table) == [("A", Decimal("9.00")), ("Z", Decimal("26.00"))]
     assert snapshot_count(spark, table) == snapshots
 
+    dms.load("sales.item", ["sku", "price"], [("A", 9), ("B", 2)], snapshot_seq=30)
     full_load(spark, lake_config, SCHEMA, str(dms.root), tables=["sales.item"], reload=True)
-    assert rows_of(spark, table) == [("A", Decimal("1.00"))]
+    assert rows_of(spark, table) == [("A", Decimal("9.00")), ("B", Decimal("2.00"))]
 
 
 def test_job_entry_points_take_glue_arguments_and_report(spark, lake_config, dms, tmp_path):
@@ -103,3 +106,35 @@ def test_job_entry_points_take_glue_arguments_and_report(spark, lake_config, dms
     assert report["run_id"] == "run-7"
     assert report["totals"]["inserted_or_updated"] == 1 and report["totals"]["deleted"] == 1
     assert rows_of(spark, lake_config.clean_table("sales_region")) == [("TX", "Texas")]
+
+
+def test_a_raw_path_without_load_files_is_an_error_not_empty_tables(spark, lake_config, tmp_path):
+    """Given a --raw_path with no DMS files under it (a typo, or DMS not done), When the full-load job
+    runs, Then it exits with an error saying where it looked, and creates no table."""
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    empty = tmp_path / "nothing-here"
+    empty.mkdir()
+    arguments = ["--warehouse", lake_config.warehouse, "--clean_database", lake_config.clean_database]
+
+    with pytest.raises(SystemExit, match="no DMS LOAD files under"):
+        full_load_main([*arguments, "--schema_file", str(schema_file), "--raw_path", str(empty)])
+
+    assert not spark.catalog.tableExists(lake_config.clean_table("sales_item"))
+
+
+def test_a_table_without_load_files_keeps_what_cdc_applied_and_counts_as_loaded(spark, lake_config, dms):
+    """Given a table DMS wrote no LOAD files for (empty at the source when loaded) whose first rows came
+    by CDC, When the full load runs, Then the rows stay and the table counts as loaded (a re-run skips it)."""
+    dms.load("sales.item", ["sku", "price"], [("A", 1)])
+    change = dms.cdc("sales.region", ["code", "name"], [("I", ("NY", "New York"))])
+    assert apply_cdc(spark, lake_config, SCHEMA, manifest(change)).ok
+
+    report = full_load(spark, lake_config, SCHEMA, str(dms.root))
+
+    assert report.ok, report.failed
+    region = lake_config.clean_table("sales_region")
+    assert rows_of(spark, region) == [("NY", "New York")]
+    snapshots = snapshot_count(spark, region)
+    assert full_load(spark, lake_config, SCHEMA, str(dms.root)).ok
+    assert snapshot_count(spark, region) == snapshots

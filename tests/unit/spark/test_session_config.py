@@ -55,3 +55,39 @@ def test_the_local_jvm_compiles_huge_generated_methods(spark):
     bean_class = jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
     bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(bean_class)
     assert bean.getVMOption("DontCompileHugeMethods").getValue() == "false"
+
+
+def test_a_mistyped_argument_of_ours_is_an_error_while_glue_s_own_pass(capsys):
+    """Given `--schema_fle` (a typo of ours) among Glue's own parameters, When parsed, Then it is an
+    error naming it; Glue's (`--JOB_ID`, `--enable-metrics`, `--conf`) alone parse."""
+    import pytest
+
+    glue_own = ["--JOB_ID", "j_1", "--enable-metrics", "true", "--conf", "spark.x=1", "--TempDir", "s3://t"]
+    parse_job_arguments(glue_own)
+    with pytest.raises(SystemExit):
+        parse_job_arguments([*glue_own, "--schema_fle", "s.json"])
+    assert "--schema_fle" in capsys.readouterr().err
+
+
+def test_jobs_refuse_a_missing_schema_file_and_a_bad_database_before_spark_starts(capsys):
+    import pytest
+    from lakehouse.jobs import cdc_main, full_load_main
+
+    with pytest.raises(SystemExit):
+        cdc_main(["--manifest", "m.json"])
+    assert "--schema_file is required" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        full_load_main(["--raw_path", "r", "--schema_file", "s.json", "--clean_database", "Clean-Zone"])
+    assert "lower-case letters" in capsys.readouterr().err
+
+
+def test_every_job_argument_is_explained_by_help():
+    """Given the CDC and full-load jobs' parsers (with the arguments every job takes), Then every argument
+    has a help text (`--help` explains them all)."""
+    from lakehouse.config import add_lake_arguments
+    from lakehouse.jobs import cdc_parser, full_load_parser
+
+    for parser in (cdc_parser(), full_load_parser()):
+        add_lake_arguments(parser)
+        silent = [a.option_strings for a in parser._actions if not (a.help or "").strip()]
+        assert silent == [], silent

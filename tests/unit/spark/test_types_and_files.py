@@ -138,3 +138,104 @@ def test_schema_file_rejects_a_primary_key_that_is_not_a_column():
         SchemaFile.from_dict(
             {"tables": {"s.t": {"primary_key": ["nope"], "columns": [{"name": "a", "type": "int"}]}}}
         )
+
+
+@pytest.mark.parametrize(
+    ("key", "schema", "table", "order"),
+    [
+        # the AWS documentation's example: ten digits after the dash
+        ("s3://raw/dms/hr/employee/20141029-1134010000.csv", "hr", "employee", "20141029113401000000000000"),
+        (
+            "s3://raw/dms/hr/employee/20261122-101010123.csv.gz",
+            "hr",
+            "employee",
+            "20261122101010123000000000",
+        ),
+        # DatePartitionEnabled, with each DatePartitionSequence / delimiter
+        ("s3://raw/dms/hr/employee/2026/11/22/20261122-101010123.csv", "hr", "employee", None),
+        ("s3://raw/dms/hr/employee/2026/11/22/10/20261122-101010123.csv", "hr", "employee", None),
+        ("s3://raw/dms/hr/employee/2026-11-22/20261122-101010123.csv", "hr", "employee", None),
+        ("s3://raw/dms/hr/employee/20261122/20261122-101010123.csv", "hr", "employee", None),
+    ],
+)
+def test_real_dms_cdc_keys_are_recognised(key, schema, table, order):
+    """Given CDC keys as DMS writes them (any number of fraction digits, date partition folders),
+    When parsed, Then schema and table are found and files order by their time."""
+    parsed = parse_dms_key(key)
+    assert (parsed.source_schema, parsed.table, parsed.is_full_load) == (schema, table, False)
+    if order:
+        assert parsed.order_key == order
+
+
+def test_cdc_file_times_order_whatever_their_fraction_digits():
+    """`…-1134010000` (4 fraction digits) comes after `…-113400999` (3) though it sorts before as text."""
+    names = [
+        "20261122-113400999.csv",
+        "20261122-1134010000.csv",
+        "20261122-113401.csv",
+        "20261122-1134010001.csv",
+    ]
+    parsed = sorted(parse_dms_key(f"s3://r/dms/s/t/{n}") for n in names)
+    assert [p.name for p in sorted(parsed, key=lambda p: p.order_key)] == [
+        "20261122-113400999.csv",
+        "20261122-113401.csv",
+        "20261122-1134010000.csv",
+        "20261122-1134010001.csv",
+    ]
+
+
+def test_a_cdc_file_without_change_sequences_gets_one_shaped_like_dms_s_from_its_time():
+    """Given a CDC file of 2026-11-22 11:34:01.2345, Then its records' synthesized AR_H_CHANGE_SEQ starts with
+    the time as DMS spells it (YYYYMMDDHHmmSShh) and leaves 12 digits for the record's position; LOAD
+    files get none."""
+    cdc = parse_dms_key("s3://r/dms/s/t/20261122-1134012345.csv")
+    assert str(cdc.sequence_base) == "20261122113401234500000000000000000"
+    assert cdc.written_at == datetime(2026, 11, 22, 11, 34, 1, 234500)
+    assert parse_dms_key("s3://r/dms/s/t/LOAD00000001.csv").sequence_base is None
+
+
+def test_parallel_load_segments_are_load_files():
+    """DMS parallel load names its LOAD files per segment (LOAD_<segment>_<counter>)."""
+    names = ["LOAD_2_00000001.csv", "LOAD_1_0000000A.csv", "LOAD_1_00000009.csv"]
+    parsed = sorted(parse_dms_key(f"s3://r/dms/s/t/{n}") for n in names)
+    assert all(p.is_full_load for p in parsed)
+    assert [p.name for p in sorted(parsed, key=lambda p: p.order_key)] == [
+        "LOAD_1_00000009.csv",
+        "LOAD_1_0000000A.csv",
+        "LOAD_2_00000001.csv",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tables", "message"),
+    [
+        ({"s.t": {"columns": [{"name": "a\nb", "type": "int"}]}}, "control characters"),
+        ({"s.t": {"columns": [{"name": "_dms_op", "type": "int"}]}}, "the jobs' own"),
+        ({"s.t": {"columns": [{"name": "dms_commit_ts", "type": "int"}]}}, "rename the source column"),
+        (
+            {"s.t": {"columns": [{"name": "A", "type": "int"}, {"name": "a", "type": "int"}]}},
+            "differ only in case",
+        ),
+        ({"s.t": {"columns": [{"name": "a", "type": "hyperloglog"}]}}, "s.t.a: no mapping"),
+        ({"s.t": {"columns": [{"type": "int"}]}}, "malformed entry"),
+        (
+            {
+                "s.t-1": {"columns": [{"name": "a", "type": "int"}]},
+                "s.t_1": {"columns": [{"name": "a", "type": "int"}]},
+            },
+            "both be the clean table s_t_1",
+        ),
+    ],
+)
+def test_the_schema_file_is_checked_when_loaded(tables, message):
+    """Given a schema file with a name the lake can't hold, a type no mapping knows, a malformed entry or
+    two tables that would share a clean name, When loaded, Then a ValueError names the problem."""
+    with pytest.raises(ValueError, match=message):
+        SchemaFile.from_dict({"dialect": "mysql", "tables": tables})
+
+
+def test_clean_table_names_are_what_glue_and_athena_accept():
+    spec = SchemaFile.from_dict(
+        {"tables": {"Sales.Order Items": {"columns": [{"name": "a", "type": "int"}]}}}
+    )
+    assert spec.tables["Sales.Order Items"].iceberg_name == "sales_order_items"

@@ -1,0 +1,11 @@
+"""Glue job: table maintenance of the clean and refined zones (compaction, expiry, orphans, tombstones)."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
+
+from lakehouse.jobs import maintenance_main
+
+if __name__ == "__main__":
+    sys.exit(maintenance_main(sys.argv[1:]))

@@ -1,0 +1,162 @@
+"""DMS Parquet output (DataFormat=parquet): the same contract and guarantees as CSV, on whole tables."""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from decimal import Decimal
+
+import pyarrow as pa
+import pytest
+from lakehouse.pipeline import apply_cdc, full_load
+
+from tests.support import DmsWriter, manifest, rows_of, schema_of
+
+pytestmark = pytest.mark.spark
+
+CONTACT = "crm.contact"
+COLUMNS = ["id", "name", "balance", "active", "born", "seen_at", "avatar", "score"]
+SOURCE_TYPES = [
+    ("id", "int"),
+    ("name", "varchar(40)"),
+    ("balance", "decimal(10,2)"),
+    ("active", "boolean"),
+    ("born", "date"),
+    ("seen_at", "datetime(6)"),
+    ("avatar", "varbinary(16)"),
+    ("score", "double"),
+]
+SCHEMA = schema_of({CONTACT: (["id"], SOURCE_TYPES)})
+# What DMS writes for those types (Qlik/DMS's Parquet mapping: INT4 → INT32, NUMERIC → DECIMAL, ...).
+TYPES = {
+    "id": pa.int32(),
+    "name": pa.string(),
+    "balance": pa.decimal128(10, 2),
+    "active": pa.bool_(),
+    "born": pa.date32(),
+    "seen_at": pa.timestamp("us"),
+    "avatar": pa.binary(),
+    "score": pa.float64(),
+}
+SEEN = datetime(2026, 11, 22, 9, 30, 0, 123456)
+
+
+@pytest.fixture
+def dms(tmp_path) -> DmsWriter:
+    return DmsWriter(tmp_path / "raw" / "dms", parquet_types=dict(TYPES))
+
+
+def contact(config) -> str:
+    return config.clean_table("crm_contact")
+
+
+def row(
+    key, name, balance="1.00", active=True, born=date(1990, 2, 28), seen=SEEN, avatar=b"\xca\xfe", score=1.5
+):
+    return (key, name, Decimal(balance), active, born, seen, avatar, score)
+
+
+def test_parquet_full_load_then_cdc_keeps_every_type_and_null_apart_from_text(spark, lake_config, dms):
+    """Given Parquet LOAD files and a Parquet CDC file with every type, nulls, an empty string and the
+    text "NULL" (a real surname: Parquet has real nulls, no CsvNullValue ambiguity),
+    When loaded and applied,
+    Then the table holds exactly those values."""
+    dms.load(
+        CONTACT, COLUMNS, [row(1, "NULL"), row(2, "", balance="0.00", avatar=b""), row(3, None, active=None)]
+    )
+    assert full_load(spark, lake_config, SCHEMA, str(dms.root)).ok
+    change = dms.cdc(
+        CONTACT,
+        COLUMNS,
+        [
+            ("U", row(2, "two", balance="12345678.99", score=float("inf"))),
+            ("D", row(3, None)),
+            ("I", (4, "four", None, None, None, None, None, None)),
+        ],
+    )
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(change))
+
+    assert report.ok, report.failed
+    assert rows_of(spark, contact(lake_config), COLUMNS) == [
+        (1, "NULL", Decimal("1.00"), True, date(1990, 2, 28), SEEN, bytearray(b"\xca\xfe"), 1.5),
+        (
+            2,
+            "two",
+            Decimal("12345678.99"),
+            True,
+            date(1990, 2, 28),
+            SEEN,
+            bytearray(b"\xca\xfe"),
+            float("inf"),
+        ),
+        (4, "four", None, None, None, None, None, None),
+    ]
+
+
+def test_a_batch_mixing_csv_and_parquet_files_of_one_table_applies_in_order(spark, lake_config, tmp_path):
+    """Given a table whose DMS endpoint switched from CSV (with CsvNullValue) to Parquet between two
+    files of one batch, When the batch is applied, Then both files apply, the later one wins."""
+    from lakehouse.dms_files import CsvFormat
+    from lakehouse.dms_reader import ReaderOptions
+    from lakehouse.pipeline import ApplyOptions
+
+    root = tmp_path / "raw" / "dms"
+    csv = DmsWriter(root, CsvFormat(csv_null_value="NULL"))
+    parquet = DmsWriter(root, parquet_types=dict(TYPES))
+    parquet._clock = csv._clock  # one clock: file names keep the order they are written in
+    parquet._seq = csv._seq
+    options = ApplyOptions(reader=ReaderOptions(csv_null_value="NULL"))
+    csv.load(CONTACT, COLUMNS, [row(1, "a"), row(2, "b")])
+    assert full_load(spark, lake_config, SCHEMA, str(root), options=options).ok
+    first = csv.cdc(CONTACT, COLUMNS, [("U", row(1, "csv")), ("U", row(2, None, balance="2.00"))])
+    second = parquet.cdc(CONTACT, COLUMNS, [("U", row(1, "NULL", balance="9.99"))])
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(second, first), options)
+
+    assert report.ok, report.failed
+    assert rows_of(spark, contact(lake_config), ["id", "name", "balance"]) == [
+        (1, "NULL", Decimal("9.99")),
+        (2, None, Decimal("2.00")),
+    ]
+
+
+def test_parquet_files_with_an_added_column_and_a_widened_type(spark, lake_config, dms, tmp_path):
+    """Given a schema file that still says `id int`, and a later Parquet file where DMS writes `id` as
+    INT64 (the source widened it) and a new column `tier`,
+    When the batch with an older and that newer file is applied,
+    Then `id` is widened, `tier` is added (null for the older file's rows), every row lands."""
+    with_tier = schema_of({CONTACT: (["id"], [*SOURCE_TYPES, ("tier", "smallint")])})
+    dms.load(CONTACT, COLUMNS, [row(1, "a")])
+    assert full_load(spark, lake_config, with_tier, str(dms.root)).ok
+    older = dms.cdc(CONTACT, COLUMNS, [("U", row(1, "older"))])
+    newer_writer = DmsWriter(dms.root, parquet_types=dict(TYPES, id=pa.int64(), tier=pa.int32()))
+    newer_writer._clock = dms._clock
+    newer = newer_writer.cdc(CONTACT, [*COLUMNS, "tier"], [("I", (*row(5_000_000_000, "big"), 2))])
+
+    report = apply_cdc(spark, lake_config, with_tier, manifest(older, newer))
+
+    assert report.ok, report.failed
+    assert spark.table(contact(lake_config)).schema["id"].dataType.simpleString() == "bigint"
+    assert rows_of(spark, contact(lake_config), ["id", "name", "tier"]) == [
+        (1, "older", None),
+        (5_000_000_000, "big", 2),
+    ]
+
+
+def test_a_corrupt_parquet_file_is_quarantined_and_the_rest_applies(spark, lake_config, dms):
+    """Given a good Parquet CDC file and one that is not Parquet at all, When applied, Then the bad one
+    is quarantined with its reason and the good one applies."""
+    from pathlib import Path
+
+    dms.load(CONTACT, COLUMNS, [row(1, "a")])
+    assert full_load(spark, lake_config, SCHEMA, str(dms.root)).ok
+    good = dms.cdc(CONTACT, COLUMNS, [("U", row(1, "good"))])
+    bad = Path(good).with_name("20261122-235959000.parquet")
+    bad.write_bytes(b"this is not parquet")
+
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(good, str(bad)))
+
+    assert report.ok, report.failed
+    assert rows_of(spark, contact(lake_config), ["id", "name"]) == [(1, "good")]
+    (reason,) = rows_of(spark, lake_config.quarantine, ["reason"])
+    assert reason[0].startswith("unreadable file")
