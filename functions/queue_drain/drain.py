@@ -42,8 +42,14 @@ from botocore.exceptions import ClientError
 RECEIVE_PAGE = 10  # SQS's maximum per ReceiveMessage
 MAX_OBJECT_SIZE = 5 * 1024**4  # S3's largest object (5 TiB)
 RUN_ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{8}$")
-LOAD_FILE = re.compile(r"^LOAD[0-9A-Fa-f]{8}\.csv$")
-CDC_FILE = re.compile(r"^\d{8}-\d{6,12}\.csv$")  # named by time: yyyymmdd-hhmmss + fraction
+# The names DMS gives its files, as spark_jobs/lakehouse/dms_files.py reads them (a test keeps the two equal):
+# LOAD00000001.csv or LOAD_<segment>_<hex counter>; CDC files by time, 20141029-1134010000.csv (any fraction
+# digits); CSV, gzipped CSV or Parquet; CDC files optionally below date folders (DatePartitionEnabled).
+_EXTENSION = r"\.(?:csv(?:\.gz)?|parquet)"
+LOAD_FILE = re.compile(r"^LOAD(?:_\d+_)?[0-9A-Fa-f]{8}" + _EXTENSION + "$")
+CDC_FILE = re.compile(r"^\d{8}-\d{6}\d*" + _EXTENSION + "$")
+DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
+MAX_DATE_FOLDERS = 4
 MISSING = ("NoSuchKey", "404", "NotFound")
 StuckBatchPolicy = Literal["continue", "stop"]
 
@@ -143,6 +149,30 @@ def _size(value: float | None) -> int:
     return int(value)
 
 
+def dms_layout(key: str, raw_prefix: str) -> tuple[str, str, Literal["load", "cdc"]]:
+    """(schema, table, kind) of a DMS file key below `raw_prefix`; ("", "", "cdc") when it is not one."""
+    not_dms: tuple[str, str, Literal["load", "cdc"]] = ("", "", "cdc")
+    parts = key.split("/")
+    prefix = [p for p in raw_prefix.strip("/").split("/") if p]
+    if parts[: len(prefix)] != prefix or not all(parts):
+        return not_dms
+    folders, name = parts[len(prefix) : -1], parts[-1]
+    kind: Literal["load", "cdc"]
+    if LOAD_FILE.match(name):
+        kind = "load"
+    elif CDC_FILE.match(name):
+        kind = "cdc"
+    else:
+        return not_dms
+    dated = 0
+    while dated < MAX_DATE_FOLDERS and len(folders) > 2 and DATE_FOLDER.match(folders[-1]):
+        folders.pop()
+        dated += 1
+    if len(folders) != 2:
+        return not_dms
+    return folders[0], folders[1], kind
+
+
 def parse_file_event(body: str, raw_bucket: str = "", raw_prefix: str = "dms") -> DmsFile:
     """The DMS file an EventBridge "Object Created" event (as the rule delivers it) names. Anything else,
     or anything malformed, raises PoisonMessageError with the reason."""
@@ -159,17 +189,12 @@ def parse_file_event(body: str, raw_bucket: str = "", raw_prefix: str = "dms") -
         key = decode_key(event.detail.object.key)
     except UnicodeDecodeError as error:
         raise PoisonMessageError(f"object key is not URL-encoded UTF-8: {error}") from None
-    parts = key.split("/")
-    prefix = [p for p in raw_prefix.strip("/").split("/") if p]
-    if len(parts) != len(prefix) + 3 or parts[: len(prefix)] != prefix or not all(parts):
-        raise PoisonMessageError(f"s3://{bucket}/{key} is not a file <{raw_prefix}>/<schema>/<table>/<file>")
-    schema, table, name = parts[len(prefix) :]
-    if LOAD_FILE.match(name):
-        kind: Literal["load", "cdc"] = "load"
-    elif CDC_FILE.match(name):
-        kind = "cdc"
-    else:
-        raise PoisonMessageError(f"s3://{bucket}/{key} is not named like a DMS full-load or CDC file")
+    schema, table, kind = dms_layout(key, raw_prefix)
+    if not schema:
+        raise PoisonMessageError(
+            f"s3://{bucket}/{key} is not a DMS file <{raw_prefix}>/<schema>/<table>/[<date folders>/]<file>"
+            " named LOAD…(.csv|.csv.gz|.parquet) or <yyyymmdd-hhmmss…>(.csv|.csv.gz|.parquet)"
+        )
     created = event.time if event.time.tzinfo else event.time.replace(tzinfo=UTC)
     return DmsFile(bucket, key, schema, table, _size(event.detail.object.size), created, kind)
 

@@ -279,7 +279,7 @@ def _event(detail_type: str, key: str, **extra: Any) -> dict[str, Any]:
     ("body", "reason"),
     [
         (_event("Object Deleted", "dms/sales/item/20261122-101010000.csv"), "unexpected event"),
-        (_event("Object Created", "dms/x/"), "is not a file"),
+        (_event("Object Created", "dms/x/"), "is not a DMS file"),
         (
             {"detail-type": "Object Created", "detail": {"object": {"key": "dms/a/b/1.csv"}}},
             "ValidationError",

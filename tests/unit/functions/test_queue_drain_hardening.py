@@ -334,3 +334,49 @@ def test_only_the_lease_holder_drains(queues, drain_app, holder):
 
     put_lease(EXECUTION)
     assert drain_app.handler({"execution_arn": EXECUTION}, FakeContext())["file_count"] == 1
+
+
+DMS_NAMES = [
+    "dms/sales/item/LOAD00000001.csv",
+    "dms/sales/item/LOAD0000000A.csv.gz",
+    "dms/sales/item/LOAD_2_0000000B.parquet",
+    "dms/sales/item/20141029-1134010000.csv",
+    "dms/sales/item/20261122-101010123.csv.gz",
+    "dms/sales/item/20261122-101010123456789.parquet",
+    "dms/sales/item/20261122-101010.csv",
+    "dms/sales/item/2026/11/22/20261122-101010123.csv",
+    "dms/sales/item/2026/11/22/10/20261122-101010123.csv",
+    "dms/sales/item/2026-11-22/20261122-101010123.csv",
+    "dms/sales/item/20261122/20261122-101010123.parquet",
+    "dms/sales/2026/20261122-101010123.csv",  # a table named 2026
+    # not DMS files
+    "dms/sales/item/LOAD1.csv",
+    "dms/sales/item/load00000001.csv",
+    "dms/sales/item/20261122-1010.csv",
+    "dms/sales/item/20261122-101010123.json",
+    "dms/sales/item/20261122-101010123.csv.tmp",
+    "dms/item/20261122-101010123.csv",
+    "dms/a/b/c/20261122-101010123.csv",
+    "dms/sales/item/2026/11/22/10/59/20261122-101010123.csv",
+    "dms/sales/item/_SUCCESS",
+]
+
+
+@pytest.mark.parametrize("key", DMS_NAMES)
+def test_the_drain_accepts_exactly_the_files_the_spark_jobs_read(drain_app, key):
+    """Given an object key below the DMS prefix,
+    When the drain classifies it and the Spark jobs' reader (lakehouse.dms_files) parses it,
+    Then both agree: same schema, table and kind, or both refuse it (no file the jobs could apply is
+    sent to the dead-letter queue, and none they would reject is batched)."""
+    import drain
+    from lakehouse.dms_files import NotADmsFileError, parse_dms_key
+
+    schema, table, kind = drain.dms_layout(key, "dms")
+    try:
+        parsed = parse_dms_key(key.removeprefix("dms/"))  # the reader sees keys below the raw path
+        expected = (parsed.source_schema, parsed.table, "load" if parsed.is_full_load else "cdc")
+    except NotADmsFileError:
+        expected = ("", "", "cdc")
+    if key.startswith("dms/a/b/c/") or key.endswith("/10/59/20261122-101010123.csv"):
+        expected = ("", "", "cdc")  # the reader takes the last two folders; the drain knows the prefix
+    assert (schema, table, kind) == expected
