@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from deploy.glue_artifacts import lakehouse_zip, upload_glue_artifacts  # noqa: F401 - re-exported
 from localaws import setup_sam
@@ -166,11 +167,15 @@ def deploy(
 
 
 def client(service: str, endpoint_url: str) -> Any:
+    """A boto3 client of the local AWS at `endpoint_url`, from localstack-client's endpoint map; services
+    that map does not list (DMS, served here by our plugin) use the same edge endpoint."""
     import boto3
+    from localstack_client.config import get_service_endpoints
 
+    endpoints = get_service_endpoints(localstack_host=urlparse(endpoint_url).netloc)
     return boto3.client(
         service,
-        endpoint_url=endpoint_url,
+        endpoint_url=endpoints.get(service, endpoint_url),
         region_name=REGION,
         aws_access_key_id="test",
         aws_secret_access_key="test",
