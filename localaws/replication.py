@@ -21,9 +21,9 @@ from lakehouse import sample_data
 SOURCE_SCHEMA = sample_data.SOURCE_SCHEMA  # `schemaName` of the source endpoint = the files' schema folder
 SOURCE_TABLES: tuple[str, ...] = sample_data.TABLES
 SCHEMA_FILE_KEY = "config/schema.json"
-# DMS writes null and empty string alike unless CsvNullValue is set. "NULL" never occurs as a value
-# of the sample source (names come from fixed pools), so it tells them apart.
-CSV_NULL_VALUE = "NULL"
+# DMS writes null and empty string alike unless CsvNullValue is set; the template's default token, which no
+# text of a real source holds (unlike "NULL", a real surname), tells them apart.
+CSV_NULL_VALUE = "~DMS~NULL~"
 TIMESTAMP_COLUMN = "dms_timestamp"
 CHANGE_SEQ_COLUMN = "AR_H_CHANGE_SEQ"
 BEFORE_IMAGE_PREFIX = "BI_"

@@ -56,7 +56,12 @@ def aws_environment(endpoint_url: str) -> dict[str, str]:
 
 
 def template_parameters(template: Path = TEMPLATE) -> set[str]:
-    """Names of the template's Parameters (CloudFormation tags like !Ref are read as plain values)."""
+    """Names of the template's Parameters."""
+    return set(template_parameter_defaults(template))
+
+
+def template_parameter_defaults(template: Path = TEMPLATE) -> dict[str, str | None]:
+    """The template's Parameters and their defaults (CloudFormation tags like !Ref are read as plain values)."""
     import yaml
 
     class _Loader(yaml.SafeLoader):
@@ -71,7 +76,8 @@ def template_parameters(template: Path = TEMPLATE) -> set[str]:
 
     _Loader.add_multi_constructor("!", _any_tag)
     document = yaml.load(template.read_text(), Loader=_Loader) or {}  # a SafeLoader subclass
-    return set((document.get("Parameters") or {}).keys())
+    parameters = document.get("Parameters") or {}
+    return {name: None if "Default" not in p else str(p["Default"]) for name, p in parameters.items()}
 
 
 def first_declared(candidates: tuple[str, ...], declared: set[str]) -> str | None:
