@@ -148,7 +148,11 @@ def test_no_wildcard_actions_and_no_broad_managed_policies(template):
     allowed = _allowed_actions(template)
     assert len(allowed) > 30
     # A KMS key policy must let the account administer the key (AWS's default key policy; IAM decides who).
-    wildcards = [(name, action) for name, action in allowed if "*" in action and (name, action) != ("PipelineKey", "kms:*")]
+    wildcards = [
+        (name, action)
+        for name, action in allowed
+        if "*" in action and (name, action) != ("PipelineKey", "kms:*")
+    ]
     assert wildcards == []
     assert "ManagedPolicyArns" not in template["Resources"]["GlueJobRole"]["Properties"]
 
@@ -248,7 +252,10 @@ def _route(asl: dict[str, Any], start: str, document: dict[str, Any]) -> list[st
         ({}, "CheckFullLoadProgress"),
         ({"skip_full_load": False}, "CheckFullLoadProgress"),
         ({"skip_full_load": True}, "StartLoop"),
-        ({"skip_full_load": True, "loop": {"batches": 7, "since_refine": 2, "since_maintenance": 3}}, "DrainQueue"),
+        (
+            {"skip_full_load": True, "loop": {"batches": 7, "since_refine": 2, "since_maintenance": 3}},
+            "DrainQueue",
+        ),
         # handed over by an execution of the previous definition, which counted no maintenance
         ({"skip_full_load": True, "loop": {"batches": 7, "since_refine": 2}}, "UpgradeLoopState"),
     ],
@@ -260,8 +267,12 @@ def test_a_rolled_over_execution_goes_straight_to_the_loop_and_keeps_its_counter
     rolled-over one (skip_full_load) goes to the loop, keeping the counters it was handed."""
     assert asl["States"]["Configure"]["Next"] == "AcquireLease"
     assert asl["States"]["AcquireLease"]["Next"] == "LeaseAcquired?"
-    assert _route(asl, "LeaseAcquired?", {"lease": {"value": {"acquired": True}}})[1] == "ResumingAfterRollover"
-    assert _route(asl, "LeaseAcquired?", {"lease": {"value": {"acquired": False}}})[1] == "AnotherPipelineRuns"
+    assert (
+        _route(asl, "LeaseAcquired?", {"lease": {"value": {"acquired": True}}})[1] == "ResumingAfterRollover"
+    )
+    assert (
+        _route(asl, "LeaseAcquired?", {"lease": {"value": {"acquired": False}}})[1] == "AnotherPipelineRuns"
+    )
     assert _route(asl, "ResumingAfterRollover", execution_input)[-1] == first_work
 
 
