@@ -8,12 +8,11 @@ from __future__ import annotations
 import json
 import re
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.template.test_template import REPO, _alarm_metrics, _allowed_actions, asl, template  # noqa: F401
+from tests.unit.template.test_template import REPO, _alarm_metrics, _allowed_actions
 
 FUNCTIONS = REPO / "functions"
 ONE_WEEKEND_SECONDS = 4 * 24 * 3600
@@ -203,9 +202,9 @@ def test_glue_jobs_publish_metrics_spark_ui_and_logs_with_retention(template, jo
     }
     assert properties["SecurityConfiguration"] == {"Ref": "GlueSecurityConfiguration"}
     role = template["Resources"]["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
-    writes = [s for s in role if s.get("Sid") == "WriteRunReportsAndSparkEvents"][0]
+    writes = next(s for s in role if s.get("Sid") == "WriteRunReportsAndSparkEvents")
     assert {"Fn::Sub": "${ArtifactsBucket.Arn}/glue/spark-events/*"} in writes["Resource"]
-    metrics = [s for s in role if s.get("Sid") == "JobMetrics"][0]
+    metrics = next(s for s in role if s.get("Sid") == "JobMetrics")
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Glue"}}
 
 
@@ -293,7 +292,7 @@ def test_full_load_cost_is_bounded_and_raw_files_are_archived(template, asl):
         == "true"
     )
     rules = template["Resources"]["RawBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
-    archive = [r for r in rules if r.get("Transitions")][0]
+    archive = next(r for r in rules if r.get("Transitions"))
     assert archive["ObjectSizeGreaterThan"] >= 128 * 1024  # smaller objects cost more once archived
 
 
@@ -313,9 +312,9 @@ def test_the_jobs_cannot_drop_tables_or_create_databases_and_the_state_machine_i
     assert not {"glue:DeleteTable", "glue:CreateDatabase", "glue:DeleteDatabase"} & glue
     policies = template["Resources"]["PipelineStateMachine"]["Properties"]["Policies"]
     assert not any("LambdaInvokePolicy" in p for p in policies)  # SAM's grants function:* (every version)
-    invoke = [s for p in policies for s in p.get("Statement", []) if s["Action"] == "lambda:InvokeFunction"][
-        0
-    ]
+    invoke = next(
+        s for p in policies for s in p.get("Statement", []) if s["Action"] == "lambda:InvokeFunction"
+    )
     assert all(list(r) == ["Fn::GetAtt"] and r["Fn::GetAtt"][1] == "Arn" for r in invoke["Resource"])
 
 
