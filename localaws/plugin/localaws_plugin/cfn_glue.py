@@ -49,7 +49,11 @@ def _success(request: ResourceRequest, model: dict[str, Any]) -> ProgressEvent:
 
 
 def _job_parameters(model: dict[str, Any]) -> dict[str, Any]:
-    return {key: model[key] for key in JOB_FIELDS if model.get(key) is not None}
+    parameters = {key: model[key] for key in JOB_FIELDS if model.get(key) is not None}
+    for arguments in ("DefaultArguments", "NonOverridableArguments"):
+        if arguments in parameters:  # CloudFormation passes job arguments as strings (a !Sub of a Number too)
+            parameters[arguments] = {k: str(v) for k, v in parameters[arguments].items()}
+    return parameters
 
 
 class GlueJobProvider(ResourceProvider[dict]):

@@ -64,8 +64,23 @@ def wait_for(probe, timeout: float, every: float = 3.0):
 
 
 def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
+    """Given a low history threshold, a second execution started by hand and a refine every 3 batches,
+    Then the hand-started execution exits at once saying who holds the lease, the running one rolls over
+    to exactly one successor (which takes the lease over), the refine job updates the refined zone, and
+    the clean zone equals the source."""
     pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60"})
     start(pipeline)
+    first = pipeline.execution_arn
+    sfn = pipeline.aws("stepfunctions")
+    intruder = sfn.start_execution(
+        stateMachineArn=pipeline.app.state_machine_arn, name="started-by-hand", input="{}"
+    )["executionArn"]
+    ended = wait_for(
+        lambda: (d := sfn.describe_execution(executionArn=intruder))["status"] != "RUNNING" and d, 120
+    )
+    assert ended and ended["status"] == "SUCCEEDED", ended
+    output = json.loads(ended["output"])
+    assert output["holder"] == first and "another execution holds the pipeline lease" in output["exited"]
     for round_number in range(4):
         pipeline.run_workload(150, seed=10 + round_number)
         time.sleep(4)
@@ -79,6 +94,18 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
     assert sum(e["status"] == "RUNNING" for e in executions) == 1
     assert all(e["status"] in ("RUNNING", "SUCCEEDED") for e in executions), executions
     assert_clean_equals_source(pipeline)
+    lease = json.loads(
+        pipeline.aws("s3").get_object(Bucket=pipeline.app.artifacts_bucket, Key="locks/pipeline-lease.json")[
+            "Body"
+        ].read()
+    )
+    running = next(e["executionArn"] for e in executions if e["status"] == "RUNNING")
+    assert lease["holder"] == running and running != first
+    refine_job = pipeline.app.resources["RefineJob"]
+    refine_runs = pipeline.aws("glue").get_job_runs(JobName=refine_job)["JobRuns"]
+    assert any(r["JobRunState"] == "SUCCEEDED" for r in refine_runs), refine_runs
+    refined = pipeline.aws("glue").get_tables(DatabaseName=pipeline.app.clean_database.replace("_clean", "_refined"))
+    assert {"sales_enriched", "daily_revenue_by_category"} <= {t["Name"] for t in refined["TableList"]}
 
 
 FAIL_ONCE_CDC_SCRIPT = """
