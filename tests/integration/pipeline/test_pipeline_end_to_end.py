@@ -63,6 +63,16 @@ def wait_for(probe, timeout: float, every: float = 3.0):
     return None
 
 
+def lease_holder(pipeline: LocalPipeline) -> str | None:
+    """The execution named by the pipeline lease, or None before any took it."""
+    s3 = pipeline.aws("s3")
+    try:
+        body = s3.get_object(Bucket=pipeline.app.artifacts_bucket, Key="locks/pipeline-lease.json")["Body"]
+    except s3.exceptions.NoSuchKey:
+        return None
+    return json.loads(body.read())["holder"]
+
+
 def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
     """Given a low history threshold, a second execution started by hand and a refine every 3 batches,
     Then the hand-started execution exits at once saying who holds the lease, the running one rolls over
@@ -72,6 +82,7 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
     start(pipeline)
     first = pipeline.execution_arn
     sfn = pipeline.aws("stepfunctions")
+    assert wait_for(lambda: lease_holder(pipeline) == first, 120), lease_holder(pipeline)
     intruder = sfn.start_execution(
         stateMachineArn=pipeline.app.state_machine_arn, name="started-by-hand", input="{}"
     )["executionArn"]
@@ -94,17 +105,14 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
     assert sum(e["status"] == "RUNNING" for e in executions) == 1
     assert all(e["status"] in ("RUNNING", "SUCCEEDED") for e in executions), executions
     assert_clean_equals_source(pipeline)
-    lease = json.loads(
-        pipeline.aws("s3").get_object(Bucket=pipeline.app.artifacts_bucket, Key="locks/pipeline-lease.json")[
-            "Body"
-        ].read()
-    )
     running = next(e["executionArn"] for e in executions if e["status"] == "RUNNING")
-    assert lease["holder"] == running and running != first
+    assert lease_holder(pipeline) == running and running != first
     refine_job = pipeline.app.resources["RefineJob"]
     refine_runs = pipeline.aws("glue").get_job_runs(JobName=refine_job)["JobRuns"]
     assert any(r["JobRunState"] == "SUCCEEDED" for r in refine_runs), refine_runs
-    refined = pipeline.aws("glue").get_tables(DatabaseName=pipeline.app.clean_database.replace("_clean", "_refined"))
+    refined = pipeline.aws("glue").get_tables(
+        DatabaseName=pipeline.app.clean_database.replace("_clean", "_refined")
+    )
     assert {"sales_enriched", "daily_revenue_by_category"} <= {t["Name"] for t in refined["TableList"]}
 
 
@@ -123,7 +131,9 @@ def test_a_table_reloaded_during_cdc_ends_equal_to_its_source(make_pipeline) -> 
     pipeline.run_workload(150, seed=33)
     requested = wait_for(lambda: pipeline.reloads_pending(), 120)
     assert requested and set(requested) <= {"main.customer", "main.web_sales"}, requested
-    assert wait_for(lambda: not pipeline.reloads_pending() or None, 420) is not None, pipeline.reloads_pending()
+    assert wait_for(lambda: not pipeline.reloads_pending() or None, 420) is not None, (
+        pipeline.reloads_pending()
+    )
     pipeline.wait_until_applied(timeout=420)
     assert_clean_equals_source(pipeline)
     full_loads = pipeline.aws("glue").get_job_runs(JobName=pipeline.app.full_load_job_name)["JobRuns"]
