@@ -124,7 +124,8 @@ class DmsReplicationProvider(ServiceLifecycleHook):
         )
 
         def put_object(bucket: str, key: str, body: bytes) -> None:
-            client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/csv")
+            kind = "application/vnd.apache.parquet" if key.endswith(".parquet") else "text/csv"
+            client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=kind)
 
         return put_object
 

@@ -287,7 +287,7 @@ class ReplicationRun:
             change_rows = [
                 ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
             ]
-            for file_rows in self._write_load_files(table, layout, change_rows):
+            for file_rows in self._write_load_files(source, table, layout, change_rows):
                 loaded_rows += file_rows
                 if total_rows:
                     self.full_load_percent = min(99, loaded_rows * 100 // total_rows)
@@ -300,18 +300,41 @@ class ReplicationRun:
         self.full_load_finish = datetime.now(UTC)
         self.full_load_done = True
 
-    def _write_load_files(self, table: str, layout: FileLayout, rows: list[ChangeRow]) -> Any:
+    def _file_bodies(
+        self,
+        source: SqliteSource,
+        table: str,
+        layout: FileLayout,
+        rows: list[ChangeRow],
+        max_rows: int | None,
+    ) -> list[tuple[bytes, int]]:
+        """(body, rows) of the files holding `rows`: CSV, or Parquet typed from the source's DDL."""
+        if self.target.data_format == "parquet":
+            from localaws_plugin.dms_parquet import parquet_files
+
+            per_file = max_rows or len(rows) or 1
+            bodies = parquet_files(layout, rows, self.target, source.declared_types(table), per_file)
+            return [(body, min(per_file, len(rows) - i * per_file)) for i, body in enumerate(bodies)]
+        header = 1 if self.target.add_column_name else 0
+        return [
+            (body.encode(), body.count(self.target.csv_row_delimiter) - header)
+            for body in split_into_files(layout, rows, self.target, max_rows)
+        ]
+
+    def _write_load_files(
+        self, source: SqliteSource, table: str, layout: FileLayout, rows: list[ChangeRow]
+    ) -> Any:
         """Write LOAD files of `rows`, numbered on from the table's counter; yields each file's row count."""
         schema = self.source_settings.schema
-        for body in split_into_files(layout, rows, self.target, self.options.max_rows_per_load_file):
+        for body, count in self._file_bodies(
+            source, table, layout, rows, self.options.max_rows_per_load_file
+        ):
             self._load_counters[table] = self._load_counters.get(table, 0) + 1
-            name = load_file_name(self._load_counters[table])
+            name = load_file_name(self._load_counters[table], self.target.extension)
             self.put_object(
-                self.target.bucket_name,
-                object_key(self.target.bucket_folder, schema, table, name),
-                body.encode(),
+                self.target.bucket_name, object_key(self.target.bucket_folder, schema, table, name), body
             )
-            yield body.count(self.target.csv_row_delimiter) - (1 if self.target.add_column_name else 0)
+            yield count
 
     def _reload_pending_tables(self, source: SqliteSource) -> None:
         with self._reloads_lock:
@@ -339,7 +362,7 @@ class ReplicationRun:
             change_rows = [
                 ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
             ]
-            for _ in self._write_load_files(table, layout, change_rows):
+            for _ in self._write_load_files(source, table, layout, change_rows):
                 pass
             statistics.full_load_rows = len(rows)
             statistics.state = "Table completed"
@@ -409,12 +432,10 @@ class ReplicationRun:
                 added_columns=tuple(self.mapping.added_columns_for(schema, table)),
             )
             rows = [ChangeRow(c.op, c.seq, c.committed_at, c.values, c.before_image) for c in group]
-            for body in split_into_files(layout, rows, self.target):
+            for body, _ in self._file_bodies(source, table, layout, rows, None):
                 name = self._next_cdc_name(table)
                 self.put_object(
-                    self.target.bucket_name,
-                    object_key(self.target.bucket_folder, schema, table, name),
-                    body.encode(),
+                    self.target.bucket_name, object_key(self.target.bucket_folder, schema, table, name), body
                 )
             statistics = self.table_statistics[table]
             statistics.inserts += sum(1 for c in group if c.op == "I")
@@ -427,9 +448,9 @@ class ReplicationRun:
     def _next_cdc_name(self, table: str) -> str:
         """Names by time, strictly increasing per table, so the files sort in change order."""
         moment = datetime.now(UTC).replace(tzinfo=None)
-        name = cdc_file_name(moment)
+        name = cdc_file_name(moment, self.target.extension)
         while name <= self._last_cdc_name.get(table, ""):
             moment += timedelta(milliseconds=1)
-            name = cdc_file_name(moment)
+            name = cdc_file_name(moment, self.target.extension)
         self._last_cdc_name[table] = name
         return name

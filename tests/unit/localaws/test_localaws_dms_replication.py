@@ -213,3 +213,37 @@ def test_a_reload_is_refused_when_the_task_is_not_running(source: Path) -> None:
     run = make_run(source, Bucket())
     with pytest.raises(RuntimeError, match="only while the task is running"):
         run.request_reload(["customer"])
+
+
+def test_with_data_format_parquet_the_task_writes_typed_parquet_load_and_cdc_files(source: Path) -> None:
+    """Given an S3 endpoint with DataFormat=parquet, When the task loads and captures changes, Then its files
+    are LOAD00000001.parquet and <time>.parquet, typed from the source's DDL, nulls as nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bucket = Bucket()
+    run = make_run(source, bucket)
+    run.target = S3TargetSettings.from_endpoint(
+        {
+            "BucketName": "raw",
+            "BucketFolder": "dms",
+            "DataFormat": "parquet",
+            "IncludeOpForFullLoad": True,
+            "TimestampColumnName": "dms_timestamp",
+            "CdcMaxBatchInterval": 0,
+        },
+        None,
+    )
+    run.start()
+    wait_for(lambda: run.full_load_done and run.status == "running")
+    with sqlite3.connect(source) as connection:
+        connection.execute("UPDATE customer SET note = NULL, name = '' WHERE id = 2")
+    wait_for(lambda: any(k.endswith(".parquet") and "/2" in k for k in bucket.objects))
+    run.stop()
+    with bucket.lock:
+        keys = sorted(bucket.objects)
+        loaded = pq.read_table(io.BytesIO(bucket.objects["dms/sales/customer/LOAD00000001.parquet"]))
+        changed = pq.read_table(io.BytesIO(bucket.objects[keys[0]]))
+    assert all(k.endswith(".parquet") for k in keys)
+    assert loaded.schema.field("id").type == pa.int32() and loaded.num_rows == 5
+    assert [(r["Op"], r["id"], r["name"], r["note"]) for r in changed.to_pylist()] == [("U", 2, "", None)]
