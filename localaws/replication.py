@@ -43,11 +43,13 @@ class ReplicationSettings:
     poll_seconds: float = 0.5
     max_rows_per_load_file: int | None = None
     tables: Sequence[str] = SOURCE_TABLES
+    data_format: str = "csv"  # the endpoint's DataFormat: csv or parquet
 
     def s3_settings(self) -> dict[str, Any]:
-        return {
+        settings: dict[str, Any] = {
             "BucketName": self.bucket,
             "BucketFolder": self.folder,
+            "DataFormat": self.data_format,
             "AddColumnName": True,
             "IncludeOpForFullLoad": True,
             "TimestampColumnName": self.timestamp_column,
@@ -56,6 +58,9 @@ class ReplicationSettings:
             "CdcMinFileSize": self.cdc_min_file_size_kb,
             "ServiceAccessRoleArn": "arn:aws:iam::000000000000:role/dms-s3-target",
         }
+        if self.data_format == "parquet":  # what docs/DEPLOY.md recommends for a Parquet endpoint
+            settings |= {"ParquetVersion": "parquet-2-0", "EnableStatistics": True}
+        return settings
 
     def table_mappings(self) -> dict[str, Any]:
         rules: list[dict[str, Any]] = [

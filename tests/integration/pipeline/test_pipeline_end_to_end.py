@@ -52,6 +52,18 @@ def test_full_pipeline_with_a_schema_change_mid_stream(make_pipeline) -> None:
     assert scored > 0
 
 
+def test_the_pipeline_on_dms_parquet_output(make_pipeline) -> None:
+    """Given a DMS endpoint with DataFormat=parquet, When the full load and a workload run through the
+    deployed pipeline, Then the raw zone holds only .parquet files and the clean zone equals the source."""
+    pipeline = make_pipeline(data_format="parquet")
+    start(pipeline)
+    pipeline.run_workload(300, seed=41)
+    pipeline.wait_until_applied(timeout=420)
+    assert_clean_equals_source(pipeline)
+    listed = pipeline.aws("s3").list_objects_v2(Bucket=pipeline.app.raw_bucket, Prefix="dms/")["Contents"]
+    assert listed and all(o["Key"].endswith(".parquet") for o in listed)
+
+
 def wait_for(probe, timeout: float, every: float = 3.0):
     """Poll `probe` until it returns something truthy (returned) or `timeout` seconds pass (None)."""
     deadline = time.monotonic() + timeout
