@@ -86,11 +86,11 @@ def lease_holder(pipeline: LocalPipeline) -> str | None:
 
 
 def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
-    """Given a low history threshold, a second execution started by hand and a refine every 3 batches,
+    """Given a low history threshold, a second execution started by hand and a refine after every batch,
     Then the hand-started execution exits at once saying who holds the lease, the running one rolls over
     to exactly one successor (which takes the lease over), the refine job updates the refined zone, and
     the clean zone equals the source."""
-    pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60"})
+    pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60", "RefineEveryNBatches": "1"})
     start(pipeline)
     first = pipeline.execution_arn
     sfn = pipeline.aws("stepfunctions")
