@@ -3,7 +3,8 @@
     python -m deploy.glue_artifacts --stack-name dms-iceberg-lake [--schema-file schema.json]
 
 Entry scripts go to `glue/scripts/`, the `lakehouse` library to `glue/lib/lakehouse.zip` (the jobs'
-`--extra-py-files`), and, when given, the schema file to `config/schema.json` (docs/CONTRACTS.md).
+`--extra-py-files`), the Iceberg Spark runtime the tests ran on to `glue/jars/` (the jobs' `--extra-jars`,
+loaded before Glue's own Iceberg), and, when given, the schema file to `config/schema.json` (docs/CONTRACTS.md).
 Honours AWS_ENDPOINT_URL, so the same command publishes to the local AWS.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import boto3
 
 SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
-GLUE_SCRIPTS = ("full_load_job.py", "cdc_job.py", "refine_job.py")
+GLUE_SCRIPTS = ("full_load_job.py", "cdc_job.py", "refine_job.py", "maintenance_job.py")
 SCHEMA_KEY = "config/schema.json"
 
 
@@ -32,8 +33,21 @@ def lakehouse_zip() -> bytes:
     return buffer.getvalue()
 
 
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime every test and benchmark runs on (lakehouse.session pins it)."""
+    from lakehouse.session import iceberg_runtime_jar as pinned
+
+    return Path(pinned())
+
+
+def iceberg_jar_key() -> str:
+    """Where the jobs' `--extra-jars` finds it (the template names the same file)."""
+    return f"glue/jars/{iceberg_runtime_jar().name}"
+
+
 def upload_glue_artifacts(s3: Any, bucket: str) -> list[str]:
-    """Glue entry scripts to `glue/scripts/`, the library to `glue/lib/lakehouse.zip`."""
+    """Glue entry scripts to `glue/scripts/`, the library to `glue/lib/lakehouse.zip`, the Iceberg runtime
+    to `glue/jars/` (uploaded once: the same name is the same jar)."""
     keys = []
     for script in GLUE_SCRIPTS:
         key = f"glue/scripts/{script}"
@@ -41,7 +55,23 @@ def upload_glue_artifacts(s3: Any, bucket: str) -> list[str]:
         keys.append(key)
     s3.put_object(Bucket=bucket, Key="glue/lib/lakehouse.zip", Body=lakehouse_zip())
     keys.append("glue/lib/lakehouse.zip")
+    jar_key = iceberg_jar_key()
+    if not _exists(s3, bucket, jar_key):
+        s3.upload_file(str(iceberg_runtime_jar()), bucket, jar_key)
+    keys.append(jar_key)
     return keys
+
+
+def _exists(s3: Any, bucket: str, key: str) -> bool:
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+    return True
 
 
 def main(argv: Sequence[str] | None = None) -> int:

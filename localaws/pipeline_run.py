@@ -250,6 +250,21 @@ class LocalPipeline:
                 raise TimeoutError(f"not caught up after {timeout:.0f}s: {snapshot.line()}")
             time.sleep(1.0)
 
+    def reload_tables(self, *tables: str) -> None:
+        """A DBA's table reload during CDC (DMS ReloadTables): DMS empties the tables' folders and writes
+        new LOAD files; the pipeline records reload requests and applies them once DMS reports them done."""
+        assert self.task is not None
+        self.aws("dms").reload_tables(
+            ReplicationTaskArn=self.task.arn,
+            TablesToReload=[{"SchemaName": replication.SOURCE_SCHEMA, "TableName": t} for t in tables],
+        )
+
+    def reloads_pending(self) -> list[str]:
+        """Tables whose reload request the pipeline has not applied yet (`manifests/reloads/`)."""
+        assert self.app is not None
+        listed = self.aws("s3").list_objects_v2(Bucket=self.app.artifacts_bucket, Prefix="manifests/reloads/")
+        return [o["Key"].rsplit("/", 1)[-1].removesuffix(".json") for o in listed.get("Contents", [])]
+
     def executions(self) -> list[dict[str, Any]]:
         assert self.app is not None
         return self.aws("stepfunctions").list_executions(stateMachineArn=self.app.state_machine_arn)[

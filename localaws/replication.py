@@ -21,9 +21,9 @@ from lakehouse import sample_data
 SOURCE_SCHEMA = sample_data.SOURCE_SCHEMA  # `schemaName` of the source endpoint = the files' schema folder
 SOURCE_TABLES: tuple[str, ...] = sample_data.TABLES
 SCHEMA_FILE_KEY = "config/schema.json"
-# DMS writes null and empty string alike unless CsvNullValue is set. "NULL" never occurs as a value
-# of the sample source (names come from fixed pools), so it tells them apart.
-CSV_NULL_VALUE = "NULL"
+# DMS writes null and empty string alike unless CsvNullValue is set; the template's default token, which no
+# text of a real source holds (unlike "NULL", a real surname), tells them apart.
+CSV_NULL_VALUE = "~DMS~NULL~"
 TIMESTAMP_COLUMN = "dms_timestamp"
 CHANGE_SEQ_COLUMN = "AR_H_CHANGE_SEQ"
 BEFORE_IMAGE_PREFIX = "BI_"
@@ -43,11 +43,13 @@ class ReplicationSettings:
     poll_seconds: float = 0.5
     max_rows_per_load_file: int | None = None
     tables: Sequence[str] = SOURCE_TABLES
+    data_format: str = "csv"  # the endpoint's DataFormat: csv or parquet
 
     def s3_settings(self) -> dict[str, Any]:
-        return {
+        settings: dict[str, Any] = {
             "BucketName": self.bucket,
             "BucketFolder": self.folder,
+            "DataFormat": self.data_format,
             "AddColumnName": True,
             "IncludeOpForFullLoad": True,
             "TimestampColumnName": self.timestamp_column,
@@ -56,6 +58,9 @@ class ReplicationSettings:
             "CdcMinFileSize": self.cdc_min_file_size_kb,
             "ServiceAccessRoleArn": "arn:aws:iam::000000000000:role/dms-s3-target",
         }
+        if self.data_format == "parquet":  # what docs/DEPLOY.md recommends for a Parquet endpoint
+            settings |= {"ParquetVersion": "parquet-2-0", "EnableStatistics": True}
+        return settings
 
     def table_mappings(self) -> dict[str, Any]:
         rules: list[dict[str, Any]] = [

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
 from deploy.glue_artifacts import lakehouse_zip, upload_glue_artifacts  # noqa: F401 - re-exported
 from localaws import setup_sam
@@ -55,7 +56,12 @@ def aws_environment(endpoint_url: str) -> dict[str, str]:
 
 
 def template_parameters(template: Path = TEMPLATE) -> set[str]:
-    """Names of the template's Parameters (CloudFormation tags like !Ref are read as plain values)."""
+    """Names of the template's Parameters."""
+    return set(template_parameter_defaults(template))
+
+
+def template_parameter_defaults(template: Path = TEMPLATE) -> dict[str, str | None]:
+    """The template's Parameters and their defaults (CloudFormation tags like !Ref are read as plain values)."""
     import yaml
 
     class _Loader(yaml.SafeLoader):
@@ -70,7 +76,8 @@ def template_parameters(template: Path = TEMPLATE) -> set[str]:
 
     _Loader.add_multi_constructor("!", _any_tag)
     document = yaml.load(template.read_text(), Loader=_Loader) or {}  # a SafeLoader subclass
-    return set((document.get("Parameters") or {}).keys())
+    parameters = document.get("Parameters") or {}
+    return {name: None if "Default" not in p else str(p["Default"]) for name, p in parameters.items()}
 
 
 def first_declared(candidates: tuple[str, ...], declared: set[str]) -> str | None:
@@ -166,11 +173,15 @@ def deploy(
 
 
 def client(service: str, endpoint_url: str) -> Any:
+    """A boto3 client of the local AWS at `endpoint_url`, from localstack-client's endpoint map; services
+    that map does not list (DMS, served here by our plugin) use the same edge endpoint."""
     import boto3
+    from localstack_client.config import get_service_endpoints
 
+    endpoints = get_service_endpoints(localstack_host=urlparse(endpoint_url).netloc)
     return boto3.client(
         service,
-        endpoint_url=endpoint_url,
+        endpoint_url=endpoints.get(service, endpoint_url),
         region_name=REGION,
         aws_access_key_id="test",
         aws_secret_access_key="test",

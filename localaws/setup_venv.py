@@ -28,6 +28,7 @@ REQUIREMENTS = [
     "cbor2<6",
     "pyopenssl<26",
     "localstack-twisted<26",
+    "pyarrow==26.0.1",  # the local DMS's Parquet output (DataFormat=parquet); the same as the project's venv
 ]
 
 

@@ -1,16 +1,26 @@
-"""Acknowledge an applied batch: its manifest moves from `pending/` to `done/`.
+"""Acknowledge an applied batch: its manifest moves from `pending/` to `done/`; what the run did is published.
 
 This is the only step that retires a batch, and it runs only after the Glue CDC run succeeded; a
 failed run leaves the manifest pending, and the next drain returns it first.
+
+The CDC job writes its run report to `<prefix>/reports/<run_id>.json` (docs/CONTRACTS.md); its totals become
+metrics: ChangesApplied, QuarantinedRecords, QuarantinedFiles and LagSeconds (now minus the newest applied
+source commit time). A missing or unreadable report never fails the acknowledge: nothing is published.
 """
 
 from __future__ import annotations
 
+import json
+import math
+import re
+from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 
 MISSING = ("NoSuchKey", "404", "NotFound")
+RUN_ID_PATTERN = r"^\d{8}T\d{12}Z-[0-9a-f]{8}$"
+DPU_PER_WORKER = {"G.025X": 0.25, "G.1X": 1.0, "G.2X": 2.0, "G.4X": 4.0, "G.8X": 8.0, "Standard": 1.0}
 
 
 class ManifestNotPendingError(RuntimeError):
@@ -21,6 +31,12 @@ def done_key(pending_key: str) -> str:
     if "/pending/" not in pending_key:
         raise ManifestNotPendingError(f"{pending_key} is not a pending manifest")
     return pending_key.replace("/pending/", "/done/", 1)
+
+
+def check_manifest_key(manifest_key: str, run_id: str, prefix: str = "manifests") -> None:
+    """The manifest key the state machine passes must be the pending manifest of that run."""
+    if not re.match(RUN_ID_PATTERN, run_id) or manifest_key != f"{prefix}/pending/{run_id}.json":
+        raise ManifestNotPendingError(f"{manifest_key} is not the pending manifest of run {run_id}")
 
 
 def acknowledge(s3: Any, bucket: str, pending_key: str) -> dict[str, Any]:
@@ -41,6 +57,65 @@ def acknowledge(s3: Any, bucket: str, pending_key: str) -> dict[str, Any]:
 def _exists(s3: Any, bucket: str, key: str) -> bool:
     try:
         s3.head_object(Bucket=bucket, Key=key)
-    except ClientError:
-        return False
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            return False
+        raise  # 403 and the like: a missing permission must not look like "never drained"
     return True
+
+
+def read_report(s3: Any, bucket: str, key: str) -> tuple[dict[str, Any] | None, str]:
+    """The run report, or None and why not (missing, unreadable)."""
+    try:
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+    except ClientError as error:
+        code = error.response.get("Error", {}).get("Code")
+        return None, f"no run report at s3://{bucket}/{key} ({code})"
+    try:
+        report = json.loads(body)
+    except ValueError as error:
+        return None, f"run report s3://{bucket}/{key} is not JSON: {error}"
+    if not isinstance(report, dict):
+        return None, f"run report s3://{bucket}/{key} is not an object"
+    return report, ""
+
+
+def _count(totals: dict[str, Any], name: str) -> int:
+    value = totals.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return max(int(value), 0)
+
+
+def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
+    """Metric values from a run report (only the contract's keys are read)."""
+    totals = report.get("totals") if isinstance(report.get("totals"), dict) else {}
+    values: dict[str, float] = {
+        "ChangesApplied": _count(totals, "inserted_or_updated") + _count(totals, "deleted"),
+        "QuarantinedRecords": _count(totals, "quarantined_records"),
+        "QuarantinedFiles": _count(totals, "quarantined_files"),
+    }
+    newest = report.get("newest_commit_ts")
+    if isinstance(newest, str) and newest:
+        try:
+            moment = datetime.fromisoformat(newest.replace("Z", "+00:00"))
+        except ValueError:
+            return values
+        moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        values["LagSeconds"] = max((now - moment).total_seconds(), 0.0)
+    return values
+
+
+def run_cost(glue_run: dict[str, Any]) -> dict[str, float]:
+    """Seconds and DPU-seconds of a Glue job run (the `glue:startJobRun.sync` result)."""
+    seconds = float(glue_run.get("ExecutionTime") or 0)
+    values = {"CdcRunSeconds": seconds}
+    if glue_run.get("DPUSeconds") is not None:  # reported for auto-scaled and Flex runs
+        values["CdcDpuSeconds"] = float(glue_run["DPUSeconds"])
+    elif glue_run.get("MaxCapacity"):
+        values["CdcDpuSeconds"] = seconds * float(glue_run["MaxCapacity"])
+    elif glue_run.get("NumberOfWorkers") and glue_run.get("WorkerType") in DPU_PER_WORKER:
+        values["CdcDpuSeconds"] = (
+            seconds * glue_run["NumberOfWorkers"] * DPU_PER_WORKER[glue_run["WorkerType"]]
+        )
+    return values

@@ -1,19 +1,22 @@
-"""Lambda: retire a batch after its Glue CDC run succeeded."""
+"""Lambda: retire a batch after its Glue CDC run succeeded, and publish what the run did."""
 
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
-from ack import acknowledge
+from ack import RUN_ID_PATTERN, acknowledge, check_manifest_key, read_report, report_metrics, run_cost
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
 ARTIFACTS_BUCKET = os.environ.get("ARTIFACTS_BUCKET", "")
+MANIFEST_PREFIX = os.environ.get("MANIFEST_PREFIX", "manifests")
+UNITS = {"LagSeconds": MetricUnit.Seconds, "CdcRunSeconds": MetricUnit.Seconds}
 
 logger = Logger()
 tracer = Tracer()
@@ -21,10 +24,22 @@ metrics = Metrics()
 s3 = boto3.client("s3")
 
 
+class GlueRun(BaseModel):
+    """The parts of the `glue:startJobRun.sync` result this step reads."""
+
+    model_config = ConfigDict(extra="ignore")
+    ExecutionTime: int | None = Field(default=None, ge=0)
+    DPUSeconds: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    MaxCapacity: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    NumberOfWorkers: int | None = Field(default=None, ge=0)
+    WorkerType: str | None = None
+
+
 class AcknowledgeRequest(BaseModel):
     manifest_key: str
-    run_id: str
-    file_count: int = 0
+    run_id: str = Field(pattern=RUN_ID_PATTERN)
+    file_count: int = Field(default=0, ge=0)
+    glue_run: GlueRun | None = None
 
 
 @logger.inject_lambda_context
@@ -32,7 +47,16 @@ class AcknowledgeRequest(BaseModel):
 @metrics.log_metrics
 @event_parser(model=AcknowledgeRequest)
 def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, Any]:
+    check_manifest_key(request.manifest_key, request.run_id, MANIFEST_PREFIX)
     result = acknowledge(s3, ARTIFACTS_BUCKET, request.manifest_key)
     metrics.add_metric(name="FilesApplied", unit=MetricUnit.Count, value=request.file_count)
-    logger.info("batch acknowledged", extra={"run_id": request.run_id, **result})
-    return result | {"run_id": request.run_id}
+    report, why_not = read_report(s3, ARTIFACTS_BUCKET, f"{MANIFEST_PREFIX}/reports/{request.run_id}.json")
+    published = report_metrics(report, datetime.now(UTC)) if report is not None else {}
+    if report is None:
+        logger.warning("run report not published", extra={"run_id": request.run_id, "reason": why_not})
+    if request.glue_run is not None:
+        published |= run_cost(request.glue_run.model_dump())
+    for name, value in published.items():
+        metrics.add_metric(name=name, unit=UNITS.get(name, MetricUnit.Count), value=value)
+    logger.info("batch acknowledged", extra={"run_id": request.run_id, **result, **published})
+    return result | {"run_id": request.run_id, "published": published}

@@ -11,7 +11,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from drain import DrainLimits, Locations, drain
+from drain import DrainLimits, Locations, check_lease, drain
 from pydantic import BaseModel, Field
 
 LOCATIONS = Locations(
@@ -19,12 +19,17 @@ LOCATIONS = Locations(
     dead_letter_queue_url=os.environ.get("DEAD_LETTER_QUEUE_URL", ""),
     artifacts_bucket=os.environ.get("ARTIFACTS_BUCKET", ""),
     manifest_prefix=os.environ.get("MANIFEST_PREFIX", "manifests"),
+    raw_bucket=os.environ.get("RAW_BUCKET", ""),
+    raw_prefix=os.environ.get("RAW_PREFIX", "dms"),
 )
+LEASE_KEY = os.environ.get("LEASE_KEY", "locks/pipeline-lease.json")
 DEFAULT_LIMITS = DrainLimits(
     max_files=int(os.environ.get("MAX_FILES_PER_RUN", "500")),
     max_bytes=int(os.environ.get("MAX_BYTES_PER_RUN", str(2 * 1024**3))),
     time_budget_seconds=float(os.environ.get("DRAIN_TIME_BUDGET_SECONDS", "60")),
     max_receive_count=int(os.environ.get("QUEUE_MAX_RECEIVE_COUNT", "5")),
+    max_manifest_attempts=int(os.environ.get("MAX_MANIFEST_ATTEMPTS", "3")),
+    on_stuck_batch="stop" if os.environ.get("ON_STUCK_BATCH", "continue") == "stop" else "continue",
 )
 
 logger = Logger()
@@ -37,6 +42,10 @@ sqs = boto3.client("sqs")
 class DrainRequest(BaseModel):
     max_files: int | None = Field(default=None, gt=0)
     max_bytes: int | None = Field(default=None, gt=0)
+    # The state machine passes its execution: only the lease holder may drain (absent: a manual run).
+    execution_arn: str | None = Field(
+        default=None, pattern=r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$"
+    )
 
 
 @logger.inject_lambda_context
@@ -44,6 +53,8 @@ class DrainRequest(BaseModel):
 @metrics.log_metrics
 @event_parser(model=DrainRequest)
 def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
+    if request.execution_arn:
+        check_lease(s3, LOCATIONS.artifacts_bucket, LEASE_KEY, request.execution_arn)
     remaining_seconds = context.get_remaining_time_in_millis() / 1000
     limits = DrainLimits(
         max_files=request.max_files or DEFAULT_LIMITS.max_files,
@@ -53,9 +64,16 @@ def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
         # a page received now is deleted before this run ends, or reappears soon after it died
         visibility_timeout_seconds=math.ceil(remaining_seconds) + 30,
         max_receive_count=DEFAULT_LIMITS.max_receive_count,
+        max_manifest_attempts=DEFAULT_LIMITS.max_manifest_attempts,
+        on_stuck_batch=DEFAULT_LIMITS.on_stuck_batch,
     )
     result = drain(s3, sqs, LOCATIONS, limits)
     metrics.add_metric(name="FilesDrained", unit=MetricUnit.Count, value=result["file_count"])
     metrics.add_metric(name="PoisonMessages", unit=MetricUnit.Count, value=result.get("poison_messages", 0))
+    metrics.add_metric(name="ReloadFilesRecorded", unit=MetricUnit.Count, value=result.get("reload_files", 0))
+    metrics.add_metric(name="ReloadsPending", unit=MetricUnit.Count, value=len(result["reloads_pending"]))
+    metrics.add_metric(name="ManifestsMovedAside", unit=MetricUnit.Count, value=len(result["moved_aside"]))
+    for moved in result["moved_aside"]:
+        logger.error("pending manifest moved aside", extra=moved)
     logger.info("drained", extra=result)
     return result

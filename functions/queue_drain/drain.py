@@ -1,29 +1,57 @@
-"""Drain the FIFO queue of new DMS CDC files into ONE manifest: the batch of one Glue CDC run.
+"""Drain the FIFO queue of new DMS files into ONE manifest: the batch of one Glue CDC run.
 
 In-flight messages of a FIFO message group block further receives of that group, and S3 events all
 share one group, so a drain that kept its messages in flight could take only 10 files per run. The
 hand-off is durable instead: each received page is first written into the pending manifest on S3,
 and only then deleted from the queue. The manifest is the unit of retry: it stays under `pending/`
 until the CDC run that applied it succeeds (then the acknowledge step moves it to `done/`); a crash
-between the write and the delete at worst lists a file in two manifests, which the CDC job's
-watermark makes harmless.
+between the write and the delete at worst lists a file in two manifests, which the CDC job makes
+harmless.
 
 Because a page leaves the queue within the drain's own run, the drain receives with a visibility
 timeout just longer than that run (not the queue's, which outlasts a CDC run): if the Lambda dies
 mid-page, the group is blocked for minutes, not for a whole CDC timeout.
+
+Every message is judged on its own: anything that is not an S3 "Object Created" event of a DMS file of
+the raw bucket below the DMS prefix goes to the dead-letter queue with the reason, whatever is wrong
+with it. Full-load (`LOAD*`) files never enter a manifest: those created before the full-load job started
+were read by it; a later one means DMS reloaded its table, and is recorded as a reload request for that
+table (`<prefix>/reloads/<schema>.<table>.json`) before its message is deleted.
+
+A pending manifest whose run keeps failing is handed out at most `max_manifest_attempts` times; a corrupt
+one (unreadable, not a manifest) is not handed out at all. Either is then moved to `failed/` and the drain
+goes on with new files (`continue`) or refuses to (`stop`), as configured.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote_plus
 
+from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
+from botocore.exceptions import ClientError
+
 RECEIVE_PAGE = 10  # SQS's maximum per ReceiveMessage
+MAX_OBJECT_SIZE = 5 * 1024**4  # S3's largest object (5 TiB)
+RUN_ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{8}$")
+# The names DMS gives its files, as spark_jobs/lakehouse/dms_files.py reads them (a test keeps the two equal):
+# LOAD00000001.csv or LOAD_<segment>_<hex counter>; CDC files by time, 20141029-1134010000.csv (any fraction
+# digits); CSV, gzipped CSV or Parquet; CDC files optionally below date folders (DatePartitionEnabled).
+_EXTENSION = r"\.(?:csv(?:\.gz)?|parquet)"
+LOAD_FILE = re.compile(r"^LOAD(?:_\d+_)?[0-9A-Fa-f]{8}" + _EXTENSION + "$")
+CDC_FILE = re.compile(r"^\d{8}-\d{6}\d*" + _EXTENSION + "$")
+DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
+MAX_DATE_FOLDERS = 4
+MISSING = ("NoSuchKey", "404", "NotFound")
+StuckBatchPolicy = Literal["continue", "stop"]
 
 
 @dataclass(frozen=True)
@@ -37,6 +65,9 @@ class DrainLimits:
     # The queue's redrive maxReceiveCount: every receive counts, so a message is given back only while
     # it keeps a margin below it (else it is taken, and the byte bound is exceeded by that page).
     max_receive_count: int = 5
+    # How often a pending manifest is handed out to a CDC run before it is moved aside.
+    max_manifest_attempts: int = 3
+    on_stuck_batch: StuckBatchPolicy = "continue"
 
 
 @dataclass(frozen=True)
@@ -45,6 +76,8 @@ class Locations:
     dead_letter_queue_url: str
     artifacts_bucket: str
     manifest_prefix: str = "manifests"
+    raw_bucket: str = ""  # empty: any bucket (tests of the manifest logic only)
+    raw_prefix: str = "dms"
 
     def pending_key(self, run_id: str) -> str:
         return f"{self.manifest_prefix}/pending/{run_id}.json"
@@ -53,57 +86,192 @@ class Locations:
     def pending_prefix(self) -> str:
         return f"{self.manifest_prefix}/pending/"
 
+    def failed_key(self, name: str) -> str:
+        return f"{self.manifest_prefix}/failed/{name}"
+
+    @property
+    def reloads_prefix(self) -> str:
+        return f"{self.manifest_prefix}/reloads/"
+
+    def reload_key(self, table: str) -> str:
+        return f"{self.reloads_prefix}{table}.json"
+
+    @property
+    def full_load_marker_key(self) -> str:
+        """Written by the state machine when its full-load job starts: `{"started_at": ISO-8601}`."""
+        return f"{self.manifest_prefix}/full-load.json"
+
+
+class PoisonMessageError(ValueError):
+    """A queue message that is not an S3 "Object Created" event of a DMS file of the raw zone."""
+
+
+class StuckBatchError(RuntimeError):
+    """A pending manifest failed too often (or is corrupt) and the policy is to stop."""
+
+
+class LeaseLostError(RuntimeError):
+    """The execution calling the drain does not hold the pipeline lease."""
+
+
+@dataclass(frozen=True)
+class DmsFile:
+    """One DMS file named by an S3 "Object Created" event."""
+
+    bucket: str
+    key: str
+    schema: str
+    table: str
+    size: int
+    created: datetime
+    kind: Literal["load", "cdc"]
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.key}"
+
+    @property
+    def qualified_table(self) -> str:
+        return f"{self.schema}.{self.table}"
+
+
+def decode_key(encoded: str) -> str:
+    """The object key of an S3 event notification: form-URL-encoded by S3 (a space is `+`, a `+` is
+    `%2B`), so `+` must become a space before the percent escapes are decoded."""
+    return unquote_plus(encoded, errors="strict")
+
+
+def _size(value: float | None) -> int:
+    if value is None:
+        raise PoisonMessageError("the event has no object size")
+    if not math.isfinite(value) or value != int(value) or not 0 <= value <= MAX_OBJECT_SIZE:
+        raise PoisonMessageError(f"object size {value!r} is not a byte count")
+    return int(value)
+
+
+def dms_layout(key: str, raw_prefix: str) -> tuple[str, str, Literal["load", "cdc"]]:
+    """(schema, table, kind) of a DMS file key below `raw_prefix`; ("", "", "cdc") when it is not one."""
+    not_dms: tuple[str, str, Literal["load", "cdc"]] = ("", "", "cdc")
+    parts = key.split("/")
+    prefix = [p for p in raw_prefix.strip("/").split("/") if p]
+    if parts[: len(prefix)] != prefix or not all(parts):
+        return not_dms
+    folders, name = parts[len(prefix) : -1], parts[-1]
+    kind: Literal["load", "cdc"]
+    if LOAD_FILE.match(name):
+        kind = "load"
+    elif CDC_FILE.match(name):
+        kind = "cdc"
+    else:
+        return not_dms
+    dated = 0
+    while dated < MAX_DATE_FOLDERS and len(folders) > 2 and DATE_FOLDER.match(folders[-1]):
+        folders.pop()
+        dated += 1
+    if len(folders) != 2:
+        return not_dms
+    return folders[0], folders[1], kind
+
+
+def parse_file_event(body: str, raw_bucket: str = "", raw_prefix: str = "dms") -> DmsFile:
+    """The DMS file an EventBridge "Object Created" event (as the rule delivers it) names. Anything else,
+    or anything malformed, raises PoisonMessageError with the reason."""
+    try:
+        event = S3EventNotificationEventBridgeModel.model_validate_json(body)
+    except Exception as error:  # any parse failure (type, depth, size) is this message's fault alone
+        raise PoisonMessageError(f"not an S3 Object Created event: {type(error).__name__}: {error}") from None
+    if event.source != "aws.s3" or event.detail_type != "Object Created":
+        raise PoisonMessageError(f"unexpected event {event.source!r} / {event.detail_type!r}")
+    bucket = event.detail.bucket.name
+    if raw_bucket and bucket != raw_bucket:
+        raise PoisonMessageError(f"bucket {bucket!r} is not the raw bucket {raw_bucket!r}")
+    try:
+        key = decode_key(event.detail.object.key)
+    except UnicodeDecodeError as error:
+        raise PoisonMessageError(f"object key is not URL-encoded UTF-8: {error}") from None
+    schema, table, kind = dms_layout(key, raw_prefix)
+    if not schema:
+        raise PoisonMessageError(
+            f"s3://{bucket}/{key} is not a DMS file <{raw_prefix}>/<schema>/<table>/[<date folders>/]<file>"
+            " named LOAD…(.csv|.csv.gz|.parquet) or <yyyymmdd-hhmmss…>(.csv|.csv.gz|.parquet)"
+        )
+    created = event.time if event.time.tzinfo else event.time.replace(tzinfo=UTC)
+    return DmsFile(bucket, key, schema, table, _size(event.detail.object.size), created, kind)
+
 
 @dataclass
 class Manifest:
     run_id: str
     created_at: str
     files: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 1
 
     @property
     def total_bytes(self) -> int:
         return sum(int(f.get("size", 0)) for f in self.files)
 
+    @property
+    def uris(self) -> set[str]:
+        return {f["uri"] for f in self.files}
+
     def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "run_id": self.run_id, "created_at": self.created_at, "files": self.files}
+        return {
+            "version": 1,
+            "run_id": self.run_id,
+            "created_at": self.created_at,
+            "attempts": self.attempts,
+            "files": self.files,
+        }
 
 
-class PoisonMessageError(ValueError):
-    """A queue message that is not an S3 "Object Created" event for a file."""
+class CorruptManifestError(ValueError):
+    pass
 
 
-def file_of(message_body: str) -> dict[str, Any]:
-    """The S3 object an EventBridge "Object Created" event names (as the rule delivers it)."""
+def read_manifest(document: bytes, key: str) -> Manifest:
+    """A pending manifest as the drain wrote it; anything else is corrupt."""
     try:
-        event = json.loads(message_body)
-        detail = event["detail"]
-        bucket = detail["bucket"]["name"]
-        key = unquote_plus(detail["object"]["key"])
-        size = int(detail["object"].get("size", 0))
-    except (ValueError, KeyError, TypeError) as error:
-        raise PoisonMessageError(
-            f"not an S3 Object Created event: {type(error).__name__}: {error}"
-        ) from error
-    if event.get("detail-type") not in (None, "Object Created"):
-        raise PoisonMessageError(f"unexpected detail-type {event.get('detail-type')!r}")
-    if key.endswith("/"):
-        raise PoisonMessageError(f"s3://{bucket}/{key} is a folder marker, not a file")
-    return {"uri": f"s3://{bucket}/{key}", "size": size}
+        data = json.loads(document)
+        run_id = data["run_id"]
+        files = data["files"]
+        if data.get("version", 1) != 1 or not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
+            raise ValueError(f"bad version or run_id {run_id!r}")
+        if key.rsplit("/", 1)[-1] != f"{run_id}.json":
+            raise ValueError(f"run_id {run_id} does not match the key")
+        if not isinstance(files, list) or not all(
+            isinstance(f, dict) and isinstance(f.get("uri"), str) for f in files
+        ):
+            raise ValueError("files is not a list of {uri, …}")
+        attempts = int(data.get("attempts", 1))
+        return Manifest(run_id, str(data.get("created_at", "")), files, attempts)
+    except Exception as error:
+        raise CorruptManifestError(f"{type(error).__name__}: {error}") from None
 
 
-def is_full_load_file(uri: str) -> bool:
-    return uri.rsplit("/", 1)[-1].upper().startswith("LOAD")
-
-
-def oldest_pending_manifest(s3: Any, where: Locations) -> str | None:
-    """A manifest left pending by a failed run or a stopped execution: it goes first, oldest first."""
-    response = s3.list_objects_v2(Bucket=where.artifacts_bucket, Prefix=where.pending_prefix)
-    keys = sorted(item["Key"] for item in response.get("Contents", []) if item["Key"].endswith(".json"))
-    return keys[0] if keys else None
+def pending_manifests(s3: Any, where: Locations) -> list[str]:
+    """Manifests left pending by a failed run or a stopped execution: they go first, oldest first."""
+    keys: list[str] = []
+    for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=where.artifacts_bucket, Prefix=where.pending_prefix
+    ):
+        keys += [item["Key"] for item in page.get("Contents", []) if item["Key"].endswith(".json")]
+    return sorted(keys)
 
 
 def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:8]}"
+
+
+def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> None:
+    """Fencing: only the execution holding the pipeline lease may drain."""
+    try:
+        lease = json.loads(s3.get_object(Bucket=bucket, Key=lease_key)["Body"].read())
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            raise LeaseLostError(f"no pipeline lease at s3://{bucket}/{lease_key}") from None
+        raise
+    if lease.get("holder") != execution_arn:
+        raise LeaseLostError(f"the pipeline lease is held by {lease.get('holder')}, not {execution_arn}")
 
 
 def drain(
@@ -111,16 +279,18 @@ def drain(
 ) -> dict[str, Any]:
     """Return the batch to apply next: a pending manifest if one exists, else a new one drained from
     the queue (up to the limits), or `has_work: false` when the queue is empty."""
-    pending = oldest_pending_manifest(s3, where)
-    if pending:
-        document = json.loads(s3.get_object(Bucket=where.artifacts_bucket, Key=pending)["Body"].read())
-        return _result(where, pending, document["run_id"], document["files"], resumed=True)
-
     moment = now or datetime.now(UTC)
+    moved_aside: list[dict[str, str]] = []
+    for key in pending_manifests(s3, where):
+        resumed = _resume(s3, where, limits, key, moved_aside)
+        if resumed is not None:
+            return resumed | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
+
     manifest = Manifest(new_run_id(moment), moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
     key = where.pending_key(manifest.run_id)
+    full_load_started = _full_load_started(s3, where)
     deadline = time.monotonic() + limits.time_budget_seconds
-    poison = skipped = 0
+    counts = {"poison_messages": 0, "skipped_full_load": 0, "duplicates": 0, "reload_files": 0}
     while len(manifest.files) < limits.max_files and manifest.total_bytes < limits.max_bytes:
         if time.monotonic() > deadline:
             break
@@ -134,68 +304,178 @@ def drain(
         ).get("Messages", [])
         if not page:
             break
-        sorted_page = _sort_page(sqs, where, page, manifest, limits)
-        poison += sorted_page.poison
-        skipped += sorted_page.skipped_full_load
+        sorted_page = _sort_page(sqs, where, page, manifest, limits, full_load_started)
+        for name in counts:
+            counts[name] += getattr(sorted_page, name)
+        # Recorded durably first (reload requests, manifest); only then may the messages leave the queue.
+        _record_reloads(s3, where, sorted_page.reloads, moment)
         if sorted_page.files:
             manifest.files.extend(sorted_page.files)
-            s3.put_object(
-                Bucket=where.artifacts_bucket,
-                Key=key,
-                Body=json.dumps(manifest.to_dict()).encode(),
-                ContentType="application/json",
-            )
-        # Recorded durably (or poison, or not ours): only now may these messages leave the queue.
+            _put_json(s3, where.artifacts_bucket, key, manifest.to_dict())
         if sorted_page.leaving:
             _delete(sqs, where.queue_url, sorted_page.leaving)
         if sorted_page.released:
             _release(sqs, where.queue_url, sorted_page.released)
             break
+    extra = counts | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
     if not manifest.files:
-        return {"has_work": False, "file_count": 0, "poison_messages": poison, "skipped_full_load": skipped}
-    return _result(where, key, manifest.run_id, manifest.files, resumed=False) | {
-        "poison_messages": poison,
-        "skipped_full_load": skipped,
-    }
+        return {"has_work": False, "file_count": 0} | extra
+    return _result(where, key, manifest, resumed=False) | extra
+
+
+def _resume(
+    s3: Any, where: Locations, limits: DrainLimits, key: str, moved_aside: list[dict[str, str]]
+) -> dict[str, Any] | None:
+    """Hand out a pending manifest again (one more attempt), or move it aside when it is corrupt or was
+    handed out `max_manifest_attempts` times (None: look at the next one)."""
+    try:
+        body = s3.get_object(Bucket=where.artifacts_bucket, Key=key)["Body"].read()
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            return None  # acknowledged meanwhile
+        raise
+    try:
+        manifest = read_manifest(body, key)
+    except CorruptManifestError as error:
+        reason = f"corrupt manifest: {error}"
+    else:
+        if manifest.attempts < limits.max_manifest_attempts:
+            manifest.attempts += 1
+            _put_json(s3, where.artifacts_bucket, key, manifest.to_dict())
+            return _result(where, key, manifest, resumed=True)
+        reason = f"its CDC run failed {manifest.attempts} times"
+    if limits.on_stuck_batch == "stop":
+        raise StuckBatchError(f"s3://{where.artifacts_bucket}/{key}: {reason}; policy is to stop")
+    target = where.failed_key(key.rsplit("/", 1)[-1])
+    s3.put_object(
+        Bucket=where.artifacts_bucket,
+        Key=target,
+        Body=body,
+        Metadata={"reason": reason[:1000].encode("ascii", "replace").decode()},
+    )
+    s3.delete_object(Bucket=where.artifacts_bucket, Key=key)
+    moved_aside.append({"manifest_key": key, "failed_key": target, "reason": reason})
+    return None
+
+
+def _full_load_started(s3: Any, where: Locations) -> datetime | None:
+    """When the pipeline's full-load job started: LOAD files created before it were read by it."""
+    try:
+        marker = json.loads(
+            s3.get_object(Bucket=where.artifacts_bucket, Key=where.full_load_marker_key)["Body"].read()
+        )
+        started = datetime.fromisoformat(str(marker["started_at"]).replace("Z", "+00:00"))
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            return None
+        raise
+    except (ValueError, KeyError, TypeError):
+        return None  # unreadable: every LOAD file is a reload request (costs a reload, loses nothing)
+    return started if started.tzinfo else started.replace(tzinfo=UTC)
+
+
+def reloads_pending(s3: Any, where: Locations) -> list[str]:
+    """Tables with a reload request not yet applied."""
+    tables = []
+    for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=where.artifacts_bucket, Prefix=where.reloads_prefix
+    ):
+        tables += [
+            item["Key"][len(where.reloads_prefix) : -len(".json")]
+            for item in page.get("Contents", [])
+            if item["Key"].endswith(".json")
+        ]
+    return sorted(tables)
+
+
+def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: datetime) -> None:
+    """Add LOAD files to their table's reload request (created at the first one)."""
+    by_table: dict[str, list[DmsFile]] = {}
+    for found in files:
+        by_table.setdefault(found.qualified_table, []).append(found)
+    for table, found in by_table.items():
+        key = where.reload_key(table)
+        try:
+            request = json.loads(s3.get_object(Bucket=where.artifacts_bucket, Key=key)["Body"].read())
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") not in MISSING:
+                raise
+            request = {"version": 1, "table": table, "recorded_at": _iso(now), "files": [], "attempts": 0}
+        times = [f.created for f in found]
+        known = [request.get("first_seen"), request.get("last_seen")]
+        times += [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in known if isinstance(t, str)]
+        request["files"] = sorted(set(request.get("files", [])) | {f.uri for f in found})
+        request["first_seen"] = _iso(min(times))
+        request["last_seen"] = _iso(max(times))
+        _put_json(s3, where.artifacts_bucket, key, request)
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
 class SortedPage:
     files: list[dict[str, Any]] = field(default_factory=list)  # entries for the manifest
+    reloads: list[DmsFile] = field(default_factory=list)  # LOAD files of reloaded tables
     leaving: list[dict[str, Any]] = field(default_factory=list)  # messages to delete once recorded
     released: list[dict[str, Any]] = field(default_factory=list)  # messages for the next batch
-    poison: int = 0
+    poison_messages: int = 0
     skipped_full_load: int = 0
+    duplicates: int = 0
+
+    @property
+    def reload_files(self) -> int:
+        return len(self.reloads)
 
 
 def _sort_page(
-    sqs: Any, where: Locations, page: list[dict[str, Any]], manifest: Manifest, limits: DrainLimits
+    sqs: Any,
+    where: Locations,
+    page: list[dict[str, Any]],
+    manifest: Manifest,
+    limits: DrainLimits,
+    full_load_started: datetime | None,
 ) -> SortedPage:
-    """Split a received page: files for the manifest, messages that may leave the queue (those files,
-    poison sent to the DLQ, full-load files) and, from the first file that would break the byte bound
-    on, messages to give back to the queue in their order. A batch always takes at least one file."""
+    """Split a received page: files for the manifest, LOAD files of reloads, messages that may leave the
+    queue (those, poison sent to the DLQ, files of the initial full load, duplicates) and, from the first
+    file that would break the byte bound on, messages to give back to the queue in their order. A batch
+    always takes at least one file."""
     result = SortedPage()
     batch_bytes = manifest.total_bytes
+    seen = manifest.uris
     for index, message in enumerate(page):
         try:
-            found = file_of(message["Body"])
-        except PoisonMessageError as error:
-            _to_dead_letter_queue(sqs, where, message, str(error))
-            result.poison += 1
+            found = parse_file_event(message["Body"], where.raw_bucket, where.raw_prefix)
+        except Exception as error:  # one bad message never fails the drain: it goes to the DLQ
+            reason = (
+                str(error) if isinstance(error, PoisonMessageError) else f"{type(error).__name__}: {error}"
+            )
+            _to_dead_letter_queue(sqs, where, message, reason)
+            result.poison_messages += 1
             result.leaving.append(message)
             continue
-        if is_full_load_file(found["uri"]):
-            result.skipped_full_load += 1  # LOAD files belong to the full-load job
+        if found.kind == "load":
+            if full_load_started is not None and found.created < full_load_started.replace(microsecond=0):
+                result.skipped_full_load += 1  # read by the pipeline's full-load job
+            else:
+                result.reloads.append(found)
             result.leaving.append(message)
             continue
-        over_bound = (manifest.files or result.files) and batch_bytes + found["size"] > limits.max_bytes
+        if found.uri in seen:
+            result.duplicates += 1
+            result.leaving.append(message)
+            continue
+        over_bound = (manifest.files or result.files) and batch_bytes + found.size > limits.max_bytes
         if over_bound and _may_give_back(page[index:], limits):
             result.released = page[index:]
             return result
-        batch_bytes += found["size"]
+        batch_bytes += found.size
+        seen.add(found.uri)
         result.files.append(
-            found
-            | {
+            {
+                "uri": found.uri,
+                "size": found.size,
                 "sequence_number": message.get("Attributes", {}).get("SequenceNumber"),
                 "message_id": message["MessageId"],
             }
@@ -207,29 +487,44 @@ def _sort_page(
 def _may_give_back(messages: list[dict[str, Any]], limits: DrainLimits) -> bool:
     """Giving a message back costs one receive; keep two receives spare before redrive to the DLQ
     (one for the next batch, one for a drain that dies), so a valid file never ends in the DLQ."""
-    received = max(int(m.get("Attributes", {}).get("ApproximateReceiveCount", 1)) for m in messages)
+    received = max(_receive_count(m) for m in messages)
     return received < limits.max_receive_count - 1
 
 
-def _result(
-    where: Locations, key: str, run_id: str, files: list[dict[str, Any]], resumed: bool
-) -> dict[str, Any]:
+def _receive_count(message: dict[str, Any]) -> int:
+    try:
+        return int(message.get("Attributes", {}).get("ApproximateReceiveCount", 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _result(where: Locations, key: str, manifest: Manifest, resumed: bool) -> dict[str, Any]:
     return {
         "has_work": True,
         "resumed": resumed,
-        "run_id": run_id,
+        "run_id": manifest.run_id,
         "manifest_uri": f"s3://{where.artifacts_bucket}/{key}",
         "manifest_key": key,
-        "file_count": len(files),
-        "total_bytes": sum(int(f.get("size", 0)) for f in files),
+        "file_count": len(manifest.files),
+        "total_bytes": manifest.total_bytes,
+        "attempt": manifest.attempts,
     }
 
 
-def _delete(sqs: Any, queue_url: str, messages: list[dict[str, Any]]) -> None:
-    entries = [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
-    response = sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
-    if response.get("Failed"):
-        raise RuntimeError(f"could not delete drained messages: {response['Failed']}")
+def _put_json(s3: Any, bucket: str, key: str, document: dict[str, Any]) -> None:
+    s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(document).encode(), ContentType="application/json")
+
+
+def _delete(sqs: Any, queue_url: str, messages: Iterable[dict[str, Any]]) -> None:
+    batch = list(messages)
+    for start in range(0, len(batch), RECEIVE_PAGE):
+        entries = [
+            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+            for i, m in enumerate(batch[start : start + RECEIVE_PAGE])
+        ]
+        response = sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+        if response.get("Failed"):
+            raise RuntimeError(f"could not delete drained messages: {response['Failed']}")
 
 
 def _release(sqs: Any, queue_url: str, messages: list[dict[str, Any]]) -> None:
@@ -247,5 +542,5 @@ def _to_dead_letter_queue(sqs: Any, where: Locations, message: dict[str, Any], r
         MessageBody=message["Body"],
         MessageGroupId="poison",
         MessageDeduplicationId=message["MessageId"],
-        MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:1000]}},
+        MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"}},
     )

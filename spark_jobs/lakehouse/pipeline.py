@@ -63,7 +63,11 @@ METADATA_FIELDS = [
 # Table properties a (re)load sets in the same commit as its rows.
 LOAD_DONE = "dms.full-load.done"  # the table has been loaded from its LOAD files
 LOAD_FLOOR = "dms.load.floor-seq"  # changes at or below this sequence are older than the (re)load
-LOAD_STARTED = "dms.load.started-at"  # when DMS started that load (UTC); older CDC files are superseded
+LOAD_STARTED = "dms.load.started-at"  # when DMS started that load (UTC)
+# When DMS had written that load (UTC): its newest LOAD file or row. DMS empties a reloaded table's folder
+# before it writes the LOAD files and writes the table's CDC files after them, so a CDC file missing from
+# the raw zone that was written before this moment was removed by the reload: superseded, not lost.
+LOAD_ENDED = "dms.load.ended-at"
 KEY = "_dms_key"
 TOMB_SEQ = "_dms_tomb_seq"
 TYPE_MISMATCH_POLICIES = ("fail", "quarantine")
@@ -259,7 +263,7 @@ class _Pipeline:
         if missing:
             loaded_at = _loaded_at(self.spark, self.config.clean_table(spec.iceberg_name))
             lost = [
-                f for f in missing if loaded_at is None or f.written_at is None or f.written_at >= loaded_at
+                f for f in missing if loaded_at is None or f.written_at is None or f.written_at > loaded_at
             ]
             if lost:
                 raise MissingFileError(
@@ -448,7 +452,9 @@ def _floor(spark: SparkSession, table: str) -> Decimal | None:
 
 
 def _loaded_at(spark: SparkSession, table: str) -> datetime | None:
-    value = table_properties(spark, table).get(LOAD_STARTED) if table_exists(spark, table) else None
+    """When the table's last (re)load was written by DMS (tables loaded before LOAD_ENDED: when it started)."""
+    properties = table_properties(spark, table) if table_exists(spark, table) else {}
+    value = properties.get(LOAD_ENDED) or properties.get(LOAD_STARTED)
     return datetime.fromisoformat(value) if value else None
 
 
@@ -782,9 +788,14 @@ def _load_table(
     rows = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     figures = batch.figures
     started_at = min([t for t in (figures["oldest"], *(m for _, m in found)) if t is not None], default=None)
+    # The rows' timestamps say when DMS transferred them (the same clock as CDC file names); the files' own
+    # times only when the rows carry none.
+    written = [t for t in (figures["oldest"], figures["newest"]) if t is not None] or [m for _, m in found if m]
     properties = {LOAD_DONE: str(len(files)), SOURCE_TABLE: spec.qualified_name}
     if started_at is not None:
         properties[LOAD_STARTED] = started_at.isoformat()
+    if written:
+        properties[LOAD_ENDED] = max(written).isoformat()
     target = _target_schema(spark, table, spec, batch.types)
     if has_rows:
         floor = figures["min_seq"]

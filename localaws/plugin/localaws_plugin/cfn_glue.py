@@ -1,4 +1,5 @@
-"""CloudFormation resource providers for AWS::Glue::Job, ::Database and ::Table (community LocalStack skips them).
+"""CloudFormation resource providers for AWS::Glue::Job, ::Database, ::Table and ::SecurityConfiguration
+(community LocalStack skips them).
 
 Each calls the Glue API in LocalStack (our Glue provider, moto-backed), so `sam deploy` creates real jobs.
 """
@@ -48,7 +49,11 @@ def _success(request: ResourceRequest, model: dict[str, Any]) -> ProgressEvent:
 
 
 def _job_parameters(model: dict[str, Any]) -> dict[str, Any]:
-    return {key: model[key] for key in JOB_FIELDS if model.get(key) is not None}
+    parameters = {key: model[key] for key in JOB_FIELDS if model.get(key) is not None}
+    for arguments in ("DefaultArguments", "NonOverridableArguments"):
+        if arguments in parameters:  # CloudFormation passes job arguments as strings (a !Sub of a Number too)
+            parameters[arguments] = {k: str(v) for k, v in parameters[arguments].items()}
+    return parameters
 
 
 class GlueJobProvider(ResourceProvider[dict]):
@@ -166,6 +171,45 @@ class GlueTableProvider(ResourceProvider[dict]):
         return _success(request, model)
 
 
+class GlueSecurityConfigurationProvider(ResourceProvider[dict]):
+    TYPE = "AWS::Glue::SecurityConfiguration"
+    SCHEMA: ClassVar[dict[str, Any]] = {
+        "typeName": TYPE,
+        "primaryIdentifier": ["/properties/Name"],
+        "properties": {"Name": {}, "EncryptionConfiguration": {}},
+    }
+
+    def create(self, request: ResourceRequest[dict]) -> ProgressEvent[dict]:
+        model = request.desired_state
+        model.setdefault("Name", generate_default_name(request.stack_name, request.logical_resource_id))
+        glue = request.aws_client_factory.glue
+        with contextlib.suppress(glue.exceptions.AlreadyExistsException):
+            glue.create_security_configuration(
+                Name=model["Name"], EncryptionConfiguration=model.get("EncryptionConfiguration") or {}
+            )
+        return _success(request, model)
+
+    def read(self, request: ResourceRequest[dict]) -> ProgressEvent[dict]:
+        glue = request.aws_client_factory.glue
+        found = glue.get_security_configuration(Name=request.desired_state["Name"])["SecurityConfiguration"]
+        return _success(request, {**request.desired_state, "Name": found["Name"]})
+
+    def update(self, request: ResourceRequest[dict]) -> ProgressEvent[dict]:
+        """Security configurations cannot be changed in place: the old one goes, the new one comes."""
+        glue = request.aws_client_factory.glue
+        previous = (request.previous_state or {}).get("Name")
+        if previous:
+            with contextlib.suppress(glue.exceptions.EntityNotFoundException):
+                glue.delete_security_configuration(Name=previous)
+        return self.create(request)
+
+    def delete(self, request: ResourceRequest[dict]) -> ProgressEvent[dict]:
+        glue = request.aws_client_factory.glue
+        with contextlib.suppress(glue.exceptions.EntityNotFoundException):
+            glue.delete_security_configuration(Name=request.desired_state["Name"])
+        return _success(request, request.desired_state)
+
+
 class _ProviderPlugin(CloudFormationResourceProviderPlugin):
     provider_class: type[ResourceProvider]
 
@@ -189,3 +233,8 @@ class GlueDatabaseProviderPlugin(_ProviderPlugin):
 class GlueTableProviderPlugin(_ProviderPlugin):
     name = "AWS::Glue::Table"
     provider_class = GlueTableProvider
+
+
+class GlueSecurityConfigurationProviderPlugin(_ProviderPlugin):
+    name = "AWS::Glue::SecurityConfiguration"
+    provider_class = GlueSecurityConfigurationProvider

@@ -16,14 +16,14 @@ OP_COLUMN = "Op"
 CHANGE_SEQ_DIGITS = 35
 
 
-def load_file_name(counter: int) -> str:
-    """`LOAD00000001.csv`; DMS counts full-load files in upper-case hex (…09, …0A)."""
-    return f"LOAD{counter:08X}.csv"
+def load_file_name(counter: int, extension: str = "csv") -> str:
+    """`LOAD00000001.csv` (or `.parquet`); DMS counts full-load files in upper-case hex (…09, …0A)."""
+    return f"LOAD{counter:08X}.{extension}"
 
 
-def cdc_file_name(moment: datetime) -> str:
-    """`YYYYMMDD-HHMMSSmmm.csv`, the commit-time name of a CDC file."""
-    return moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
+def cdc_file_name(moment: datetime, extension: str = "csv") -> str:
+    """`YYYYMMDD-HHMMSSmmm.csv` (or `.parquet`), the commit-time name of a CDC file."""
+    return moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.{extension}"
 
 
 def change_seq(number: int) -> str:
@@ -56,6 +56,11 @@ class S3TargetSettings:
     cdc_max_batch_interval_seconds: float = 60.0
     cdc_min_file_size_kb: int = 32000
     max_file_size_kb: int = 1048576
+    data_format: str = "csv"  # DataFormat: csv or parquet
+
+    @property
+    def extension(self) -> str:
+        return "parquet" if self.data_format == "parquet" else "csv"
 
     @classmethod
     def from_endpoint(
@@ -88,7 +93,15 @@ class S3TargetSettings:
             cdc_max_batch_interval_seconds=float(merged.get("cdcmaxbatchinterval", 60)),
             cdc_min_file_size_kb=int(merged.get("cdcminfilesize", 32000)),
             max_file_size_kb=int(merged.get("maxfilesize", 1048576)),
+            data_format=_data_format(merged.get("dataformat", "csv")),
         )
+
+
+def _data_format(value: Any) -> str:
+    data_format = str(value).lower()
+    if data_format not in ("csv", "parquet"):
+        raise ValueError(f"DataFormat {value!r}: the local DMS writes csv or parquet")
+    return data_format
 
 
 @dataclass(frozen=True)

@@ -124,9 +124,27 @@ class DmsReplicationProvider(ServiceLifecycleHook):
         )
 
         def put_object(bucket: str, key: str, body: bytes) -> None:
-            client.put_object(Bucket=bucket, Key=key, Body=body, ContentType="text/csv")
+            kind = "application/vnd.apache.parquet" if key.endswith(".parquet") else "text/csv"
+            client.put_object(Bucket=bucket, Key=key, Body=body, ContentType=kind)
 
         return put_object
+
+    def _delete_prefix_for(self, context: RequestContext) -> Any:
+        client = boto3.client(
+            "s3",
+            endpoint_url=settings.endpoint_url(),
+            region_name=context.region,
+            aws_access_key_id=context.account_id,
+            aws_secret_access_key="test",
+        )
+
+        def delete_prefix(bucket: str, prefix: str) -> None:
+            for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+
+        return delete_prefix
 
     def _build_run(self, context: RequestContext, request: dict[str, Any]) -> ReplicationRun:
         source = self._endpoint(context, request["SourceEndpointArn"])
@@ -154,6 +172,7 @@ class DmsReplicationProvider(ServiceLifecycleHook):
             mapping=mapping,
             options=TaskOptions.from_task_settings(task_settings),
             put_object=self._put_object_for(context),
+            delete_prefix=self._delete_prefix_for(context),
         )
 
     @handler("CreateReplicationTask", expand=False)
@@ -236,6 +255,25 @@ class DmsReplicationProvider(ServiceLifecycleHook):
         if request.get("Filters") and not tasks:
             raise _fault("ResourceNotFoundFault", "No replication tasks found matching the filters")
         return {"ReplicationTasks": [t.as_api() for t in tasks]}
+
+    @handler("ReloadTables", expand=False)
+    def reload_tables(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:
+        task = self._task(context, request["ReplicationTaskArn"])
+        schema = task.run.source_settings.schema
+        tables = []
+        for entry in request.get("TablesToReload") or []:
+            if entry.get("SchemaName") not in (schema, None):
+                raise _fault(
+                    "InvalidParameterValueException", f"schema {entry.get('SchemaName')!r} is not {schema!r}"
+                )
+            tables.append(entry["TableName"])
+        if not tables or len(tables) > 10:
+            raise _fault("InvalidParameterValueException", "TablesToReload names 1 to 10 tables")
+        try:
+            task.run.request_reload(tables)
+        except RuntimeError as error:
+            raise _fault("InvalidResourceStateFault", str(error)) from error
+        return {"ReplicationTaskArn": task.arn}
 
     @handler("DescribeTableStatistics", expand=False)
     def describe_table_statistics(self, context: RequestContext, request: dict[str, Any]) -> dict[str, Any]:

@@ -7,6 +7,11 @@ Full load then CDC, as DMS: the capture starts (triggers installed, position P t
 is read, each table is read in a consistent snapshot, and CDC replays every change after P, so changes
 committed during the full load appear in a LOAD file and again in the first CDC files. LOAD rows carry the
 change-log position of their table's snapshot as AR_H_CHANGE_SEQ: every later change has a higher one.
+
+Table reloads (`ReloadTables` while CDC runs), as DMS does them for an S3 target with the default
+TargetTablePrepMode DROP_AND_CREATE: the CDC changes captured so far are written first, the table's folder
+is emptied (its LOAD and CDC files deleted), then the table is read again into LOAD files numbered from 1;
+the table statistics say "Full load", then "Table completed" with the reload's FullLoadStart/EndTime.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from localaws_plugin.dms_sqlite import CapturedChange, SqliteSource
 LOG = logging.getLogger(__name__)
 
 PutObject = Callable[[str, str, bytes], None]
+DeletePrefix = Callable[[str, str], None]  # (bucket, key prefix): delete every object below it
 
 # Capture positions of every run per source file: the change log is pruned only below the slowest run.
 _positions_lock = threading.Lock()
@@ -102,9 +108,19 @@ class TableStatistics:
     updates: int = 0
     deletes: int = 0
     last_update: datetime = field(default_factory=lambda: datetime.now(UTC))
+    full_load_start: datetime | None = None
+    full_load_end: datetime | None = None
 
     def as_api(self) -> dict[str, Any]:
-        return {
+        loaded = {
+            key: value
+            for key, value in (
+                ("FullLoadStartTime", self.full_load_start),
+                ("FullLoadEndTime", self.full_load_end),
+            )
+            if value is not None
+        }
+        return loaded | {
             "SchemaName": self.schema,
             "TableName": self.table,
             "Inserts": self.inserts,
@@ -131,6 +147,7 @@ class ReplicationRun:
         mapping: TableMapping,
         options: TaskOptions,
         put_object: PutObject,
+        delete_prefix: DeletePrefix | None = None,
     ) -> None:
         self.migration_type = migration_type
         self.source_settings = source
@@ -138,6 +155,9 @@ class ReplicationRun:
         self.mapping = mapping
         self.options = options
         self.put_object = put_object
+        self.delete_prefix = delete_prefix
+        self._reloads: list[str] = []
+        self._reloads_lock = threading.Lock()
         self.status = "ready"
         self.stop_reason: str | None = None
         self.last_failure_message: str | None = None
@@ -179,6 +199,18 @@ class ReplicationRun:
         self._stop.set()
         if wait:
             self._thread.join(timeout=60)
+
+    def request_reload(self, tables: list[str]) -> None:
+        """ReloadTables: reload these tables at the next capture cycle (the task keeps running)."""
+        if self._thread is None or not self._thread.is_alive() or self.status != "running":
+            raise RuntimeError("tables can be reloaded only while the task is running")
+        if self.migration_type not in FULL_LOAD_TYPES:
+            raise RuntimeError("tables can be reloaded only by a full-load or full-load-and-cdc task")
+        with self._reloads_lock:
+            self._reloads += [t for t in tables if t not in self._reloads]
+        for table in tables:
+            if table in self.table_statistics:
+                self.table_statistics[table].state = "Queued for full load"
 
     def wait(self, timeout: float | None = None) -> None:
         if self._thread is not None:
@@ -242,6 +274,7 @@ class ReplicationRun:
             self.tables_loading = 1
             statistics = self.table_statistics[table]
             statistics.state = "Full load"
+            statistics.full_load_start = datetime.now(UTC)
             snapshot_seq, columns, rows = source.snapshot(table)
             loaded_at = datetime.now(UTC).replace(tzinfo=None)
             layout = FileLayout(
@@ -254,32 +287,87 @@ class ReplicationRun:
             change_rows = [
                 ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
             ]
-            written = 0
-            for body in split_into_files(
-                layout, change_rows, self.target, self.options.max_rows_per_load_file
-            ):
-                self._load_counters[table] = self._load_counters.get(table, 0) + 1
-                name = load_file_name(self._load_counters[table])
-                self.put_object(
-                    self.target.bucket_name,
-                    object_key(self.target.bucket_folder, schema, table, name),
-                    body.encode(),
-                )
-                file_rows = body.count(self.target.csv_row_delimiter) - (
-                    1 if self.target.add_column_name else 0
-                )
-                written += file_rows
+            for file_rows in self._write_load_files(source, table, layout, change_rows):
                 loaded_rows += file_rows
                 if total_rows:
                     self.full_load_percent = min(99, loaded_rows * 100 // total_rows)
             statistics.full_load_rows = len(rows)
             statistics.state = "Table completed"
-            statistics.last_update = datetime.now(UTC)
+            statistics.last_update = statistics.full_load_end = datetime.now(UTC)
             self.tables_loading = 0
             self.tables_loaded += 1
         self.full_load_percent = 100
         self.full_load_finish = datetime.now(UTC)
         self.full_load_done = True
+
+    def _file_bodies(
+        self,
+        source: SqliteSource,
+        table: str,
+        layout: FileLayout,
+        rows: list[ChangeRow],
+        max_rows: int | None,
+    ) -> list[tuple[bytes, int]]:
+        """(body, rows) of the files holding `rows`: CSV, or Parquet typed from the source's DDL."""
+        if self.target.data_format == "parquet":
+            from localaws_plugin.dms_parquet import parquet_files
+
+            per_file = max_rows or len(rows) or 1
+            bodies = parquet_files(layout, rows, self.target, source.declared_types(table), per_file)
+            return [(body, min(per_file, len(rows) - i * per_file)) for i, body in enumerate(bodies)]
+        header = 1 if self.target.add_column_name else 0
+        return [
+            (body.encode(), body.count(self.target.csv_row_delimiter) - header)
+            for body in split_into_files(layout, rows, self.target, max_rows)
+        ]
+
+    def _write_load_files(
+        self, source: SqliteSource, table: str, layout: FileLayout, rows: list[ChangeRow]
+    ) -> Any:
+        """Write LOAD files of `rows`, numbered on from the table's counter; yields each file's row count."""
+        schema = self.source_settings.schema
+        for body, count in self._file_bodies(
+            source, table, layout, rows, self.options.max_rows_per_load_file
+        ):
+            self._load_counters[table] = self._load_counters.get(table, 0) + 1
+            name = load_file_name(self._load_counters[table], self.target.extension)
+            self.put_object(
+                self.target.bucket_name, object_key(self.target.bucket_folder, schema, table, name), body
+            )
+            yield count
+
+    def _reload_pending_tables(self, source: SqliteSource) -> None:
+        with self._reloads_lock:
+            tables, self._reloads = self._reloads, []
+        schema = self.source_settings.schema
+        for table in tables:
+            statistics = self.table_statistics.setdefault(table, TableStatistics(schema, table))
+            statistics.state = "Full load"
+            statistics.full_load_start = datetime.now(UTC)
+            statistics.full_load_end = None
+            if self.delete_prefix is not None:  # TargetTablePrepMode DROP_AND_CREATE: the folder is emptied
+                folder = object_key(self.target.bucket_folder, schema, table, "") + "/"
+                self.delete_prefix(self.target.bucket_name, folder)
+            self._load_counters[table] = 0
+            self._last_cdc_name.pop(table, None)
+            snapshot_seq, columns, rows = source.snapshot(table)
+            loaded_at = datetime.now(UTC).replace(tzinfo=None)
+            layout = FileLayout(
+                include_op=self.target.include_op_for_full_load,
+                timestamp_column=self.target.timestamp_column_name,
+                data_columns=tuple(columns),
+                before_image_columns=self._before_image_columns(source, table, columns),
+                added_columns=tuple(self.mapping.added_columns_for(schema, table)),
+            )
+            change_rows = [
+                ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
+            ]
+            for _ in self._write_load_files(source, table, layout, change_rows):
+                pass
+            statistics.full_load_rows = len(rows)
+            statistics.state = "Table completed"
+            statistics.last_update = statistics.full_load_end = datetime.now(UTC)
+            LOG.info("DMS reload: %s.%s reloaded, %d rows", schema, table, len(rows))
 
     def _before_image_columns(
         self, source: SqliteSource, table: str, columns: list[str] | tuple[str, ...]
@@ -316,9 +404,13 @@ class ReplicationRun:
             due = oldest_pending is not None and (
                 time.monotonic() - oldest_pending >= interval or pending_bytes >= min_bytes
             )
-            if pending and (due or stopping):
+            with self._reloads_lock:
+                reloading = bool(self._reloads)
+            if pending and (due or stopping or reloading):
                 self._write_cdc_files(source, pending)
                 pending, pending_bytes, oldest_pending = [], 0, None
+            if reloading and not stopping:
+                self._reload_pending_tables(source)
             if not pending:
                 self.flushed_seq = position
                 _record_position_and_prune(source, id(self), position)
@@ -340,12 +432,10 @@ class ReplicationRun:
                 added_columns=tuple(self.mapping.added_columns_for(schema, table)),
             )
             rows = [ChangeRow(c.op, c.seq, c.committed_at, c.values, c.before_image) for c in group]
-            for body in split_into_files(layout, rows, self.target):
+            for body, _ in self._file_bodies(source, table, layout, rows, None):
                 name = self._next_cdc_name(table)
                 self.put_object(
-                    self.target.bucket_name,
-                    object_key(self.target.bucket_folder, schema, table, name),
-                    body.encode(),
+                    self.target.bucket_name, object_key(self.target.bucket_folder, schema, table, name), body
                 )
             statistics = self.table_statistics[table]
             statistics.inserts += sum(1 for c in group if c.op == "I")
@@ -358,9 +448,9 @@ class ReplicationRun:
     def _next_cdc_name(self, table: str) -> str:
         """Names by time, strictly increasing per table, so the files sort in change order."""
         moment = datetime.now(UTC).replace(tzinfo=None)
-        name = cdc_file_name(moment)
+        name = cdc_file_name(moment, self.target.extension)
         while name <= self._last_cdc_name.get(table, ""):
             moment += timedelta(milliseconds=1)
-            name = cdc_file_name(moment)
+            name = cdc_file_name(moment, self.target.extension)
         self._last_cdc_name[table] = name
         return name

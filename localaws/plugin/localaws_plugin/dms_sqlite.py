@@ -84,6 +84,11 @@ class SqliteSource:
             raise SourceError(f"table {table!r} not found in {self.path}")
         return [row[1] for row in rows]
 
+    def declared_types(self, table: str) -> dict[str, str]:
+        """Each column's type as its DDL declares it (`DECIMAL(7,2)`, `DATE`, …)."""
+        rows = self.connection.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
+        return {row[1]: str(row[2] or "") for row in rows}
+
     def primary_key(self, table: str) -> list[str]:
         rows = self.connection.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
         return [row[1] for row in sorted((r for r in rows if r[5] > 0), key=lambda r: r[5])]

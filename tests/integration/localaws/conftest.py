@@ -3,13 +3,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import boto3
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
+from localaws import sam_app  # noqa: E402
 from localaws.stack import running_stack  # noqa: E402
 
 
@@ -23,12 +23,6 @@ def localstack_endpoint() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def aws(localstack_endpoint: str):
     def client(service: str) -> Any:
-        return boto3.client(
-            service,
-            endpoint_url=localstack_endpoint,
-            region_name="us-east-1",
-            aws_access_key_id="test",
-            aws_secret_access_key="test",
-        )
+        return sam_app.client(service, localstack_endpoint)
 
     return client

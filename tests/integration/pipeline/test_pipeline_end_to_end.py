@@ -52,6 +52,18 @@ def test_full_pipeline_with_a_schema_change_mid_stream(make_pipeline) -> None:
     assert scored > 0
 
 
+def test_the_pipeline_on_dms_parquet_output(make_pipeline) -> None:
+    """Given a DMS endpoint with DataFormat=parquet, When the full load and a workload run through the
+    deployed pipeline, Then the raw zone holds only .parquet files and the clean zone equals the source."""
+    pipeline = make_pipeline(data_format="parquet")
+    start(pipeline)
+    pipeline.run_workload(300, seed=41)
+    pipeline.wait_until_applied(timeout=420)
+    assert_clean_equals_source(pipeline)
+    listed = pipeline.aws("s3").list_objects_v2(Bucket=pipeline.app.raw_bucket, Prefix="dms/")["Contents"]
+    assert listed and all(o["Key"].endswith(".parquet") for o in listed)
+
+
 def wait_for(probe, timeout: float, every: float = 3.0):
     """Poll `probe` until it returns something truthy (returned) or `timeout` seconds pass (None)."""
     deadline = time.monotonic() + timeout
@@ -63,9 +75,35 @@ def wait_for(probe, timeout: float, every: float = 3.0):
     return None
 
 
+def lease_holder(pipeline: LocalPipeline) -> str | None:
+    """The execution named by the pipeline lease, or None before any took it."""
+    s3 = pipeline.aws("s3")
+    try:
+        body = s3.get_object(Bucket=pipeline.app.artifacts_bucket, Key="locks/pipeline-lease.json")["Body"]
+    except s3.exceptions.NoSuchKey:
+        return None
+    return json.loads(body.read())["holder"]
+
+
 def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
-    pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60"})
+    """Given a low history threshold, a second execution started by hand and a refine after every batch,
+    Then the hand-started execution exits at once saying who holds the lease, the running one rolls over
+    to exactly one successor (which takes the lease over), the refine job updates the refined zone, and
+    the clean zone equals the source."""
+    pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60", "RefineEveryNBatches": "1"})
     start(pipeline)
+    first = pipeline.execution_arn
+    sfn = pipeline.aws("stepfunctions")
+    assert wait_for(lambda: lease_holder(pipeline) == first, 120), lease_holder(pipeline)
+    intruder = sfn.start_execution(
+        stateMachineArn=pipeline.app.state_machine_arn, name="started-by-hand", input="{}"
+    )["executionArn"]
+    ended = wait_for(
+        lambda: (d := sfn.describe_execution(executionArn=intruder))["status"] != "RUNNING" and d, 120
+    )
+    assert ended and ended["status"] == "SUCCEEDED", ended
+    output = json.loads(ended["output"])
+    assert output["holder"] == first and "another execution holds the pipeline lease" in output["exited"]
     for round_number in range(4):
         pipeline.run_workload(150, seed=10 + round_number)
         time.sleep(4)
@@ -79,6 +117,40 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
     assert sum(e["status"] == "RUNNING" for e in executions) == 1
     assert all(e["status"] in ("RUNNING", "SUCCEEDED") for e in executions), executions
     assert_clean_equals_source(pipeline)
+    running = next(e["executionArn"] for e in executions if e["status"] == "RUNNING")
+    assert lease_holder(pipeline) == running and running != first
+    refine_job = pipeline.app.resources["RefineJob"]
+    refine_runs = pipeline.aws("glue").get_job_runs(JobName=refine_job)["JobRuns"]
+    assert any(r["JobRunState"] == "SUCCEEDED" for r in refine_runs), refine_runs
+    refined = pipeline.aws("glue").get_tables(
+        DatabaseName=pipeline.app.clean_database.replace("_clean", "_refined")
+    )
+    assert {"sales_enriched", "daily_revenue_by_category"} <= {t["Name"] for t in refined["TableList"]}
+
+
+def test_a_table_reloaded_during_cdc_ends_equal_to_its_source(make_pipeline) -> None:
+    """Given a pipeline applying CDC, When a DBA reloads two tables on the DMS task while changes keep
+    coming (DMS empties their folders, deleting CDC files that may not be applied yet, and writes new LOAD
+    files), Then the drain records reload requests instead of batching the LOAD files, the state machine
+    runs the full-load job for those tables once DMS reports them reloaded, retires the requests, and the
+    clean zone equals the source: nothing the deleted CDC files held is lost, nothing older overwrites newer."""
+    pipeline = make_pipeline()
+    start(pipeline)
+    pipeline.run_workload(300, seed=31)
+    pipeline.wait_until_applied(timeout=420)
+    pipeline.run_workload(150, seed=32)
+    pipeline.reload_tables("customer", "web_sales")
+    pipeline.run_workload(150, seed=33)
+    requested = wait_for(lambda: pipeline.reloads_pending(), 120)
+    assert requested and set(requested) <= {"main.customer", "main.web_sales"}, requested
+    assert wait_for(lambda: not pipeline.reloads_pending() or None, 420) is not None, (
+        pipeline.reloads_pending()
+    )
+    pipeline.wait_until_applied(timeout=420)
+    assert_clean_equals_source(pipeline)
+    full_loads = pipeline.aws("glue").get_job_runs(JobName=pipeline.app.full_load_job_name)["JobRuns"]
+    reloads = [r for r in full_loads if r.get("Arguments", {}).get("--reload") == "true"]
+    assert reloads and all(r["JobRunState"] == "SUCCEEDED" for r in reloads), full_loads
 
 
 FAIL_ONCE_CDC_SCRIPT = """

@@ -57,7 +57,7 @@ def load_handler(monkeypatch: pytest.MonkeyPatch) -> Callable[..., ModuleType]:
             monkeypatch.setenv(key, value)
         folder = str(FUNCTIONS / name)
         monkeypatch.syspath_prepend(folder)
-        for module in ("app", "progress", "drain", "ack", "guard"):
+        for module in ("app", "progress", "drain", "ack", "guard", "lease", "reloads", "watchdog"):
             sys.modules.pop(module, None)
         return importlib.import_module("app")
 

@@ -100,20 +100,24 @@ def test_a_pending_manifest_is_returned_again_until_acknowledged(queues, drain_a
     ]
 
 
-def test_poison_messages_go_to_the_dead_letter_queue_and_load_files_are_left_to_the_full_load(
+def test_poison_messages_go_to_the_dead_letter_queue_and_initial_load_files_are_left_to_the_full_load(
     queues, drain_app
 ):
-    """Given a garbage message, a LOAD file event and a CDC file event,
-    When drained, Then the garbage is in the DLQ with its reason, the LOAD file is skipped,
-    and the manifest holds only the CDC file; the queue is empty."""
+    """Given a garbage message, a LOAD file created before the pipeline's full-load job started and a CDC
+    file event, When drained, Then the garbage is in the DLQ with its reason, the LOAD file is skipped
+    (the full-load job read it), and the manifest holds only the CDC file; the queue is empty."""
     sqs, queue_url, dlq_url = queues
+    boto3.client("s3").put_object(
+        Bucket=ARTIFACTS, Key="manifests/full-load.json", Body=b'{"started_at": "2026-11-22T10:20:00.000Z"}'
+    )
     sqs.send_message(QueueUrl=queue_url, MessageBody="not json at all", MessageGroupId="dms-cdc-files")
-    send_file_event(sqs, queue_url, "dms/sales/item/LOAD00000001.csv")
+    send_file_event(sqs, queue_url, "dms/sales/item/LOAD00000001.csv")  # event time 2026-11-22T10:10:10Z
     send_file_event(sqs, queue_url, "dms/sales/item/20261122-101010000.csv")
 
     result = drain_app.handler({}, FakeContext())
 
     assert (result["file_count"], result["poison_messages"], result["skipped_full_load"]) == (1, 1, 1)
+    assert result["reloads_pending"] == []
     dead = sqs.receive_message(QueueUrl=dlq_url, MessageAttributeNames=["All"])["Messages"]
     assert dead[0]["Body"] == "not json at all"
     assert dead[0]["MessageAttributes"]["reason"]["StringValue"].startswith("not an S3 Object Created event")
@@ -126,6 +130,10 @@ def test_an_empty_queue_means_no_work(queues, drain_app):
         "file_count": 0,
         "poison_messages": 0,
         "skipped_full_load": 0,
+        "duplicates": 0,
+        "reload_files": 0,
+        "moved_aside": [],
+        "reloads_pending": [],
     }
 
 

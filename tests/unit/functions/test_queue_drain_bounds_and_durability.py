@@ -160,7 +160,8 @@ def test_the_manifest_follows_the_contract_with_sequence_numbers_in_arrival_orde
     result = drain_app.handler(event("queue_drain.json"), FakeContext())
 
     manifest = manifest_at(result["manifest_key"])
-    assert set(manifest) == {"version", "run_id", "created_at", "files"}
+    assert set(manifest) == {"version", "run_id", "created_at", "attempts", "files"}
+    assert manifest["attempts"] == 1
     assert manifest["version"] == 1 and manifest["run_id"] == result["run_id"]
     assert datetime.strptime(manifest["created_at"], "%Y-%m-%dT%H:%M:%SZ")
     assert [(f["uri"], f["size"]) for f in manifest["files"]] == [
@@ -266,31 +267,30 @@ def test_the_time_budget_ends_the_drain_with_what_is_recorded(queues, drain_modu
     assert queue_depth(sqs, queue_url) == 15
 
 
+def _event(detail_type: str, key: str, **extra: Any) -> dict[str, Any]:
+    body = copy.deepcopy(event("s3_object_created_message.json"))
+    body["detail-type"] = detail_type
+    body["detail"]["object"]["key"] = key
+    body |= extra
+    return body
+
+
 @pytest.mark.parametrize(
     ("body", "reason"),
     [
+        (_event("Object Deleted", "dms/sales/item/20261122-101010000.csv"), "unexpected event"),
+        (_event("Object Created", "dms/x/"), "is not a DMS file"),
         (
-            {
-                "detail-type": "Object Deleted",
-                "detail": {"bucket": {"name": RAW}, "object": {"key": "a.csv"}},
-            },
-            "unexpected detail-type",
+            {"detail-type": "Object Created", "detail": {"object": {"key": "dms/a/b/1.csv"}}},
+            "ValidationError",
         ),
-        (
-            {
-                "detail-type": "Object Created",
-                "detail": {"bucket": {"name": RAW}, "object": {"key": "dms/x/"}},
-            },
-            "folder marker",
-        ),
-        ({"detail-type": "Object Created", "detail": {"object": {"key": "dms/a/b/1.csv"}}}, "KeyError"),
     ],
 )
 def test_events_that_name_no_file_are_poison(drain_module, body, reason):
     """Given a message that is JSON but not an Object Created event of a file,
     Then it is poison, with a reason that says why."""
     with pytest.raises(drain_module.PoisonMessageError, match=reason):
-        drain_module.file_of(json.dumps(body))
+        drain_module.parse_file_event(json.dumps(body))
 
 
 def test_files_larger_than_a_tenth_of_the_byte_bound_never_end_in_the_dead_letter_queue(queues, drain_module):

@@ -45,6 +45,12 @@ class Bucket:
         with self.lock:
             self.objects[key] = body
 
+    def delete_prefix(self, bucket: str, prefix: str) -> None:
+        assert bucket == "raw"
+        with self.lock:
+            for key in [k for k in self.objects if k.startswith(prefix)]:
+                del self.objects[key]
+
     def rows(self, prefix: str) -> list[list[dict[str, str]]]:
         with self.lock:
             keys = sorted(k for k in self.objects if k.startswith(prefix))
@@ -69,6 +75,7 @@ def make_run(
         TableMapping.parse(MAPPING),
         TaskOptions(poll_seconds=0.1, **options),
         bucket.put,
+        bucket.delete_prefix,
     )
 
 
@@ -149,3 +156,94 @@ def test_missing_source_file_fails_the_task_with_a_message(tmp_path: Path) -> No
     assert run.status == "failed"
     assert "not found" in (run.last_failure_message or "")
     assert run.stop_reason == "Stop Reason FATAL_ERROR"
+
+
+def test_a_table_reload_during_cdc_empties_its_folder_and_writes_load_files_of_the_current_rows(
+    source: Path,
+) -> None:
+    """Given a full-load-and-cdc task that wrote LOAD and CDC files of `customer`,
+    When the table is reloaded while CDC runs (ReloadTables),
+    Then the changes captured before the reload are written first, the table's folder is emptied, LOAD
+    files numbered from 1 hold exactly the current rows with the snapshot's change sequence, the statistics
+    say "Table completed" with a FullLoadEndTime after the reload began, and later changes go on as CDC
+    files with higher sequences."""
+    bucket = Bucket()
+    run = make_run(source, bucket)
+    run.start()
+    wait_for(lambda: run.full_load_done and run.status == "running")
+    with sqlite3.connect(source) as connection:
+        connection.execute("UPDATE customer SET name = 'changed' WHERE id = 1")
+    wait_for(lambda: any("/2" in k for k in bucket.objects))  # a CDC file (named by time)
+    before_reload = time.time()
+    with sqlite3.connect(source) as connection:
+        connection.execute("DELETE FROM customer WHERE id = 2")
+    run.request_reload(["customer"])
+    wait_for(
+        lambda: (
+            (s := run.table_statistics["customer"]).state == "Table completed"
+            and s.full_load_end is not None
+            and s.full_load_end.timestamp() >= before_reload
+        )
+    )
+    with bucket.lock:
+        keys = sorted(k for k in bucket.objects if k.startswith("dms/sales/customer/"))
+    assert keys == ["dms/sales/customer/LOAD00000001.csv"]
+    loaded = bucket.rows("dms/sales/customer/LOAD")[0]
+    assert sorted((r["id"], r["name"]) for r in loaded) == [
+        ("1", "changed"),
+        ("3", "c3"),
+        ("4", "c4"),
+        ("5", "c5"),
+    ]
+    snapshot_seq = int(loaded[0]["AR_H_CHANGE_SEQ"])
+    assert (
+        run.table_statistics["customer"].as_api()["FullLoadEndTime"]
+        >= run.table_statistics["customer"].full_load_start
+    )
+    with sqlite3.connect(source) as connection:
+        connection.execute("UPDATE customer SET name = 'after' WHERE id = 3")
+    wait_for(lambda: len(bucket.rows("dms/sales/customer/2")) >= 1)
+    later = bucket.rows("dms/sales/customer/2")[0]
+    assert [(r["Op"], r["id"], r["name"]) for r in later] == [("U", "3", "after")]
+    assert int(later[0]["AR_H_CHANGE_SEQ"]) > snapshot_seq
+    run.stop()
+
+
+def test_a_reload_is_refused_when_the_task_is_not_running(source: Path) -> None:
+    run = make_run(source, Bucket())
+    with pytest.raises(RuntimeError, match="only while the task is running"):
+        run.request_reload(["customer"])
+
+
+def test_with_data_format_parquet_the_task_writes_typed_parquet_load_and_cdc_files(source: Path) -> None:
+    """Given an S3 endpoint with DataFormat=parquet, When the task loads and captures changes, Then its files
+    are LOAD00000001.parquet and <time>.parquet, typed from the source's DDL, nulls as nulls."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    bucket = Bucket()
+    run = make_run(source, bucket)
+    run.target = S3TargetSettings.from_endpoint(
+        {
+            "BucketName": "raw",
+            "BucketFolder": "dms",
+            "DataFormat": "parquet",
+            "IncludeOpForFullLoad": True,
+            "TimestampColumnName": "dms_timestamp",
+            "CdcMaxBatchInterval": 0,
+        },
+        None,
+    )
+    run.start()
+    wait_for(lambda: run.full_load_done and run.status == "running")
+    with sqlite3.connect(source) as connection:
+        connection.execute("UPDATE customer SET note = NULL, name = '' WHERE id = 2")
+    wait_for(lambda: any(k.endswith(".parquet") and "/2" in k for k in bucket.objects))
+    run.stop()
+    with bucket.lock:
+        keys = sorted(bucket.objects)
+        loaded = pq.read_table(io.BytesIO(bucket.objects["dms/sales/customer/LOAD00000001.parquet"]))
+        changed = pq.read_table(io.BytesIO(bucket.objects[keys[0]]))
+    assert all(k.endswith(".parquet") for k in keys)
+    assert loaded.schema.field("id").type == pa.int32() and loaded.num_rows == 5
+    assert [(r["Op"], r["id"], r["name"], r["note"]) for r in changed.to_pylist()] == [("U", 2, "", None)]

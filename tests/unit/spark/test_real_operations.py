@@ -501,3 +501,34 @@ def test_real_dms_file_names_and_date_partition_folders_apply_in_time_order(spar
         "20261122-1100010000.csv",
         "20261122-1100010001.csv",
     ]
+
+
+def test_a_cdc_file_written_in_the_second_a_reload_began_and_removed_by_it_is_superseded(spark, lake_config, dms):
+    """Given DMS flushing a CDC file at 10:00:00.700, then reloading the table (its folder emptied, LOAD rows
+    transferred at 10:00:00.900), and a CDC file written at 10:00:05 after the reload that someone removed,
+    When a batch names both removed files, Then the first is superseded by the reload (whatever the
+    precision of the LOAD files' own times), and the second is an error: its changes are lost otherwise."""
+    import os
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    from lakehouse.pipeline import MissingFileError
+
+    dms.load(ORDERS, COLUMNS, [(1, "a", 1)], snapshot_seq=10)
+    full_load(spark, lake_config, SCHEMA, str(dms.root))
+    flushed = dms.cdc(ORDERS, COLUMNS, [("U", (1, "flushed", 2))], seqs=[20], name="20261124-100000700.csv")
+    Path(flushed).unlink()
+    reload_file = dms.load(
+        ORDERS, COLUMNS, [(1, "flushed", 2)], snapshot_seq=25, moment=datetime(2026, 11, 24, 10, 0, 0, 900000)
+    )
+    whole_second = datetime(2026, 11, 24, 10, 0, 0, tzinfo=UTC).timestamp()  # S3 keeps whole seconds
+    os.utime(reload_file, (whole_second, whole_second))
+    full_load(spark, lake_config, SCHEMA, str(dms.root), reload=True, run_id="reload")
+    after = dms.cdc(ORDERS, COLUMNS, [("U", (1, "after", 3))], seqs=[30], name="20261124-100005000.csv")
+    Path(after).unlink()
+
+    assert applied(spark, lake_config, SCHEMA, flushed, run_id="b1").tables[0].superseded_files == 1
+    lost = apply_cdc(spark, lake_config, SCHEMA, manifest(after, run_id="b2"), DEFAULTS)
+    assert not lost.ok and MissingFileError.__name__ in lost.failed[0].error
+    assert "20261124-100005000.csv" in lost.failed[0].error
+    assert rows_of(spark, orders(lake_config)) == [(1, "flushed", d(2))]

@@ -69,12 +69,11 @@ def test_template_transforms_with_the_sam_translator(template, monkeypatch):
     assert {"AWS::Lambda::Function", "AWS::StepFunctions::StateMachine", "AWS::Glue::Job"} <= kinds
 
 
-def test_template_passes_cfn_lint_with_no_errors():
-    result = subprocess.run(
-        [sys.executable, "-m", "cfnlint", str(TEMPLATE)], capture_output=True, text=True, timeout=300
-    )
-    errors = [line for line in result.stdout.splitlines() if re.match(r"^E\d", line)]
-    assert errors == [], result.stdout
+def test_template_passes_cfn_lint_with_no_errors_or_warnings():
+    """cfn-lint's exit code is a bit mask: 2 errors, 4 warnings, 8 informational (and 1 when it could not run)."""
+    cfn_lint = Path(sys.executable).with_name("cfn-lint")
+    result = subprocess.run([str(cfn_lint), str(TEMPLATE)], capture_output=True, text=True, timeout=300)
+    assert result.returncode & 0b111 == 0, result.stdout + result.stderr
 
 
 def test_every_placeholder_of_the_state_machine_is_substituted(template, asl):
@@ -148,7 +147,12 @@ def test_no_wildcard_actions_and_no_broad_managed_policies(template):
     Glue role carries no managed policy (AWSGlueServiceRole would grant glue:* on the whole catalog)."""
     allowed = _allowed_actions(template)
     assert len(allowed) > 30
-    wildcards = [(name, action) for name, action in allowed if "*" in action]
+    # A KMS key policy must let the account administer the key (AWS's default key policy; IAM decides who).
+    wildcards = [
+        (name, action)
+        for name, action in allowed
+        if "*" in action and (name, action) != ("PipelineKey", "kms:*")
+    ]
     assert wildcards == []
     assert "ManagedPolicyArns" not in template["Resources"]["GlueJobRole"]["Properties"]
 
@@ -184,12 +188,15 @@ def test_final_errors_are_not_retried_and_resumable_steps_retry_any_failure(asl)
 
 
 def test_a_failed_cdc_run_never_reaches_the_acknowledge(asl):
-    """Given the CDC run fails after its retries, Then the execution ends without acknowledging, so the
-    manifest stays pending; the acknowledge is reachable only from a successful CDC run."""
+    """Given the CDC run fails after its retries, Then the execution waits and drains again without
+    acknowledging, so the manifest stays pending and is handed out once more (the drain counts the
+    attempts and moves it aside after MaxManifestAttempts); the acknowledge follows only a successful run."""
     states = asl["States"]
     run = states["RunCdc"]
     assert run["Next"] == "Acknowledge"
-    assert all(states[c["Next"]]["Type"] == "Fail" for c in run["Catch"])
+    for catcher in run["Catch"]:
+        failed = states[catcher["Next"]]
+        assert failed["Type"] == "Wait" and failed["Next"] == "CheckHistory", catcher
     into_acknowledge = [
         name
         for name, state in states.items()
@@ -214,19 +221,21 @@ def _choose(state: dict[str, Any], document: dict[str, Any]) -> str:
             current = current[part]
         return current
 
-    for rule in state["Choices"]:
+    def holds(rule: dict[str, Any]) -> bool:
+        if "And" in rule:
+            return all(holds(part) for part in rule["And"])
         found = value(rule["Variable"])
-        if "IsPresent" in rule and (found is not _MISSING) == rule["IsPresent"]:
-            return rule["Next"]
-        if "BooleanEquals" in rule and found == rule["BooleanEquals"]:
-            return rule["Next"]
-        if (
-            "NumericGreaterThanEqualsPath" in rule
-            and found is not _MISSING
-            and found >= value(rule["NumericGreaterThanEqualsPath"])
-        ):
-            return rule["Next"]
-    return state["Default"]
+        if "IsPresent" in rule:
+            return (found is not _MISSING) == rule["IsPresent"]
+        if "BooleanEquals" in rule:
+            return found == rule["BooleanEquals"]
+        if "StringEquals" in rule:
+            return found == rule["StringEquals"]
+        if "NumericGreaterThanEqualsPath" in rule:
+            return found is not _MISSING and found >= value(rule["NumericGreaterThanEqualsPath"])
+        raise AssertionError(f"comparison not modelled: {rule}")
+
+    return next((rule["Next"] for rule in state["Choices"] if holds(rule)), state["Default"])
 
 
 def _route(asl: dict[str, Any], start: str, document: dict[str, Any]) -> list[str]:
@@ -243,7 +252,12 @@ def _route(asl: dict[str, Any], start: str, document: dict[str, Any]) -> list[st
         ({}, "CheckFullLoadProgress"),
         ({"skip_full_load": False}, "CheckFullLoadProgress"),
         ({"skip_full_load": True}, "StartLoop"),
-        ({"skip_full_load": True, "loop": {"batches": 7, "since_refine": 2}}, "DrainQueue"),
+        (
+            {"skip_full_load": True, "loop": {"batches": 7, "since_refine": 2, "since_maintenance": 3}},
+            "DrainQueue",
+        ),
+        # handed over by an execution of the previous definition, which counted no maintenance
+        ({"skip_full_load": True, "loop": {"batches": 7, "since_refine": 2}}, "UpgradeLoopState"),
     ],
 )
 def test_a_rolled_over_execution_goes_straight_to_the_loop_and_keeps_its_counters(
@@ -251,16 +265,29 @@ def test_a_rolled_over_execution_goes_straight_to_the_loop_and_keeps_its_counter
 ):
     """Given the execution's input, When it starts, Then a fresh start waits for the full load, and a
     rolled-over one (skip_full_load) goes to the loop, keeping the counters it was handed."""
-    assert asl["States"]["Configure"]["Next"] == "ResumingAfterRollover"
+    assert asl["States"]["Configure"]["Next"] == "AcquireLease"
+    assert asl["States"]["AcquireLease"]["Next"] == "LeaseAcquired?"
+    assert (
+        _route(asl, "LeaseAcquired?", {"lease": {"value": {"acquired": True}}})[1] == "ResumingAfterRollover"
+    )
+    assert (
+        _route(asl, "LeaseAcquired?", {"lease": {"value": {"acquired": False}}})[1] == "AnotherPipelineRuns"
+    )
     assert _route(asl, "ResumingAfterRollover", execution_input)[-1] == first_work
 
 
 @pytest.mark.parametrize(("since_refine", "refine"), [(1, False), (4, False), (5, True), (6, True)])
 def test_refine_runs_every_n_applied_batches(asl, since_refine, refine):
     """Given RefineEveryNBatches=5, Then the refine job runs when 5 batches were applied since the last."""
-    document = {"config": {"refine_every": 5}, "loop": {"batches": 99, "since_refine": since_refine}}
+    document = {
+        "config": {"refine_every": 5, "maintenance_every": 50, "maintenance_mode": "job"},
+        "loop": {"batches": 99, "since_refine": since_refine, "since_maintenance": 1},
+    }
     assert _route(asl, "RefineDue?", document)[-1] == ("RunRefine" if refine else "CheckHistory")
     assert asl["States"]["RefineDone"]["Parameters"]["since_refine"] == 0
+    # a failed refine backs off like a successful one: it runs again after N more batches, not every batch
+    assert asl["States"]["RunRefine"]["Catch"][0]["Next"] == "RefineFailed"
+    assert asl["States"]["RefineFailed"]["Parameters"]["since_refine"] == 0
 
 
 def test_an_empty_queue_waits_then_loops_and_a_long_history_rolls_over(asl):
@@ -288,15 +315,24 @@ def test_file_events_eventbridge_cannot_queue_are_kept_and_alarmed(template):
     alarm = resources["UndeliveredFileEventsAlarm"]["Properties"]
     assert alarm["Dimensions"][0]["Value"] == {"Fn::GetAtt": ["UndeliveredFileEventsQueue", "QueueName"]}
     alarmed = {
-        r["Properties"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        metric["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
         for r in resources.values()
-        if r["Type"] == "AWS::CloudWatch::Alarm" and r["Properties"]["Namespace"] == "AWS/SQS"
+        if r["Type"] == "AWS::CloudWatch::Alarm"
+        for metric in _alarm_metrics(r["Properties"])
+        if metric["Namespace"] == "AWS/SQS"
     }
-    assert alarmed == {"UndeliveredFileEventsQueue", "CdcFilesDeadLetterQueue"}
+    assert alarmed == {"UndeliveredFileEventsQueue", "CdcFilesDeadLetterQueue", "CdcFilesQueue"}
+
+
+def _alarm_metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
+    """The metrics an alarm watches: its own, or those of its metric-math expression."""
+    if "Metrics" in alarm:
+        return [m["MetricStat"]["Metric"] for m in alarm["Metrics"] if "MetricStat" in m]
+    return [{k: alarm[k] for k in ("Namespace", "MetricName", "Dimensions") if k in alarm}]
 
 
 def test_glue_jobs_follow_the_argument_contract(template):
-    """Given the three Glue jobs, Then each runs Glue 5.0 with Iceberg, its script and the library from
+    """Given the four Glue jobs, Then each runs Glue 5.1 with Iceberg, its script and the library from
     the artifacts bucket, and the arguments docs/CONTRACTS.md names for it."""
     common = {
         "--datalake-formats",
@@ -312,11 +348,12 @@ def test_glue_jobs_follow_the_argument_contract(template):
         "FullLoadJob": {"--schema_file", "--raw_path"},
         "CdcJob": {"--schema_file"},
         "RefineJob": {"--refined_database"},
+        "MaintenanceJob": {"--refined_database", "--snapshot_retention_hours", "--orphan_file_age_hours"},
     }
     for name, wanted in extra.items():
         job = template["Resources"][name]["Properties"]
         arguments = job["DefaultArguments"]
-        assert job["GlueVersion"] == "5.0"
+        assert job["GlueVersion"] == "5.1"
         assert common | wanted <= set(arguments), name
         assert arguments["--datalake-formats"] == "iceberg" and arguments["--catalog_type"] == "glue"
         assert arguments["--extra-py-files"] == {"Fn::Sub": "s3://${ArtifactsBucket}/glue/lib/lakehouse.zip"}

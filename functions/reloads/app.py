@@ -1,0 +1,56 @@
+"""Lambda: table reloads during CDC (check DMS, retire, record a failed run); see reloads.py."""
+
+from __future__ import annotations
+
+import os
+from typing import Annotated, Any, Literal
+
+import boto3
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.parser import event_parser
+from aws_lambda_powertools.utilities.typing import LambdaContext
+from pydantic import BaseModel, Field
+from reloads import Store, check, done, failed
+
+STORE = Store(os.environ.get("ARTIFACTS_BUCKET", ""), os.environ.get("MANIFEST_PREFIX", "manifests"))
+DMS_TASK_ARN = os.environ.get("DMS_TASK_ARN", "")
+TABLE = r"^[^/\s,]+\.[^/\s,]+$"
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+s3 = boto3.client("s3")
+dms = boto3.client("dms")
+
+
+TableName = Annotated[str, Field(pattern=TABLE)]
+
+
+class ReloadsRequest(BaseModel):
+    action: Literal["check", "done", "failed"]
+    checked: dict[TableName, str] = Field(default_factory=dict)  # done: what check returned
+    tables: list[TableName] = Field(default_factory=list)  # failed: the tables of the failed run
+    error: str = ""
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+@event_parser(model=ReloadsRequest)
+def handler(request: ReloadsRequest, context: LambdaContext) -> dict[str, Any]:
+    if request.action == "check":
+        result = check(s3, dms, STORE, DMS_TASK_ARN)
+        metrics.add_metric(name="ReloadsReady", unit=MetricUnit.Count, value=len(result["ready"]))
+        metrics.add_metric(name="ReloadTableErrors", unit=MetricUnit.Count, value=len(result["errored"]))
+        for errored in result["errored"]:
+            logger.error("DMS could not reload a table", extra=errored)
+    elif request.action == "done":
+        result = done(s3, STORE, request.checked)
+        metrics.add_metric(name="TablesReloaded", unit=MetricUnit.Count, value=len(result["retired"]))
+    else:
+        result = failed(s3, STORE, request.tables, request.error)
+        metrics.add_metric(name="ReloadRunsFailed", unit=MetricUnit.Count, value=1)
+        logger.error("reload run failed", extra=result | {"error": request.error[:2000]})
+    logger.info(f"reloads {request.action}", extra=result)
+    return result

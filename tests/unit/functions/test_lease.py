@@ -1,0 +1,143 @@
+"""The pipeline lease (moto S3 conditional writes, moto Step Functions): one execution at a time."""
+
+from __future__ import annotations
+
+import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import boto3
+import pytest
+
+from tests.unit.functions.conftest import FakeContext, event
+
+ARTIFACTS = "dev-artifacts"
+KEY = "locks/pipeline-lease.json"
+
+
+@pytest.fixture
+def machine(aws):
+    boto3.client("s3").create_bucket(Bucket=ARTIFACTS)
+    role = boto3.client("iam").create_role(RoleName="pipeline", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    definition = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}
+    sfn = boto3.client("stepfunctions")
+    return sfn.create_state_machine(name="dev-pipeline", definition=json.dumps(definition), roleArn=role)[
+        "stateMachineArn"
+    ]
+
+
+@pytest.fixture
+def lease_app(machine, load_handler):
+    return load_handler("lease", ARTIFACTS_BUCKET=ARTIFACTS, LEASE_KEY=KEY)
+
+
+def start(machine: str, name: str) -> str:
+    return boto3.client("stepfunctions").start_execution(stateMachineArn=machine, name=name)["executionArn"]
+
+
+class AtomicS3:
+    """moto's S3 checks a write's condition and stores it in two steps; S3 does both at once. This proxy
+    makes each conditional write atomic, as S3's, so the races below test the lease, not moto."""
+
+    def __init__(self, client) -> None:
+        self.client = client
+        self.lock = threading.Lock()
+
+    def put_object(self, **request):
+        with self.lock:
+            return self.client.put_object(**request)
+
+    def get_object(self, **request):
+        with self.lock:
+            return self.client.get_object(**request)
+
+    def __getattr__(self, name: str):
+        return getattr(self.client, name)
+
+
+def holder() -> str:
+    return json.loads(boto3.client("s3").get_object(Bucket=ARTIFACTS, Key=KEY)["Body"].read())["holder"]
+
+
+def test_a_second_execution_started_by_hand_is_refused_with_the_reason(machine, lease_app):
+    """Given a RUNNING execution holding the lease, When a second execution asks for it,
+    Then it is refused, told which execution holds it; a retried acquire of the holder succeeds."""
+    first, second = start(machine, "first"), start(machine, "second")
+
+    assert lease_app.handler({"execution_arn": first}, FakeContext())["acquired"] is True
+    refused = lease_app.handler({"execution_arn": second}, FakeContext())
+
+    assert refused == {
+        "acquired": False,
+        "holder": first,
+        "reason": f"execution {first} is RUNNING and holds the pipeline lease",
+    }
+    assert lease_app.handler({"execution_arn": first}, FakeContext())["acquired"] is True
+    assert holder() == first
+
+
+def test_the_lease_of_a_stopped_execution_is_taken_over(machine, lease_app):
+    """Given the holder was stopped (or failed), When a new execution asks, Then it takes the lease over."""
+    first, second = start(machine, "first"), start(machine, "second")
+    lease_app.handler({"execution_arn": first}, FakeContext())
+    boto3.client("stepfunctions").stop_execution(executionArn=first)
+
+    taken = lease_app.handler({"execution_arn": second}, FakeContext())
+
+    assert taken["acquired"] and "ABORTED" in taken["reason"] and holder() == second
+
+
+def test_rollover_hands_the_lease_to_the_successor_while_the_predecessor_still_runs(machine, lease_app):
+    """Given a RUNNING holder that starts its successor (rollover), When the successor asks with
+    previous_execution = the holder, Then it gets the lease at once; anyone else is still refused."""
+    first, successor, intruder = start(machine, "first"), start(machine, "next"), start(machine, "intruder")
+    lease_app.handler({"execution_arn": first}, FakeContext())
+
+    rolled_over_input = {"skip_full_load": True, "loop": {"batches": 3}, "previous_execution": first}
+    handed = lease_app.handler(
+        {"execution_arn": successor, "execution_input": rolled_over_input}, FakeContext()
+    )
+    refused = lease_app.handler({"execution_arn": intruder, "previous_execution": first}, FakeContext())
+
+    assert handed["acquired"] and handed["reason"] == f"handed over by {first}"
+    assert not refused["acquired"] and holder() == successor
+
+
+def test_of_two_executions_racing_for_a_free_lease_exactly_one_wins(machine, load_handler):
+    """Given no lease, When eight executions acquire at the same moment, Then exactly one holds it."""
+    app = load_handler("lease", ARTIFACTS_BUCKET=ARTIFACTS, LEASE_KEY=KEY)
+    app.s3 = AtomicS3(app.s3)
+    arns = [start(machine, f"racer{n}") for n in range(8)]
+    with ThreadPoolExecutor(8) as pool:
+        decisions = list(pool.map(lambda arn: app.handler({"execution_arn": arn}, FakeContext()), arns))
+
+    assert sum(d["acquired"] for d in decisions) == 1
+    assert holder() == next(d["holder"] for d in decisions if d["acquired"])
+
+
+def test_of_two_executions_taking_over_a_dead_holder_exactly_one_wins(machine, load_handler):
+    """Given the holder's execution is gone, When two executions take over at once (compare-and-swap on
+    the lease's ETag), Then exactly one wins."""
+    app = load_handler("lease", ARTIFACTS_BUCKET=ARTIFACTS, LEASE_KEY=KEY)
+    app.s3 = AtomicS3(app.s3)
+    dead = start(machine, "dead")
+    app.handler({"execution_arn": dead}, FakeContext())
+    boto3.client("stepfunctions").stop_execution(executionArn=dead)
+    arns = [start(machine, f"heir{n}") for n in range(6)]
+    with ThreadPoolExecutor(6) as pool:
+        decisions = list(pool.map(lambda arn: app.handler({"execution_arn": arn}, FakeContext()), arns))
+
+    assert sum(d["acquired"] for d in decisions) == 1
+
+
+def test_the_event_file_is_a_valid_request(machine, lease_app):
+    """events/lease.json names an execution Step Functions does not know: the lease is free, so taken."""
+    assert lease_app.handler(event("lease.json"), FakeContext())["acquired"] is True
+
+
+def test_a_malformed_execution_arn_is_refused_before_any_work(machine, lease_app):
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        lease_app.handler({"execution_arn": "not an arn"}, FakeContext())
+    assert "Contents" not in boto3.client("s3").list_objects_v2(Bucket=ARTIFACTS)

@@ -1,0 +1,368 @@
+"""Safe to run unattended (issue 13): what the template and the state machine promise an operator.
+
+Each test names the failure it rules out; the Lambdas' behaviour is tested on moto in tests/unit/functions.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from typing import Any
+
+import pytest
+
+from tests.unit.template.test_template import REPO, _alarm_metrics, _allowed_actions
+
+FUNCTIONS = REPO / "functions"
+ONE_WEEKEND_SECONDS = 4 * 24 * 3600
+
+
+def _resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]:
+    return {name: r for name, r in template["Resources"].items() if r["Type"] == kind}
+
+
+def _published_metrics() -> set[str]:
+    """Metric names the Lambdas publish (Powertools add_metric, or the acknowledge's run-report names)."""
+    names = set()
+    for app in FUNCTIONS.glob("*/*.py"):
+        text = app.read_text()
+        names |= set(re.findall(r'add_metric\(name="(\w+)"', text))
+        names |= set(re.findall(r'"(\w+)":\s*(?:_count|max|seconds|float)', text))
+        names |= set(re.findall(r'values\["(\w+)"\]', text))
+    return names
+
+
+# ---------------------------------------------------------------- 1. one pipeline at a time
+def test_one_drain_at_a_time_and_one_successor_per_rollover(template, asl):
+    """Given two executions (or a hand-started drain), Then only one drain runs at a time (reserved
+    concurrency 1, and the drain is fenced by the lease), and a retried rollover cannot start a second
+    successor: the successor's name derives from this execution and 'already exists' means handed over."""
+    drain = template["Resources"]["QueueDrainFunction"]["Properties"]
+    assert drain["ReservedConcurrentExecutions"] == 1
+    assert asl["States"]["DrainQueue"]["Parameters"]["Payload"] == {"execution_arn.$": "$$.Execution.Id"}
+    rollover = asl["States"]["StartNextExecution"]
+    assert "$$.Execution.Id" in rollover["Parameters"]["Name.$"]
+    already = [
+        c for c in rollover["Catch"] if c["ErrorEquals"] == ["StepFunctions.ExecutionAlreadyExistsException"]
+    ]
+    assert already and asl["States"][already[0]["Next"]]["Type"] == "Succeed"
+
+
+def test_a_second_execution_exits_cleanly_saying_who_holds_the_lease(asl):
+    """Given the lease is held, When a second execution starts, Then it ends in Succeed (not Fail: nothing
+    is wrong) and its output names the holder and the reason."""
+    states = asl["States"]
+    assert states["Configure"]["Next"] == "AcquireLease"
+    assert states["AcquireLease"]["Parameters"]["Payload"]["execution_arn.$"] == "$$.Execution.Id"
+    refused = states["LeaseAcquired?"]["Default"]
+    assert states[refused]["Parameters"]["holder.$"] == "$.lease.value.holder"
+    assert states[states[refused]["Next"]]["Type"] == "Succeed"
+    assert states["DrainQueue"]["Catch"][0] == {
+        "ErrorEquals": ["LeaseLostError"],
+        "ResultPath": "$.error",
+        "Next": "LeaseLost",
+    }
+
+
+# ---------------------------------------------------------------- 2. no stuck batch
+def test_a_batch_that_keeps_failing_is_moved_aside_after_the_configured_attempts_and_alarmed(template, asl):
+    """Given a CDC run that fails deterministically, Then the loop goes on (wait, drain the same manifest
+    one attempt more), the drain moves it aside after MaxManifestAttempts (continue or stop, as
+    configured), and the move is alarmed."""
+    variables = template["Resources"]["QueueDrainFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["MAX_MANIFEST_ATTEMPTS"] == {"Ref": "MaxManifestAttempts"}
+    assert variables["ON_STUCK_BATCH"] == {"Ref": "OnStuckBatch"}
+    assert template["Parameters"]["OnStuckBatch"]["AllowedValues"] == ["continue", "stop"]
+    assert asl["States"]["CdcRunFailed"]["Type"] == "Wait"
+    stuck = [
+        c["Next"] for c in asl["States"]["DrainQueue"]["Catch"] if c["ErrorEquals"] == ["StuckBatchError"]
+    ]
+    assert asl["States"][stuck[0]]["Type"] == "Fail"
+    alarm = template["Resources"]["BatchesMovedAsideAlarm"]["Properties"]
+    assert alarm["MetricName"] == "ManifestsMovedAside" and "ManifestsMovedAside" in _published_metrics()
+
+
+# ---------------------------------------------------------------- 4. drain hardening (IAM side)
+def test_the_acknowledge_can_list_manifests_so_a_retry_sees_404_not_403(template):
+    statements = template["Resources"]["AcknowledgeFunction"]["Properties"]["Policies"][0]["Statement"]
+    listing = [s for s in statements if s["Action"] == "s3:ListBucket"]
+    assert listing and listing[0]["Condition"] == {"StringLike": {"s3:prefix": "manifests/*"}}
+
+
+def test_the_drain_only_accepts_the_raw_bucket_and_the_dms_prefix(template):
+    variables = template["Resources"]["QueueDrainFunction"]["Properties"]["Environment"]["Variables"]
+    assert variables["RAW_BUCKET"] == {"Ref": "RawBucket"} and variables["RAW_PREFIX"] == {"Ref": "RawPrefix"}
+
+
+# ---------------------------------------------------------------- 5. alerts that arrive
+def test_the_alarm_topic_is_encrypted_with_a_key_cloudwatch_and_eventbridge_can_use(template):
+    """Given the AWS-managed alias/aws/sns key, CloudWatch alarms and EventBridge cannot publish; Then the
+    topic uses a customer-managed key whose policy lets both services use it, and the topic policy lets
+    both publish (scoped to this account and to the rule)."""
+    resources = template["Resources"]
+    assert resources["AlarmTopic"]["Properties"]["KmsMasterKeyId"] == {"Ref": "PipelineKey"}
+    key = resources["PipelineKey"]["Properties"]
+    assert key["EnableKeyRotation"] is True
+    services = [
+        s["Principal"]["Service"]
+        for s in key["KeyPolicy"]["Statement"]
+        if "Service" in s.get("Principal", {})
+    ]
+    assert {"cloudwatch.amazonaws.com", "events.amazonaws.com"} <= set(services[0])
+    topic_statements = resources["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    publishers = {s["Principal"]["Service"] for s in topic_statements if s["Action"] == "sns:Publish"}
+    assert publishers == {"cloudwatch.amazonaws.com", "events.amazonaws.com"}
+    assert all("Condition" in s for s in topic_statements)
+
+
+# ---------------------------------------------------------------- 6. alarm on what loses or delays data
+WATCHED = {
+    "queue age": ("AWS/SQS", "ApproximateAgeOfOldestMessage"),
+    "no execution running": ("DmsIcebergLake", "PipelineExecutionsRunning"),
+    "executions timed out": ("AWS/States", "ExecutionsTimedOut"),
+    "executions aborted": ("AWS/States", "ExecutionsAborted"),
+    "executions failed": ("AWS/States", "ExecutionsFailed"),
+    "Lambda errors": ("AWS/Lambda", "Errors"),
+    "Lambda throttles": ("AWS/Lambda", "Throttles"),
+    "quarantined records": ("DmsIcebergLake", "QuarantinedRecords"),
+    "quarantined files": ("DmsIcebergLake", "QuarantinedFiles"),
+    "freshness": ("DmsIcebergLake", "LagSeconds"),
+    "poison file events": ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
+    "reload failures": ("DmsIcebergLake", "ReloadRunsFailed"),
+}
+
+
+@pytest.mark.parametrize("what", sorted(WATCHED))
+def test_what_loses_or_delays_data_is_alarmed_to_the_topic(template, what):
+    namespace, metric = WATCHED[what]
+    alarms = [
+        alarm["Properties"]
+        for alarm in _resources(template, "AWS::CloudWatch::Alarm").values()
+        if any(
+            m["Namespace"] == namespace and m["MetricName"] == metric
+            for m in _alarm_metrics(alarm["Properties"])
+        )
+    ]
+    assert alarms, what
+    assert all({"Ref": "AlarmTopic"} in a["AlarmActions"] for a in alarms)
+
+
+def test_every_alarm_watches_a_metric_someone_publishes(template):
+    """An alarm on a metric no function publishes never fires: every custom metric alarmed or charted is
+    published by a Lambda (Powertools' namespace DmsIcebergLake, dimension service)."""
+    namespace = template["Globals"]["Function"]["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"]
+    published = _published_metrics()
+    services = {
+        f["Properties"]["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
+        for f in _resources(template, "AWS::Serverless::Function").values()
+    }
+    for name, alarm in _resources(template, "AWS::CloudWatch::Alarm").items():
+        for metric in _alarm_metrics(alarm["Properties"]):
+            if metric["Namespace"] == namespace:
+                assert metric["MetricName"] in published, name
+                assert metric["Dimensions"][0]["Name"] == "service", name
+                assert metric["Dimensions"][0]["Value"] in services, name
+    body = template["Resources"]["PipelineDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0]
+    charted = set(re.findall(r'\["DmsIcebergLake", "(\w+)"', body))
+    assert charted and charted <= published
+
+
+def test_the_dashboard_is_valid_json_and_shows_the_pipeline(template):
+    body = template["Resources"]["PipelineDashboard"]["Properties"]["DashboardBody"]["Fn::Sub"][0]
+    rendered = json.loads(re.sub(r"\$\{[^}]+\}", "x", body))
+    titles = " ".join(w["properties"].get("title", "") for w in rendered["widgets"]).lower()
+    for shown in ("queued", "changes applied", "lag", "quarantine", "duration", "executions", "alarms"):
+        assert shown in titles, shown
+    alarmed = re.findall(r"\$\{(\w+)\.Arn\}", body)
+    assert set(alarmed) == set(_resources(template, "AWS::CloudWatch::Alarm"))
+
+
+def test_a_scheduled_watchdog_counts_running_executions(template):
+    watchdog = template["Resources"]["WatchdogFunction"]["Properties"]
+    assert watchdog["Events"]["EveryFiveMinutes"]["Properties"]["Schedule"] == "rate(5 minutes)"
+    alarm = template["Resources"]["NoExecutionRunningAlarm"]["Properties"]
+    assert alarm["TreatMissingData"] == "breaching"  # a dead watchdog alarms too
+
+
+# ---------------------------------------------------------------- 7. Glue jobs a user can debug
+GLUE_JOBS = ("FullLoadJob", "CdcJob", "RefineJob", "MaintenanceJob")
+
+
+@pytest.mark.parametrize("job", GLUE_JOBS)
+def test_glue_jobs_publish_metrics_spark_ui_and_logs_with_retention(template, job):
+    properties = template["Resources"][job]["Properties"]
+    arguments = properties["DefaultArguments"]
+    assert arguments["--enable-metrics"] == arguments["--enable-observability-metrics"] == "true"
+    assert arguments["--enable-spark-ui"] == "true"
+    assert arguments["--spark-event-logs-path"] == {"Fn::Sub": "s3://${ArtifactsBucket}/glue/spark-events/"}
+    assert arguments["--continuous-log-logGroup"] == {"Ref": "GlueJobsLogGroup"}
+    assert template["Resources"]["GlueJobsLogGroup"]["Properties"]["RetentionInDays"] == {
+        "Ref": "LogRetentionDays"
+    }
+    assert properties["SecurityConfiguration"] == {"Ref": "GlueSecurityConfiguration"}
+    role = template["Resources"]["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    writes = next(s for s in role if s.get("Sid") == "WriteRunReportsAndSparkEvents")
+    assert {"Fn::Sub": "${ArtifactsBucket.Arn}/glue/spark-events/*"} in writes["Resource"]
+    metrics = next(s for s in role if s.get("Sid") == "JobMetrics")
+    assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Glue"}}
+
+
+# ---------------------------------------------------------------- 8. nothing deleted by a stack update
+def test_state_survives_a_stack_update_or_delete(template):
+    kept = ("AWS::S3::Bucket", "AWS::Glue::Database", "AWS::SQS::Queue", "AWS::KMS::Key")
+    for kind in kept:
+        for name, resource in _resources(template, kind).items():
+            assert resource.get("DeletionPolicy") == "Retain", name
+            assert resource.get("UpdateReplacePolicy") == "Retain", name
+    for bucket in ("RawBucket", "ArtifactsBucket"):
+        assert template["Resources"][bucket]["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
+
+
+# ---------------------------------------------------------------- 9. what runs on Glue is what was tested
+@pytest.mark.parametrize("job", GLUE_JOBS)
+def test_glue_runs_the_iceberg_runtime_the_tests_ran_on(template, job):
+    """Glue's own Iceberg (1.10.0 on Glue 5.1) is not what the tests use: the jobs load the pinned runtime
+    first (--user-jars-first), uploaded by deploy/glue_artifacts.py from the same wheel the tests use."""
+    from deploy import glue_artifacts
+
+    arguments = template["Resources"][job]["Properties"]["DefaultArguments"]
+    assert arguments["--extra-jars"] == {
+        "Fn::Sub": f"s3://${{ArtifactsBucket}}/{glue_artifacts.iceberg_jar_key()}"
+    }
+    assert arguments["--user-jars-first"] == "true"
+    import pyspark
+
+    # Glue 5.1 runs Spark 3.5 (Scala 2.12): the runtime's build and the tests' PySpark must be the same line.
+    assert template["Resources"][job]["Properties"]["GlueVersion"] == "5.1"
+    assert pyspark.__version__.startswith("3.5.") and "-3.5_2.12-" in glue_artifacts.iceberg_jar_key()
+
+
+# ---------------------------------------------------------------- 10. parameters a guided deploy can't get wrong
+def test_every_parameter_is_described_and_grouped_once(template):
+    parameters = template["Parameters"]
+    assert all(p.get("Description") for p in parameters.values()), [
+        n for n, p in parameters.items() if not p.get("Description")
+    ]
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    grouped = [name for group in groups for name in group["Parameters"]]
+    assert sorted(grouped) == sorted(parameters)
+
+
+def test_parameters_reject_what_would_break_the_pipeline(template):
+    parameters = template["Parameters"]
+    assert "G.025X" not in parameters["CdcWorkerType"]["AllowedValues"]
+    assert parameters["QueueRetentionSeconds"]["MinValue"] >= ONE_WEEKEND_SECONDS
+    for name in (
+        "DmsReplicationTaskArn",
+        "DmsReplicationInstanceArn",
+        "DmsSourceEndpointArn",
+        "AnalystRoleArn",
+        "QuickSightPrincipalArn",
+        "AlarmEmail",
+        "RawPrefix",
+    ):
+        pattern = parameters[name]["AllowedPattern"]
+        assert re.fullmatch(pattern, parameters[name]["Default"]), name
+        assert not re.fullmatch(pattern, "not an arn/ @"), name
+    assert re.fullmatch(
+        parameters["DmsReplicationTaskArn"]["AllowedPattern"],
+        "arn:aws:dms:eu-west-1:123456789012:task:ABC123",
+    )
+    assert re.fullmatch(parameters["AlarmEmail"]["AllowedPattern"], "ops@example.com")
+    rule = template["Rules"]["ATaskToReadFrom"]
+    assert rule["RuleCondition"] == {"Fn::Equals": [{"Ref": "CreateDmsTask"}, "false"]}
+    assert rule["Assertions"][0]["Assert"] == {
+        "Fn::Not": [{"Fn::Equals": [{"Ref": "DmsReplicationTaskArn"}, ""]}]
+    }
+
+
+def test_samconfig_has_a_prod_environment():
+    config = tomllib.loads((REPO / "samconfig.toml").read_text())
+    assert config["prod"]["deploy"]["parameters"]["confirm_changeset"] is True
+    assert 'EnvironmentName="prod"' in config["prod"]["deploy"]["parameters"]["parameter_overrides"]
+
+
+def test_full_load_cost_is_bounded_and_raw_files_are_archived(template, asl):
+    run = asl["States"]["RunFullLoad"]
+    assert sum(r["MaxAttempts"] for r in run["Retry"]) <= 1  # at most two runs of FullLoadTimeoutMinutes
+    assert template["Resources"]["FullLoadJob"]["Properties"]["Timeout"] == {"Ref": "FullLoadTimeoutMinutes"}
+    assert (
+        template["Resources"]["FullLoadJob"]["Properties"]["DefaultArguments"]["--enable-auto-scaling"]
+        == "true"
+    )
+    rules = template["Resources"]["RawBucket"]["Properties"]["LifecycleConfiguration"]["Rules"]
+    archive = next(r for r in rules if r.get("Transitions"))
+    assert archive["ObjectSizeGreaterThan"] >= 128 * 1024  # smaller objects cost more once archived
+
+
+# ---------------------------------------------------------------- 11. least privilege
+def test_service_trust_is_scoped_to_this_account(template):
+    for name, role in _resources(template, "AWS::IAM::Role").items():
+        for statement in role["Properties"]["AssumeRolePolicyDocument"]["Statement"]:
+            assert statement["Condition"] == {
+                "StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}
+            }, name
+
+
+def test_the_jobs_cannot_drop_tables_or_create_databases_and_the_state_machine_invokes_exact_functions(
+    template,
+):
+    glue = {action for name, action in _allowed_actions(template) if name == "GlueJobRole"}
+    assert not {"glue:DeleteTable", "glue:CreateDatabase", "glue:DeleteDatabase"} & glue
+    policies = template["Resources"]["PipelineStateMachine"]["Properties"]["Policies"]
+    assert not any("LambdaInvokePolicy" in p for p in policies)  # SAM's grants function:* (every version)
+    invoke = next(
+        s for p in policies for s in p.get("Statement", []) if s["Action"] == "lambda:InvokeFunction"
+    )
+    assert all(list(r) == ["Fn::GetAtt"] and r["Fn::GetAtt"][1] == "Arn" for r in invoke["Resource"])
+
+
+def test_the_functions_pin_powertools():
+    for requirements in FUNCTIONS.glob("*/requirements.txt"):
+        assert re.search(
+            r"^aws-lambda-powertools\[[a-z,]+\]==\d+\.\d+\.\d+$", requirements.read_text(), re.M
+        ), requirements
+
+
+@pytest.mark.parametrize("function", sorted(p.name for p in FUNCTIONS.iterdir() if (p / "app.py").exists()))
+def test_every_function_is_deployed_with_a_log_group_that_expires(template, function):
+    code_uris = {
+        r["Properties"]["CodeUri"].rstrip("/"): name
+        for name, r in _resources(template, "AWS::Serverless::Function").items()
+    }
+    logical = code_uris[f"functions/{function}"]
+    groups = [g["Properties"] for g in _resources(template, "AWS::Logs::LogGroup").values()]
+    assert any(
+        g["LogGroupName"] == {"Fn::Sub": f"/aws/lambda/${{{logical}}}"} and g["RetentionInDays"]
+        for g in groups
+    )
+
+
+def test_lake_formation_grants_what_the_jobs_do_when_enabled(template):
+    """With EnableLakeFormation the jobs create tables (database CREATE_TABLE) and write under the
+    warehouses, which are registered data locations the Glue role may use."""
+    resources = template["Resources"]
+    lake_formation = {n: r for n, r in resources.items() if r["Type"].startswith("AWS::LakeFormation::")}
+    assert all(
+        r["Condition"] == "UseLakeFormation" or r["Condition"] == "HasAnalyst"
+        for r in lake_formation.values()
+    )
+    permissions = [
+        r["Properties"] for r in lake_formation.values() if r["Type"].endswith("PrincipalPermissions")
+    ]
+    databases = {
+        p["Resource"]["Database"]["Name"]["Ref"]
+        for p in permissions
+        if "Database" in p["Resource"] and "CREATE_TABLE" in p["Permissions"]
+    }
+    assert databases == {"CleanDatabase", "RefinedDatabase"}
+    locations = [p for p in permissions if "DataLocation" in p["Resource"]]
+    registered = [
+        r["Properties"]["ResourceArn"]
+        for r in lake_formation.values()
+        if r["Type"] == "AWS::LakeFormation::Resource"
+    ]
+    assert len(locations) == 2 and sorted(
+        str(p["Resource"]["DataLocation"]["ResourceArn"]) for p in locations
+    ) == sorted(map(str, registered))
