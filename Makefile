@@ -17,8 +17,9 @@ $(STAMP): pyproject.toml
 	@touch $@
 
 # The whole pipeline on the embedded local AWS (LocalStack + SAM + local DMS + Glue running our Spark jobs).
+# DMS_FORMAT=parquet: the local DMS writes Parquet (DataFormat=parquet) instead of CSV.
 demo: venv localstack-venv sam-venv
-	$(BIN)/python -m localaws.demo $(DEMO_ARGS)
+	$(BIN)/python -m localaws.demo $(if $(DMS_FORMAT),--dms-format $(DMS_FORMAT),) $(DEMO_ARGS)
 
 # The Spark pipeline alone over generated DMS files (no local AWS).
 demo-spark: venv

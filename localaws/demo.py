@@ -28,7 +28,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from localaws import sam_app, stack
+from localaws import replication, sam_app, stack
 from localaws.pipeline_run import LocalPipeline, RunSettings
 from localaws.progress import ProgressMonitor
 
@@ -72,6 +72,7 @@ def run_demo(args: argparse.Namespace) -> int:
         workdir=Path(args.workdir),
         # a low threshold: the demo shows the hand-over to a fresh execution (#2 in the progress line)
         parameters={"HistoryThreshold": str(args.history_threshold)},
+        replication=replication.ReplicationSettings(bucket="(set at deploy)", data_format=args.dms_format),
     )
     pipeline = LocalPipeline(config.endpoint_url, settings, config)
     printer: _ProgressPrinter | None = None
@@ -262,6 +263,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the clean zone")
     parser.add_argument(
         "--history-threshold", type=int, default=300, help="events before the execution rolls over"
+    )
+    parser.add_argument(
+        "--dms-format",
+        choices=["csv", "parquet"],
+        default="csv",
+        help="what the local DMS writes (DataFormat)",
     )
     parser.add_argument(
         "--keep-running", action="store_true", help="leave LocalStack, DMS and the execution up"
