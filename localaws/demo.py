@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the clean zone")
     parser.add_argument(
-        "--history-threshold", type=int, default=300, help="events before the execution rolls over"
+        "--history-threshold", type=int, default=100, help="events before the execution rolls over"
     )
     parser.add_argument(
         "--dms-format",

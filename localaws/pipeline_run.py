@@ -153,7 +153,7 @@ class LocalPipeline:
         parameters |= self.settings.parameters
         sam_app.deploy(self.endpoint_url, self.stack_name, parameters)
         self.app = AppHandles.from_stack(self.aws("cloudformation"), self.stack_name)
-        sam_app.upload_glue_artifacts(self.aws("s3"), self.app.artifacts_bucket)
+        sam_app.upload_glue_artifacts(self.aws("s3"), self.app.artifacts_bucket, iceberg_jar=False)
         self.upload_schema()
         return self.app
 

@@ -59,3 +59,39 @@ def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tm
     assert not any("__pycache__" in n for n in names)
     assert stack.get_object(Bucket=BUCKET, Key="config/schema.json")["Body"].read() == schema.read_bytes()
     assert f"s3://{BUCKET}/glue/lib/lakehouse.zip" in capsys.readouterr().out
+
+
+def _imported_lakehouse_modules(path: Path) -> set[str]:
+    import ast
+
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lakehouse":
+            found.add(node.module)
+            found |= {f"lakehouse.{a.name}" for a in node.names if node.module == "lakehouse"}
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "lakehouse"}
+    return found
+
+
+def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
+    """Given the four Glue entry scripts, When the modules they import are followed through `lakehouse`,
+    Then lakehouse.zip holds exactly those (and the package's __init__): the demo, the test-data generator,
+    the verifier, the dashboard, the BI runner and the schema generator live in `tools/`, not on Glue.
+    The file list is what `python -m deploy.glue_artifacts --list` prints."""
+    package = glue_artifacts.SPARK_JOBS / "lakehouse"
+    seen: set[str] = set()
+    todo = set().union(*(_imported_lakehouse_modules(glue_artifacts.SPARK_JOBS / s) for s in glue_artifacts.GLUE_SCRIPTS))
+    while todo:
+        module = todo.pop()
+        if module in seen:
+            continue
+        seen.add(module)
+        source = package / f"{module.split('.', 1)[1]}.py" if "." in module else package / "__init__.py"
+        todo |= _imported_lakehouse_modules(source) - seen
+    imported = {f"{m.replace('.', '/')}.py" for m in seen if "." in m} | {"lakehouse/__init__.py"}
+    names = set(zipfile.ZipFile(io.BytesIO(glue_artifacts.lakehouse_zip())).namelist())
+
+    assert names == imported, (sorted(names - imported), sorted(imported - names))
+    assert glue_artifacts.main(["--list"]) == 0
+    assert sorted(capsys.readouterr().out.split()) == sorted(names)
