@@ -178,8 +178,8 @@ def _job(app: Any, logical_id: str) -> str:
 
 def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) -> tuple[list[Any], int]:
     """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
-    from lakehouse.bi import load_queries, run_query, spark_names
-    from lakehouse.dashboard import collect_figures, write_dashboard
+    from tools.bi import load_queries, run_query, spark_names
+    from tools.dashboard import collect_figures, write_dashboard
 
     pipeline.stop_executions()  # nothing races the jobs below; the pending batch (none) would stay
     _step(started, "state machine stopped; running the refine job on the final clean zone")

@@ -189,7 +189,7 @@ class LocalPipeline:
 
     def run_workload(self, operations: int, seed: int) -> int:
         """`operations` business transactions on the source; returns the row changes they made."""
-        from lakehouse import sample_data
+        from tools import sample_data
 
         result = sample_data.run_workload(self.source_db, operations, seed)
         self.row_changes += len(result.changes)
@@ -204,7 +204,7 @@ class LocalPipeline:
     def execute_sql(self, statement: str, parameters: tuple[Any, ...] = ()) -> int:
         import sqlite3
 
-        from lakehouse import sample_data
+        from tools import sample_data
 
         with sqlite3.connect(self.source_db, timeout=sample_data.SOURCE_LOCK_TIMEOUT_SECONDS) as db:
             return db.execute(statement, parameters).rowcount
@@ -315,9 +315,10 @@ class LocalPipeline:
         return self._spark
 
     def verify(self) -> list[Any]:
-        """Every clean table against its source table (row checksums); see lakehouse.verify."""
+        """Every clean table against its source table (row checksums); see tools.verify."""
         from lakehouse.schema import SchemaFile
-        from lakehouse.verify import check_all
+
+        from tools.verify import check_all
 
         spark = self.spark()
         schema = SchemaFile.from_dict(replication.schema_document(self.source_db))
@@ -325,7 +326,7 @@ class LocalPipeline:
 
     def verify_refined(self) -> list[Any]:
         """Every refined table against its recomputation from the source database (row checksums)."""
-        from lakehouse.verify import check_refined
+        from tools.verify import check_refined
 
         return check_refined(self.spark(), f"{VERIFY_CATALOG}.{self.refined_database}", self.source_db)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lakehouse import sample_data
+from tools import sample_data
 
 SOURCE_SCHEMA = sample_data.SOURCE_SCHEMA  # `schemaName` of the source endpoint = the files' schema folder
 SOURCE_TABLES: tuple[str, ...] = sample_data.TABLES
@@ -121,9 +121,9 @@ def create_source_database(path: Path, scale: float, seed: int = 42) -> dict[str
 
 
 def schema_document(source_db: Path, tables: Sequence[str] = SOURCE_TABLES) -> dict[str, Any]:
-    """The schema file of the source, from its catalog (what `python -m lakehouse.schema_gen` writes),
+    """The schema file of the source, from its catalog (what `python -m tools.schema_gen` writes),
     limited to the replicated tables: the local DMS keeps its change log in the same file."""
-    from lakehouse.schema_gen import reflect_schema
+    from tools.schema_gen import reflect_schema
 
     return reflect_schema(
         f"sqlite:///{source_db.resolve()}", [SOURCE_SCHEMA], [f"{SOURCE_SCHEMA}.{t}" for t in tables]

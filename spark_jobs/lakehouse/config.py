@@ -64,7 +64,7 @@ def add_lake_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--clean_database", default="clean", help="namespace of the clean zone")
     parser.add_argument("--refined_database", default="refined", help="namespace of the refined zone")
     parser.add_argument(
-        "--schema_file", help="the schema file (python -m lakehouse.schema_gen): columns, types, primary keys"
+        "--schema_file", help="the schema file (python -m tools.schema_gen): columns, types, primary keys"
     )
     parser.add_argument(
         "--s3_endpoint_url", help="a local S3 emulator's endpoint: s3:// inputs are staged through boto3"

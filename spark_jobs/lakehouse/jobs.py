@@ -138,7 +138,7 @@ def cdc_main(argv: Sequence[str]) -> int:
 
 def _require_schema_file(parser: argparse.ArgumentParser, config: LakeConfig) -> None:
     if not config.schema_file:
-        parser.error("--schema_file is required: generate it with python -m lakehouse.schema_gen")
+        parser.error("--schema_file is required: generate it with python -m tools.schema_gen")
 
 
 def full_load_parser() -> argparse.ArgumentParser:

@@ -205,7 +205,7 @@ def resolve_types(
         raise SchemaOutOfDateError(
             f"{spec.qualified_name}: column(s) {', '.join(unknown)} are in the DMS files but not in the schema "
             "file (the source added them). Regenerate the schema file from the source catalog "
-            "(python -m lakehouse.schema_gen ...) and upload it where --schema_file points; the batch stays "
+            "(python -m tools.schema_gen ...) and upload it where --schema_file points; the batch stays "
             "pending and is applied by the next run."
         )
     return types
@@ -516,7 +516,7 @@ def _typed_batch(
         raise TypeMismatchError(
             f"{spec.qualified_name}: {figures['mismatched']} value(s) don't fit their column's type, e.g. "
             f"{figures['example']}. The source changed the column's type and the schema file is out of date "
-            "(regenerate it: python -m lakehouse.schema_gen; if Iceberg can't promote the old type to the new "
+            "(regenerate it: python -m tools.schema_gen; if Iceberg can't promote the old type to the new "
             f"one, reload the table: full_load_job.py --tables {spec.qualified_name} --reload true), or the "
             "files are wrong. The batch stays pending. To go on and quarantine such records instead, run the "
             "CDC job with --type_mismatch quarantine."

@@ -7,13 +7,14 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lakehouse import sample_data as S
 from lakehouse.config import LakeConfig
 from lakehouse.iceberg import append_rows, create_table, ensure_namespace
 from lakehouse.pipeline import clean_schema
 from lakehouse.schema import SchemaFile
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
+
+from tools import sample_data as S
 
 
 def _typed(value: Any, data_type: T.DataType) -> Any:

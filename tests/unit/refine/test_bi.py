@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lakehouse import sample_data as S
-from lakehouse.bi import (
+from lakehouse.config import LakeConfig
+from lakehouse.pipeline import apply_cdc
+from lakehouse.refine import current_snapshot_id, refine
+
+from tests.support import manifest
+from tests.unit.refine.conftest import load_clean_zone_directly
+from tools import sample_data as S
+from tools.bi import (
     ATHENA_AS_OF,
     QUERY_DIR,
     athena_cfn_snippet,
@@ -24,13 +30,7 @@ from lakehouse.bi import (
     timestamp_as_of,
     version_as_of,
 )
-from lakehouse.config import LakeConfig
-from lakehouse.dashboard import collect_figures, write_dashboard
-from lakehouse.pipeline import apply_cdc
-from lakehouse.refine import current_snapshot_id, refine
-
-from tests.support import manifest
-from tests.unit.refine.conftest import load_clean_zone_directly
+from tools.dashboard import collect_figures, write_dashboard
 
 pytestmark = pytest.mark.spark
 

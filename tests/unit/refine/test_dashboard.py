@@ -11,7 +11,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from lakehouse.dashboard import NO_DATA, Figures, freshness_line, render_html, write_dashboard
+
+from tools.dashboard import NO_DATA, Figures, freshness_line, render_html, write_dashboard
 
 FIGURES = Figures(
     totals={"revenue": 1_234_567.89, "profit": 234_567.0, "orders": 4321, "lines": 19_876},

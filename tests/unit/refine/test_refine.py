@@ -7,7 +7,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from lakehouse import sample_data as S
 from lakehouse.config import LakeConfig
 from lakehouse.pipeline import apply_cdc
 from lakehouse.refine import (
@@ -23,6 +22,7 @@ from lakehouse.schema import SchemaFile
 
 from tests.support import manifest, rows_of, snapshot_count
 from tests.unit.refine.conftest import load_clean_zone_directly
+from tools import sample_data as S
 
 pytestmark = pytest.mark.spark
 
@@ -214,7 +214,7 @@ def test_the_refined_check_recomputes_the_refined_zone_from_the_source_database(
     """Given a refined zone built from a clean zone equal to its source, When the demo's refined check runs
     (plain SQL on the source database, row checksums), Then every refined table matches; and once one
     refined row drifts (a revenue changed behind the refine's back), that table alone is reported."""
-    from lakehouse.verify import check_refined
+    from tools.verify import check_refined
 
     spark = lake.spark
     refine(spark, lake.config, run_id="refine-check")

@@ -9,9 +9,10 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from lakehouse import sample_data as S
 from lakehouse.schema import SchemaFile
 from lakehouse.types import spark_type
+
+from tools import sample_data as S
 
 SCALE = 0.05
 

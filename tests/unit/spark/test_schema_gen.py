@@ -4,8 +4,9 @@ import json
 import sqlite3
 
 from lakehouse.schema import SchemaFile
-from lakehouse.schema_gen import main, reflect_schema
 from pyspark.sql import types as T
+
+from tools.schema_gen import main, reflect_schema
 
 
 def test_schema_file_is_generated_from_the_source_catalog(tmp_path):

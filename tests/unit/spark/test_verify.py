@@ -4,8 +4,9 @@ from datetime import date, datetime
 from decimal import Decimal
 
 import pytest
-from lakehouse.verify import TableCheck, canonical
 from pyspark.sql import types as T
+
+from tools.verify import TableCheck, canonical
 
 
 @pytest.mark.parametrize(

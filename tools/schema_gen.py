@@ -1,7 +1,7 @@
 """Generate the schema file from the source database's catalog (SQLAlchemy reflection).
 
-    python -m lakehouse.schema_gen --url 'mysql+pymysql://user:pw@host/db' --schema sales --out schema.json
-    python -m lakehouse.schema_gen --url sqlite:///var/source.db --schema main --out schema.json
+    python -m tools.schema_gen --url 'mysql+pymysql://user:pw@host/db' --schema sales --out schema.json
+    python -m tools.schema_gen --url sqlite:///var/source.db --schema main --out schema.json
 
 Run it again after DDL on the source: the CDC job reads the schema file on every run, so added
 columns get their real types and widened types are widened.

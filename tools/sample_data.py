@@ -1,12 +1,12 @@
 """A deterministic TPC-DS-like source database (SQLite, no Spark) and a realistic change workload.
 
-    python -m lakehouse.sample_data --db var/source.db --scale 1 --seed 42
-    python -m lakehouse.sample_data --db var/source.db --workload 500 --seed 7
+    python -m tools.sample_data --db var/source.db --scale 1 --seed 42
+    python -m tools.sample_data --db var/source.db --workload 500 --seed 7
 
 Tables (schema `main`, the TPC-DS web channel subset): `web_sales` (primary key ws_item_sk +
 ws_order_number, like TPC-DS), `customer`, `customer_address`, `item`, `date_dim`, `time_dim`.
 Types are declared as a real source would (`DECIMAL(7,2)`, `VARCHAR(50)`, `DATE`, `TIMESTAMP`), so
-schema reflection (`lakehouse.schema_gen`) yields the right Iceberg types. Values are realistic: skewed
+schema reflection (`tools.schema_gen`) yields the right Iceberg types. Values are realistic: skewed
 item popularity, a seasonal sales curve, TPC-DS price arithmetic, nullable columns with realistic null
 rates, and unicode names holding commas, quotes and newlines (they exercise the DMS CSV format).
 
@@ -545,7 +545,7 @@ def _order_lines(
 
 def schema_document(path: str | Path) -> dict[str, Any]:
     """The schema file (docs/CONTRACTS.md) of the source database, by catalog reflection."""
-    from lakehouse.schema_gen import reflect_schema
+    from tools.schema_gen import reflect_schema
 
     return reflect_schema(f"sqlite:///{Path(path).resolve()}", [SOURCE_SCHEMA])
 

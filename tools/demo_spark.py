@@ -1,6 +1,6 @@
 """The Spark pipeline alone, end to end, on generated DMS files (no local AWS needed):
 
-    python -m lakehouse.demo_spark [--scale 0.5] [--batches 4] [--changes 400]
+    python -m tools.demo_spark [--scale 0.5] [--batches 4] [--changes 400]
 
 A TPC-DS-like source (SQLite) → DMS-format full-load files → full-load job → rounds of a change
 workload rendered as DMS CDC files → one CDC run per round (one manifest each) → every clean table
@@ -17,16 +17,17 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lakehouse import sample_data
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import CsvFormat
 from lakehouse.dms_reader import ReaderOptions
 from lakehouse.manifest import Manifest, ManifestFile
 from lakehouse.pipeline import ApplyOptions, apply_cdc, full_load
 from lakehouse.schema import SchemaFile
-from lakehouse.schema_gen import reflect_schema
 from lakehouse.session import build_session
-from lakehouse.verify import check_all
+
+from tools import sample_data
+from tools.schema_gen import reflect_schema
+from tools.verify import check_all
 
 NULL_MARKER = "NULL"
 

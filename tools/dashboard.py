@@ -23,9 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from lakehouse.config import LakeConfig
+    from pyspark.sql import SparkSession
 
 PALETTE = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568")
 NO_DATA = "no data yet"
@@ -309,7 +308,7 @@ def write_dashboard(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m lakehouse.dashboard --warehouse var/warehouse/clean --clean_database demo_clean
+    """`python -m tools.dashboard --warehouse var/warehouse/clean --clean_database demo_clean
     --refined_database demo_refined --out var/dashboard.html [--reports DIR]`: the dashboard of a local
     warehouse (the demo's, by default `make dashboard`), run reports (`<run_id>.json`) read from DIR."""
     import argparse

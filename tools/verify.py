@@ -15,11 +15,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pyspark.sql import SparkSession
-from pyspark.sql import types as T
-
 from lakehouse.config import LakeConfig
 from lakehouse.schema import SchemaFile, TableSpec
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
 
 MODULUS = 1 << 128
 
