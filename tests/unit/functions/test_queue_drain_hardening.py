@@ -104,7 +104,7 @@ BAD_MESSAGES = {
     "another bucket": body_for(GOOD_KEY, bucket="someone-elses-bucket"),
     "outside the DMS prefix": body_for("other/sales/web_sales/20261122-101010000.csv"),
     "not a DMS file name": body_for("dms/sales/web_sales/notes.txt"),
-    "a folder too deep": body_for("dms/sales/web_sales/2026/11/20261122-101010000.csv"),
+    "a folder too deep": body_for("dms/sales/web_sales/extra/20261122-101010000.csv"),  # not a date folder
     "a folder marker": body_for("dms/sales/web_sales/"),
     "invalid percent-encoding": body_for("dms/sales/web_sales/%FF%FE.csv"),
     "an Object Deleted event": body_for(GOOD_KEY) | {"detail-type": "Object Deleted"},
