@@ -172,6 +172,14 @@ def _batch_lag(report: dict[str, Any]) -> float:
     )
 
 
+def _wait_for_rollover(pipeline: LocalPipeline, timeout: float) -> int:
+    """The number of executions, once a rollover happened or `timeout` seconds passed."""
+    deadline = time.monotonic() + timeout
+    while len(executions := pipeline.executions()) < 2 and time.monotonic() < deadline:
+        time.sleep(2.0)
+    return len(executions)
+
+
 def _job(app: Any, logical_id: str) -> str:
     return app.outputs.get(f"{logical_id}Name") or app.resources[logical_id]
 
@@ -181,6 +189,16 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
     from tools.bi import load_queries, run_query, spark_names
     from tools.dashboard import collect_figures, write_dashboard
 
+    executions = _wait_for_rollover(pipeline, timeout=45)
+    _step(
+        started,
+        f"{executions} execution(s): "
+        + (
+            "the first handed the loop and the lease over to a fresh one (history rollover)"
+            if executions > 1
+            else "no rollover yet (raise the workload or lower --history-threshold)"
+        ),
+    )
     pipeline.stop_executions()  # nothing races the jobs below; the pending batch (none) would stay
     _step(started, "state machine stopped; running the refine job on the final clean zone")
     pipeline.run_job(_job(app, "RefineJob"), {"--run_id": "demo-final-refine"})
@@ -191,9 +209,13 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
         in_loop = len(glue.get_job_runs(JobName=maintenance)["JobRuns"])
         _step(started, f"maintenance ran {in_loop} time(s) in the loop; one more pass now")
         report_key = "manifests/reports/maintenance-demo.json"
-        pipeline.run_job(
+        pipeline.run_job(  # every file here is minutes old: no orphan could be old enough, so none is sought
             maintenance,
-            {"--run_id": "demo-maintenance", "--report_uri": f"s3://{app.artifacts_bucket}/{report_key}"},
+            {
+                "--run_id": "demo-maintenance",
+                "--report_uri": f"s3://{app.artifacts_bucket}/{report_key}",
+                "--orphan_file_age_hours": "0",
+            },
         )
         maintenance_runs = in_loop + 1
         body = pipeline.aws("s3").get_object(Bucket=app.artifacts_bucket, Key=report_key)["Body"].read()
@@ -262,7 +284,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--every", type=float, default=5.0, help="seconds between progress lines")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the clean zone")
     parser.add_argument(
-        "--history-threshold", type=int, default=100, help="events before the execution rolls over"
+        "--history-threshold", type=int, default=40, help="events before the execution rolls over"
     )
     parser.add_argument(
         "--dms-format",
