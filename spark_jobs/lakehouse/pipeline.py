@@ -790,7 +790,9 @@ def _load_table(
     started_at = min([t for t in (figures["oldest"], *(m for _, m in found)) if t is not None], default=None)
     # The rows' timestamps say when DMS transferred them (the same clock as CDC file names); the files' own
     # times only when the rows carry none.
-    written = [t for t in (figures["oldest"], figures["newest"]) if t is not None] or [m for _, m in found if m]
+    written = [t for t in (figures["oldest"], figures["newest"]) if t is not None] or [
+        m for _, m in found if m
+    ]
     properties = {LOAD_DONE: str(len(files)), SOURCE_TABLE: spec.qualified_name}
     if started_at is not None:
         properties[LOAD_STARTED] = started_at.isoformat()

@@ -114,14 +114,19 @@ class DmsReplicationProvider(ServiceLifecycleHook):
             raise _fault("ResourceNotFoundFault", f"Replication Task {arn} not found")
         return task
 
-    def _put_object_for(self, context: RequestContext) -> Any:
-        client = boto3.client(
+    @staticmethod
+    def _s3(context: RequestContext) -> Any:
+        """An S3 client of the local AWS, as the task's account (so bucket notifications fire)."""
+        return boto3.client(
             "s3",
             endpoint_url=settings.endpoint_url(),
             region_name=context.region,
             aws_access_key_id=context.account_id,
             aws_secret_access_key="test",
         )
+
+    def _put_object_for(self, context: RequestContext) -> Any:
+        client = self._s3(context)
 
         def put_object(bucket: str, key: str, body: bytes) -> None:
             kind = "application/vnd.apache.parquet" if key.endswith(".parquet") else "text/csv"
@@ -130,13 +135,7 @@ class DmsReplicationProvider(ServiceLifecycleHook):
         return put_object
 
     def _delete_prefix_for(self, context: RequestContext) -> Any:
-        client = boto3.client(
-            "s3",
-            endpoint_url=settings.endpoint_url(),
-            region_name=context.region,
-            aws_access_key_id=context.account_id,
-            aws_secret_access_key="test",
-        )
+        client = self._s3(context)
 
         def delete_prefix(bucket: str, prefix: str) -> None:
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):

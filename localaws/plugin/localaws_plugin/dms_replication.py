@@ -275,23 +275,12 @@ class ReplicationRun:
             statistics = self.table_statistics[table]
             statistics.state = "Full load"
             statistics.full_load_start = datetime.now(UTC)
-            snapshot_seq, columns, rows = source.snapshot(table)
-            loaded_at = datetime.now(UTC).replace(tzinfo=None)
-            layout = FileLayout(
-                include_op=self.target.include_op_for_full_load,
-                timestamp_column=self.target.timestamp_column_name,
-                data_columns=tuple(columns),
-                before_image_columns=self._before_image_columns(source, table, columns),
-                added_columns=tuple(self.mapping.added_columns_for(schema, table)),
-            )
-            change_rows = [
-                ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
-            ]
+            layout, change_rows = self._snapshot_rows(source, table)
             for file_rows in self._write_load_files(source, table, layout, change_rows):
                 loaded_rows += file_rows
                 if total_rows:
                     self.full_load_percent = min(99, loaded_rows * 100 // total_rows)
-            statistics.full_load_rows = len(rows)
+            statistics.full_load_rows = len(change_rows)
             statistics.state = "Table completed"
             statistics.last_update = statistics.full_load_end = datetime.now(UTC)
             self.tables_loading = 0
@@ -319,6 +308,22 @@ class ReplicationRun:
         return [
             (body.encode(), body.count(self.target.csv_row_delimiter) - header)
             for body in split_into_files(layout, rows, self.target, max_rows)
+        ]
+
+    def _snapshot_rows(self, source: SqliteSource, table: str) -> tuple[FileLayout, list[ChangeRow]]:
+        """The table read in one snapshot: its full-load layout, and an `I` row per source row carrying the
+        snapshot's change-log position (every later change has a higher one)."""
+        snapshot_seq, columns, rows = source.snapshot(table)
+        loaded_at = datetime.now(UTC).replace(tzinfo=None)
+        layout = FileLayout(
+            include_op=self.target.include_op_for_full_load,
+            timestamp_column=self.target.timestamp_column_name,
+            data_columns=tuple(columns),
+            before_image_columns=self._before_image_columns(source, table, columns),
+            added_columns=tuple(self.mapping.added_columns_for(self.source_settings.schema, table)),
+        )
+        return layout, [
+            ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
         ]
 
     def _write_load_files(
@@ -350,24 +355,13 @@ class ReplicationRun:
                 self.delete_prefix(self.target.bucket_name, folder)
             self._load_counters[table] = 0
             self._last_cdc_name.pop(table, None)
-            snapshot_seq, columns, rows = source.snapshot(table)
-            loaded_at = datetime.now(UTC).replace(tzinfo=None)
-            layout = FileLayout(
-                include_op=self.target.include_op_for_full_load,
-                timestamp_column=self.target.timestamp_column_name,
-                data_columns=tuple(columns),
-                before_image_columns=self._before_image_columns(source, table, columns),
-                added_columns=tuple(self.mapping.added_columns_for(schema, table)),
-            )
-            change_rows = [
-                ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
-            ]
+            layout, change_rows = self._snapshot_rows(source, table)
             for _ in self._write_load_files(source, table, layout, change_rows):
                 pass
-            statistics.full_load_rows = len(rows)
+            statistics.full_load_rows = len(change_rows)
             statistics.state = "Table completed"
             statistics.last_update = statistics.full_load_end = datetime.now(UTC)
-            LOG.info("DMS reload: %s.%s reloaded, %d rows", schema, table, len(rows))
+            LOG.info("DMS reload: %s.%s reloaded, %d rows", schema, table, len(change_rows))
 
     def _before_image_columns(
         self, source: SqliteSource, table: str, columns: list[str] | tuple[str, ...]

@@ -503,7 +503,9 @@ def test_real_dms_file_names_and_date_partition_folders_apply_in_time_order(spar
     ]
 
 
-def test_a_cdc_file_written_in_the_second_a_reload_began_and_removed_by_it_is_superseded(spark, lake_config, dms):
+def test_a_cdc_file_written_in_the_second_a_reload_began_and_removed_by_it_is_superseded(
+    spark, lake_config, dms
+):
     """Given DMS flushing a CDC file at 10:00:00.700, then reloading the table (its folder emptied, LOAD rows
     transferred at 10:00:00.900), and a CDC file written at 10:00:05 after the reload that someone removed,
     When a batch names both removed files, Then the first is superseded by the reload (whatever the

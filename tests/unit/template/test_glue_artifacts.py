@@ -81,7 +81,9 @@ def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
     The file list is what `python -m deploy.glue_artifacts --list` prints."""
     package = glue_artifacts.SPARK_JOBS / "lakehouse"
     seen: set[str] = set()
-    todo = set().union(*(_imported_lakehouse_modules(glue_artifacts.SPARK_JOBS / s) for s in glue_artifacts.GLUE_SCRIPTS))
+    todo = set().union(
+        *(_imported_lakehouse_modules(glue_artifacts.SPARK_JOBS / s) for s in glue_artifacts.GLUE_SCRIPTS)
+    )
     while todo:
         module = todo.pop()
         if module in seen:
