@@ -380,3 +380,22 @@ def test_the_drain_accepts_exactly_the_files_the_spark_jobs_read(drain_app, key)
     if key.startswith("dms/a/b/c/") or key.endswith("/10/59/20261122-101010123.csv"):
         expected = ("", "", "cdc")  # the reader takes the last two folders; the drain knows the prefix
     assert (schema, table, kind) == expected
+
+
+def test_a_batch_requeued_by_the_operator_is_handed_out_first_with_its_attempts_renewed(queues, drain_app):
+    """Given a batch moved aside after MAX_MANIFEST_ATTEMPTS failed runs, When the operator requeues it
+    (tools.requeue_batch) after fixing the cause, Then the next drain hands it out again before new files,
+    as attempt 1 of a fresh MAX_MANIFEST_ATTEMPTS."""
+    from tools import requeue_batch
+
+    key = put_pending(RUN_ID)
+    for _ in range(3):  # handed out twice more, then moved aside
+        drain_app.handler({}, FakeContext())
+    s3 = boto3.client("s3")
+    (failed,) = requeue_batch.failed_batches(s3, ARTIFACTS)
+    requeue_batch.requeue(s3, ARTIFACTS, failed)
+
+    resumed = drain_app.handler({}, FakeContext())
+
+    assert (resumed["manifest_key"], resumed["resumed"], resumed["attempt"]) == (key, True, 1)
+    assert keys_under("manifests/failed/") == []
