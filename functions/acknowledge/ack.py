@@ -90,10 +90,14 @@ def _count(totals: dict[str, Any], name: str) -> int:
 def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
     """Metric values from a run report (only the contract's keys are read)."""
     totals = report.get("totals") if isinstance(report.get("totals"), dict) else {}
+    # A retried run skips the tables its failed attempt applied: what that attempt quarantined is only in
+    # the run-wide counts (the quarantine table's rows of this run id), which the job reports beside.
     values: dict[str, float] = {
         "ChangesApplied": _count(totals, "inserted_or_updated") + _count(totals, "deleted"),
-        "QuarantinedRecords": _count(totals, "quarantined_records"),
-        "QuarantinedFiles": _count(totals, "quarantined_files"),
+        "QuarantinedRecords": max(
+            _count(totals, "quarantined_records"), _count(report, "run_quarantined_records")
+        ),
+        "QuarantinedFiles": max(_count(totals, "quarantined_files"), _count(report, "run_quarantined_files")),
     }
     newest = report.get("newest_commit_ts")
     if isinstance(newest, str) and newest:

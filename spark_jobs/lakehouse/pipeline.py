@@ -48,7 +48,13 @@ from lakehouse.iceberg import (
 )
 from lakehouse.manifest import Manifest
 from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, INTERNAL_PREFIX, RESERVED_COLUMNS, quote
-from lakehouse.quarantine import FileProblem, file_rejections, record_rejections, write_quarantine
+from lakehouse.quarantine import (
+    FileProblem,
+    file_rejections,
+    quarantined_in_run,
+    record_rejections,
+    write_quarantine,
+)
 from lakehouse.schema import SchemaFile, TableSpec
 from lakehouse.state import LedgerEntry, RecordedFile, StateTables, applied_files
 from lakehouse.storage import list_objects, stage_for_spark
@@ -125,6 +131,9 @@ class RunReport:
     tables: list[TableReport] = field(default_factory=list)
     skipped_files: list[str] = field(default_factory=list)
     quarantine_rows_added: int = 0
+    # What the quarantine holds for this run id over all its attempts (a retry skips what the first applied).
+    run_quarantined_records: int = 0
+    run_quarantined_files: int = 0
     seconds: float = 0.0
     error: str | None = None  # a failure of the run itself (not of one table)
 
@@ -231,6 +240,7 @@ class _Pipeline:
         self.file_problems: list[FileProblem] = []
         self.ledger_entries: list[LedgerEntry] = []
         self.ledger_forget: list[tuple[str, RecordedFile]] = []
+        self.unknown_tables: dict[str, list[str]] = defaultdict(list)
         self._lock = threading.Lock()
 
     def classify(self, uris: Sequence[tuple[str, int]]) -> dict[TableSpec, list[DmsFile]]:
@@ -247,12 +257,28 @@ class _Pipeline:
                 continue
             spec = self.schema.find(file.source_schema, file.table)
             if spec is None:
-                self.file_problems.append(
-                    FileProblem(file.qualified_table, uri, "unknown table: not in the schema file")
-                )
+                self.unknown_tables[file.qualified_table].append(uri)
                 continue
             by_table[spec].append(file)
         return by_table
+
+    def unknown_table_reports(self) -> list[TableReport]:
+        """A table the schema file does not know (added on the source since it was generated) is not bad
+        data: its table fails with what to do, and the batch stays pending until the file is regenerated."""
+        return [
+            TableReport(
+                table,
+                files=len(uris),
+                error=(
+                    f"SchemaOutOfDateError: {table} is not in the schema file, but the batch has {len(uris)} "
+                    f"file(s) of it (e.g. {uris[0]}): the source has a table the schema file was generated "
+                    "without. Regenerate the schema file (python -m tools.schema_gen ...) and upload it where "
+                    "--schema_file points, or exclude the table in the DMS task's table mappings; the batch "
+                    "stays pending and the next run applies it."
+                ),
+            )
+            for table, uris in sorted(self.unknown_tables.items())
+        ]
 
     def read_raw(self, spec: TableSpec, files: list[DmsFile], report: TableReport) -> RawRead:
         """The files' records. Unreadable files go to quarantine; a file that does not exist is an error
@@ -322,6 +348,9 @@ class _Pipeline:
         self.report.quarantine_rows_added = write_quarantine(
             self.spark, self.config.quarantine, self.report.run_id, self.report.job, parts
         )
+        self.report.run_quarantined_records, self.report.run_quarantined_files = quarantined_in_run(
+            self.spark, self.config.quarantine, self.report.run_id
+        )
         return self.report
 
     def run_tables(
@@ -378,6 +407,7 @@ def apply_cdc(
         _apply_table_changes(run, spec, sorted(files, key=lambda f: f.order_key), report, recorded)
 
     run.run_tables(list(by_table.items()), apply)
+    run.report.tables += run.unknown_table_reports()
     report = run.finish()
     report.seconds = round(time.monotonic() - started, 3)
     return report

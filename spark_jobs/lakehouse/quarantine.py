@@ -96,3 +96,20 @@ def write_quarantine(
     )
     spark.catalog.dropTempView(view)
     return spark.table(table).count() - before
+
+
+def quarantined_in_run(spark: SparkSession, table: str, run_id: str) -> tuple[int, int]:
+    """(records, files) the quarantine holds for a run, over all its attempts: a retried run skips what
+    its first attempt applied, and so would not count again what that attempt quarantined."""
+    if not spark.catalog.tableExists(table):
+        return 0, 0
+    counts = (
+        spark.table(table)
+        .where(F.col("run_id") == F.lit(run_id))
+        .agg(
+            F.count(F.col("record_number")).alias("records"),
+            F.count(F.when(F.col("record_number").isNull(), 1)).alias("files"),
+        )
+        .first()
+    )
+    return int(counts["records"]), int(counts["files"])

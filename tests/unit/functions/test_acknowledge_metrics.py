@@ -84,6 +84,22 @@ def test_without_newest_commit_no_lag_is_published(ack_app, capsys):
     assert "LagSeconds" not in metrics and metrics["ChangesApplied"] == [42.0]
 
 
+def test_what_a_failed_attempt_quarantined_is_published_by_the_retry_that_succeeds(ack_app, capsys):
+    """Given a run whose first attempt quarantined 3 records and 1 file in one table and then failed on
+    another, and whose retry skipped the first table (applied) so that its own totals count nothing,
+    When the retried batch is acknowledged,
+    Then QuarantinedRecords=3 and QuarantinedFiles=1 are published (the run-wide counts), not 0."""
+    retried = report(None)
+    retried["totals"] |= {"quarantined_records": 0, "quarantined_files": 0}
+    retried |= {"run_quarantined_records": 3, "run_quarantined_files": 1}
+    put_report(retried)
+
+    ack_app.handler(event("acknowledge.json"), FakeContext())
+
+    metrics = emitted(capsys)
+    assert (metrics["QuarantinedRecords"], metrics["QuarantinedFiles"]) == ([3.0], [1.0])
+
+
 @pytest.mark.parametrize("broken", [None, b"{not json", b"[1]"], ids=["missing", "not JSON", "not an object"])
 def test_a_missing_or_broken_report_never_fails_the_acknowledge(ack_app, capsys, caplog, broken):
     """Given no report (or an unreadable one), When acknowledged, Then the batch is retired, a warning is

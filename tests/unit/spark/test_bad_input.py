@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from lakehouse.pipeline import ApplyOptions, apply_cdc
@@ -12,12 +13,11 @@ from tests.support import DmsWriter, manifest, rows_of, schema_of
 pytestmark = pytest.mark.spark
 
 COLUMNS = ["id", "name", "balance"]
-SCHEMA = schema_of(
-    {
-        "sales.customer": (["id"], [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")]),
-        "sales.item": (["sku"], [("sku", "varchar(10)"), ("price", "decimal(7,2)")]),
-    }
-)
+TABLES = {
+    "sales.customer": (["id"], [("id", "int"), ("name", "varchar(40)"), ("balance", "decimal(10,2)")]),
+    "sales.item": (["sku"], [("sku", "varchar(10)"), ("price", "decimal(7,2)")]),
+}
+SCHEMA = schema_of(TABLES)
 
 
 @pytest.fixture
@@ -64,19 +64,24 @@ def test_malformed_records_are_quarantined_with_file_record_and_reason(spark, la
     assert '"balance":"12abc"' in raw  # the raw record is kept, so it can be fixed and replayed
 
 
-def test_unreadable_file_and_unknown_table_do_not_stop_other_tables(spark, lake_config, dms, tmp_path):
-    """Given a manifest with a file without header, a file of an unknown table, a key outside the DMS
-    layout, and good files,
+def test_unreadable_files_are_quarantined_and_a_table_the_schema_file_lacks_stops_only_itself(
+    spark, lake_config, dms, tmp_path
+):
+    """Given a manifest with a file without header, a key outside the DMS layout, a file of a table the
+    schema file does not know (added on the source since it was generated), and good files,
     When applied,
-    Then the good files are applied and each bad file is quarantined with its reason."""
+    Then the good files are applied, each bad file is quarantined with its reason, and the unknown
+    table's file is not quarantined (it is not bad data): its table fails, saying to regenerate the
+    schema file, so the batch stays pending; once the file knows the table, a retry applies it."""
     good = dms.cdc("sales.item", ["sku", "price"], [("I", ("A-1", 9.99))])
     empty = dms.table_dir("sales.item") / "20261122-100000002.csv"
     empty.write_text("")
     unknown = dms.cdc("sales.ghost", ["id"], [("I", (1,))])
     stray = tmp_path / "notes.txt"
     stray.write_text("hello")
+    batch = manifest(str(empty), unknown, str(stray), good)
 
-    report = apply_cdc(spark, lake_config, SCHEMA, manifest(str(empty), unknown, str(stray), good))
+    report = apply_cdc(spark, lake_config, SCHEMA, batch)
 
     assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
     reasons = {
@@ -87,11 +92,42 @@ def test_unreadable_file_and_unknown_table_do_not_stop_other_tables(spark, lake_
         reasons.pop("20261122-100000002.csv")
         == "missing or blank header row (DMS AddColumnName=true is required)"
     )
-    assert reasons.pop(unknown.rsplit("/", 1)[-1]) == "unknown table: not in the schema file"
     assert "neither a LOAD file nor a timestamp-named CDC file" in reasons.pop("notes.txt")
     assert reasons == {}
     assert report.totals()["quarantined_files"] == 1  # the table's own unreadable file
-    assert not report.failed
+    (failed,) = report.failed
+    assert failed.table == "sales.ghost" and failed.files == 1
+    assert "not in the schema file" in failed.error and "schema_gen" in failed.error
+
+    regenerated = schema_of(TABLES | {"sales.ghost": (["id"], [("id", "int")])})
+    retry = apply_cdc(spark, lake_config, regenerated, batch)
+    assert retry.ok, retry.failed
+    assert rows_of(spark, lake_config.clean_table("sales_ghost")) == [(1,)]
+    assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
+
+
+def test_a_retry_reports_what_its_failed_attempt_quarantined(spark, lake_config, dms):
+    """Given a batch whose first attempt quarantines a bad record of one table and fails on another
+    (a file that does not exist yet),
+    When the batch is retried after the file is back (same run id) and the first table is skipped as
+    applied,
+    Then the retry's report still counts the run's quarantined record (run_quarantined_records=1), so the
+    acknowledge publishes it, while its own per-table totals count only what it did."""
+    bad = dms.cdc("sales.customer", COLUMNS, [("I", (1, "ok", 1)), ("I", (2, "bad", "1.2.3"))])
+    late = Path(dms.cdc("sales.item", ["sku", "price"], [("I", ("A-1", 9.99))]))
+    held = late.read_bytes()
+    late.unlink()
+    batch = manifest(bad, str(late), run_id="run-1")
+
+    first = apply_cdc(spark, lake_config, SCHEMA, batch, QUARANTINE_MISMATCHES)
+    late.write_bytes(held)
+    retry = apply_cdc(spark, lake_config, SCHEMA, batch, QUARANTINE_MISMATCHES)
+
+    assert [t.table for t in first.failed] == ["sales.item"]
+    assert retry.ok and retry.totals()["quarantined_records"] == 0
+    assert (retry.run_quarantined_records, retry.run_quarantined_files) == (1, 0)
+    assert retry.to_dict()["run_quarantined_records"] == 1
+    assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
 
 
 def test_a_file_the_manifest_names_that_does_not_exist_stops_its_table_only(spark, lake_config, dms):
