@@ -58,10 +58,12 @@ deploy: venv sam-venv
 	.venv-sam/bin/sam deploy $(if $(GUIDED),--guided,) --stack-name $(STACK)
 	$(BIN)/python -m deploy.glue_artifacts --stack-name $(STACK) $(if $(SCHEMA_FILE),--schema-file $(SCHEMA_FILE),)
 
-# The dashboard of the demo's warehouse (make demo writes one itself at its end): var/demo/dashboard.html
+# The dashboard of the demo's warehouse and its run reports (make demo writes one itself at its end and keeps
+# the reports in var/demo/reports): var/demo/dashboard.html
 dashboard: venv
 	$(BIN)/python -m tools.dashboard --catalog_type hadoop --warehouse var/warehouse/clean \
-	  --clean_database demo_clean --refined_database demo_refined --out var/demo/dashboard.html
+	  --clean_database demo_clean --refined_database demo_refined --out var/demo/dashboard.html \
+	  $$( [ -d var/demo/reports ] && echo --reports var/demo/reports )
 
 sample-db: venv
 	$(BIN)/python -m tools.sample_data --db var/source.db --scale 1 --seed 42 --schema_out var/schema.json

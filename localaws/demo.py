@@ -155,23 +155,6 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _batch_lag(report: dict[str, Any]) -> float:
-    """How old the batch's newest change was when the drain cut the batch (its run id is that time)."""
-    from datetime import UTC, datetime
-
-    newest = report.get("newest_commit_ts")
-    try:
-        cut = datetime.strptime(report["run_id"][:22], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
-    except (KeyError, ValueError):
-        return 0.0
-    if not newest:
-        return 0.0
-    moment = datetime.fromisoformat(newest.replace("Z", "+00:00"))
-    return round(
-        max((cut - (moment if moment.tzinfo else moment.replace(tzinfo=UTC))).total_seconds(), 0.0), 1
-    )
-
-
 def _wait_for_rollover(pipeline: LocalPipeline, timeout: float) -> int:
     """The number of executions, once a rollover happened or `timeout` seconds passed."""
     deadline = time.monotonic() + timeout
@@ -186,8 +169,8 @@ def _job(app: Any, logical_id: str) -> str:
 
 def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) -> tuple[list[Any], int]:
     """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
-    from tools.bi import load_queries, run_query, spark_names
-    from tools.dashboard import collect_figures, write_dashboard
+    from tools.bi import load_queries, run_query, spark_names, version_as_of
+    from tools.dashboard import collect_figures, run_metrics, write_dashboard
 
     executions = _wait_for_rollover(pipeline, timeout=45)
     _step(
@@ -196,7 +179,8 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
         + (
             "the first handed the loop and the lease over to a fresh one (history rollover)"
             if executions > 1
-            else "no rollover yet (raise the workload or lower --history-threshold)"
+            else "NO ROLLOVER happened: the demo did not show the hand-over "
+            "(raise --changes or lower --history-threshold)"
         ),
     )
     pipeline.stop_executions()  # nothing races the jobs below; the pending batch (none) would stay
@@ -233,36 +217,29 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
         print("  " + check.line())
     spark, lake = pipeline.spark(), pipeline.lake_config()
     _step(started, "BI queries (bi/queries) on the refined zone, first rows of each")
-    names = spark_names(lake)
+    # The time-travel queries look back to the refined zone's oldest snapshot still held (the first refine).
+    first = spark.sql(
+        f"SELECT snapshot_id FROM {lake.catalog_name}.{lake.refined_database}.sales_enriched.snapshots "
+        "ORDER BY committed_at LIMIT 1"
+    ).first()
+    names = spark_names(lake, version_as_of(first["snapshot_id"]) if first else None)
     for query in load_queries().values():
         if not query.placeholders <= set(names):
-            continue  # the time-travel queries need a point in time: see docs/TIME_TRAVEL.md
+            print(f"  {query.name}: skipped, the refined zone has no earlier snapshot to travel to")
+            continue
         rows = run_query(spark, query, names).limit(3).collect()
-        print(f"  {query.name}: {query.description}")
+        as_of = f" [as of snapshot {first['snapshot_id']}]" if "as_of" in query.placeholders else ""
+        print(f"  {query.name}: {query.description}{as_of}")
         for row in rows:
             print("    " + ", ".join(f"{k}={v}" for k, v in row.asDict().items()))
+        if not rows:
+            print("    (no rows)")
     reports = pipeline.run_reports()
-    metrics = {
-        "CDC runs": len(reports),
-        "changes applied": sum(
-            r["totals"]["inserted_or_updated"] + r["totals"]["deleted"] for r in reports if r.get("totals")
-        ),
-        "quarantined records": sum(r["totals"]["quarantined_records"] for r in reports if r.get("totals")),
-        "newest_commit_ts": max(
-            (r["newest_commit_ts"] for r in reports if r.get("newest_commit_ts")), default=None
-        ),
-        "runs": [
-            {
-                "run_id": r["run_id"],
-                "files": r["totals"]["files"],
-                "changes": r["totals"]["inserted_or_updated"] + r["totals"]["deleted"],
-                "seconds": round(r.get("seconds", 0), 1),
-                "lag_seconds": _batch_lag(r),
-            }
-            for r in reports
-            if r.get("totals")
-        ],
-    }
+    saved = workdir / "reports"  # `make dashboard` draws the same runs from here
+    saved.mkdir(parents=True, exist_ok=True)
+    for report in reports:
+        (saved / f"{report['run_id']}.json").write_text(json.dumps(report), encoding="utf-8")
+    metrics = run_metrics(reports)
     path = write_dashboard(workdir / "dashboard.html", collect_figures(spark, lake), metrics)
     _step(started, f"dashboard written: {path.resolve()} (open it in a browser; it works offline)")
     return refined_checks, maintenance_runs

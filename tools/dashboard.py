@@ -298,6 +298,52 @@ def render_html(
 """
 
 
+def batch_lag(report: Mapping[str, Any]) -> float:
+    """How old the batch's newest change was when the drain cut the batch (its run id is that time)."""
+    newest = report.get("newest_commit_ts")
+    try:
+        cut = datetime.strptime(str(report["run_id"])[:22], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
+    except (KeyError, ValueError):
+        return 0.0
+    if not newest:
+        return 0.0
+    moment = datetime.fromisoformat(newest.replace("Z", "+00:00"))
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return round(max((cut - moment).total_seconds(), 0.0), 1)
+
+
+def run_metrics(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The dashboard's pipeline figures from CDC run reports (docs/CONTRACTS.md), oldest run first."""
+    cdc = sorted(
+        (r for r in reports if r.get("job") == "cdc" and isinstance(r.get("totals"), dict)),
+        key=lambda r: str(r.get("run_id", "")),
+    )
+
+    def changes(report: Mapping[str, Any]) -> int:
+        return report["totals"].get("inserted_or_updated", 0) + report["totals"].get("deleted", 0)
+
+    return {
+        "CDC runs": len(cdc),
+        "changes applied": sum(changes(r) for r in cdc),
+        "quarantined records": sum(
+            max(r["totals"].get("quarantined_records", 0), r.get("run_quarantined_records", 0)) for r in cdc
+        ),
+        "newest_commit_ts": max(
+            (r["newest_commit_ts"] for r in cdc if r.get("newest_commit_ts")), default=None
+        ),
+        "runs": [
+            {
+                "run_id": r["run_id"],
+                "files": r["totals"].get("files", 0),
+                "changes": changes(r),
+                "seconds": round(r.get("seconds", 0), 1),
+                "lag_seconds": batch_lag(r),
+            }
+            for r in cdc
+        ],
+    }
+
+
 def write_dashboard(
     path: str | Path, figures: Figures, metrics: Mapping[str, Any], title: str = "DMS → Iceberg lake"
 ) -> Path:
@@ -322,27 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     config, args = parse_job_arguments(list(argv) if argv is not None else sys.argv[1:], parser)
     metrics: dict[str, Any] = {}
     if args.reports:
-        reports = sorted(
-            (json.loads(p.read_text()) for p in Path(args.reports).glob("*.json")),
-            key=lambda r: r.get("run_id", ""),
-        )
-        reports = [r for r in reports if r.get("job") == "cdc" and r.get("totals")]
-        metrics = {
-            "CDC runs": len(reports),
-            "changes applied": sum(
-                r["totals"]["inserted_or_updated"] + r["totals"]["deleted"] for r in reports
-            ),
-            "newest_commit_ts": max(
-                (r["newest_commit_ts"] for r in reports if r.get("newest_commit_ts")), default=None
-            ),
-            "runs": [
-                {
-                    "run_id": r["run_id"],
-                    "changes": r["totals"]["inserted_or_updated"] + r["totals"]["deleted"],
-                }
-                for r in reports
-            ],
-        }
+        metrics = run_metrics([json.loads(p.read_text()) for p in Path(args.reports).glob("*.json")])
     spark = build_session(config, "dashboard")
     path = write_dashboard(args.out, collect_figures(spark, config), metrics)
     print(path.resolve())

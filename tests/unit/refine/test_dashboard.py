@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.dashboard import NO_DATA, Figures, freshness_line, render_html, write_dashboard
+from tools.dashboard import NO_DATA, Figures, freshness_line, render_html, run_metrics, write_dashboard
 
 FIGURES = Figures(
     totals={"revenue": 1_234_567.89, "profit": 234_567.0, "orders": 4321, "lines": 19_876},
@@ -135,3 +135,41 @@ def test_a_screenshot_of_the_dashboard_is_an_image_of_its_charts(browser, tmp_pa
     width, height = int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
     assert (width, height) == (1280, 1600)
     assert len(data) > 40_000  # charts, text and colours compress far worse than a blank page (~5 kB)
+
+
+def test_run_reports_become_the_pipeline_figures_demo_and_make_dashboard_draw() -> None:
+    """Given CDC run reports (one retried after a failed attempt that quarantined 2 records) and a
+    full-load report, When turned into the dashboard's metrics, Then only CDC runs count, oldest first,
+    with their files, changes, seconds and lag (batch cut time minus newest applied change), and the
+    quarantine counts what every attempt of a run quarantined."""
+
+    def cdc(run_id: str, newest: str | None, **totals: int) -> dict:
+        base = {"files": 1, "inserted_or_updated": 0, "deleted": 0, "quarantined_records": 0}
+        return {
+            "run_id": run_id,
+            "job": "cdc",
+            "totals": base | totals,
+            "newest_commit_ts": newest,
+            "seconds": 3.04,
+        }
+
+    later = cdc(
+        "20261124T100200000000Z-bbbbbbbb", "2026-11-24T10:01:30", files=2, inserted_or_updated=5, deleted=1
+    )
+    retried = cdc("20261124T100100000000Z-aaaaaaaa", "2026-11-24T10:00:00", inserted_or_updated=3) | {
+        "run_quarantined_records": 2
+    }
+    full_load = {
+        "run_id": "full-load",
+        "job": "full-load",
+        "totals": {"inserted_or_updated": 99, "deleted": 0},
+    }
+
+    metrics = run_metrics([later, full_load, retried])
+
+    assert (metrics["CDC runs"], metrics["changes applied"], metrics["quarantined records"]) == (2, 9, 2)
+    assert metrics["newest_commit_ts"] == "2026-11-24T10:01:30"
+    assert [(r["files"], r["changes"], r["seconds"], r["lag_seconds"]) for r in metrics["runs"]] == [
+        (1, 3, 3.0, 60.0),
+        (2, 6, 3.0, 30.0),
+    ]
