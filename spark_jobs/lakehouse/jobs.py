@@ -34,6 +34,12 @@ def _dms_arguments(parser: argparse.ArgumentParser) -> None:
         help="the DMS endpoint's CsvNullValue, when it sets one (then null and empty string differ)",
     )
     parser.add_argument(
+        "--csv_delimiter",
+        default=",",
+        type=csv_delimiter,
+        help="the DMS endpoint's CsvDelimiter (default ','; '\\t' or 'tab' for a tab)",
+    )
+    parser.add_argument(
         "--timestamp_column", default="dms_timestamp", help="the DMS endpoint's TimestampColumnName"
     )
     parser.add_argument(
@@ -69,9 +75,21 @@ def _dms_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
 
 
+def csv_delimiter(text: str) -> str:
+    """The endpoint's CsvDelimiter as a job argument: a tab may be spelled `\\t` or `tab` (Glue arguments
+    and consoles can't hold a literal tab); Glue passes "" for a parameter left empty: the default."""
+    value = {"\\t": "\t", "tab": "\t", "": ","}.get(text, text)
+    if not value.strip(" ") or any(ch in value for ch in '"\r\n'):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} can't be a CSV delimiter (a quote, a line break or blanks would break every record)"
+        )
+    return value
+
+
 def apply_options(args: argparse.Namespace) -> ApplyOptions:
     return ApplyOptions(
-        reader=ReaderOptions(csv_null_value=args.csv_null_value or None),  # Glue passes "" for unset
+        # Glue passes "" for unset
+        reader=ReaderOptions(csv_null_value=args.csv_null_value or None, delimiter=args.csv_delimiter),
         names=ChangeColumns(
             timestamp=args.timestamp_column,
             change_seq=args.change_seq_column,

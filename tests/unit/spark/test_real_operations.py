@@ -534,3 +534,65 @@ def test_a_cdc_file_written_in_the_second_a_reload_began_and_removed_by_it_is_su
     assert not lost.ok and MissingFileError.__name__ in lost.failed[0].error
     assert "20261124-100005000.csv" in lost.failed[0].error
     assert rows_of(spark, orders(lake_config)) == [(1, "flushed", d(2))]
+
+
+# ------------------------------------------------------------------------------------ endpoint settings
+
+
+@pytest.mark.parametrize("spelled", ["|", "\\t"], ids=["pipe", "tab"])
+def test_files_written_with_the_endpoints_csv_delimiter_apply_like_comma_separated_ones(
+    spark, lake_config, tmp_path, spelled
+):
+    """Given DMS writing with CsvDelimiter '|' or a tab (values holding the delimiter, commas, quotes and
+    a line break are quoted), and the jobs given the same delimiter as a job argument (a tab spelled `\\t`),
+    When the full load and a CDC file are applied,
+    Then the table holds every value exactly, and nothing is quarantined."""
+    from lakehouse.jobs import apply_options, cdc_parser
+
+    options = apply_options(cdc_parser().parse_args(["--manifest", "m.json", "--csv_delimiter", spelled]))
+    sep = options.reader.delimiter
+    table = tmp_path / "raw" / "dms" / "shop" / "orders"
+    table.mkdir(parents=True)
+
+    def line(*fields: str) -> str:
+        return (
+            sep.join(
+                f'"{f.replace(chr(34), 2 * chr(34))}"' if any(c in f for c in f'{sep},"\n') else f
+                for f in fields
+            )
+            + "\n"
+        )
+
+    (table / "LOAD00000001.csv").write_text(
+        line("Op", "dms_timestamp", "AR_H_CHANGE_SEQ", *COLUMNS)
+        + line("I", "2026-11-22 10:00:00.000000", "", "1", f"a{sep}b, c", "1.50")
+        + line("I", "2026-11-22 10:00:00.000000", "", "2", 'say "hi"\nbye', "2.00")
+    )
+    cdc = table / "20261122-100100000.csv"
+    cdc.write_text(
+        line("Op", "dms_timestamp", "AR_H_CHANGE_SEQ", *COLUMNS)
+        + line(
+            "U", "2026-11-22 10:01:00.000000", "20261122100100000000000000000000001", "1", f"x{sep}y", "3.25"
+        )
+        + line("I", "2026-11-22 10:01:00.000000", "20261122100100000000000000000000002", "3", "", "4.00")
+    )
+
+    assert full_load(spark, lake_config, SCHEMA, str(tmp_path / "raw" / "dms"), options=options).ok
+    report = applied(spark, lake_config, SCHEMA, str(cdc), options=options)
+
+    assert rows_of(spark, orders(lake_config)) == [
+        (1, f"x{sep}y", d(3.25)),
+        (2, 'say "hi"\nbye', d(2)),
+        (3, None, d(4)),
+    ]
+    assert report.totals()["quarantined_records"] == report.totals()["quarantined_files"] == 0
+
+
+def test_a_csv_delimiter_that_would_break_every_record_is_refused_up_front():
+    """Given a --csv_delimiter of a quote, a line break or blanks, When the job parses its arguments,
+    Then it exits with a usage error instead of quarantining every file."""
+    from lakehouse.jobs import cdc_parser
+
+    for bad in ['"', "\n", " ", "  "]:
+        with pytest.raises(SystemExit):
+            cdc_parser().parse_args(["--manifest", "m.json", "--csv_delimiter", bad])
