@@ -205,6 +205,8 @@ _PLAIN_DECIMAL = r"^\s*[+-]?([0-9]*)(\.([0-9]*))?\s*$"
 _ISO_DATE = r"^\s*[0-9]{4}-[0-9]{2}-[0-9]{2}\s*$"
 _MIDNIGHT = r"^\s*([0-9]{4}-[0-9]{2}-[0-9]{2})[ T]00:00(:00(\.0*)?)?\s*$"
 _NON_FINITE_TEXT = r"(?i)^\s*[+-]?(nan|inf|infinity)\s*$"
+# MySQL's "zero" date, which no date type holds: null, as MySQL's own connectors read it.
+_ZERO_DATE = r"^\s*0000-00-00([ T]00:00:00(\.0*)?)?\s*$"
 
 
 TEXT = T.StringType()
@@ -239,6 +241,8 @@ def _typed(value: Column, data_type: T.DataType, column: str, source: T.DataType
         return TypedValue(
             F.when(~overflow, cast), _not_valid(value, cast.isNull() | overflow, column, data_type), none
         )
+    if isinstance(data_type, T.DateType | T.TimestampType | T.TimestampNTZType):
+        value = F.when(~value.rlike(_ZERO_DATE), value)
     if isinstance(data_type, T.DateType):
         midnight = F.regexp_extract(value, _MIDNIGHT, 1)
         text = F.when(value.rlike(_ISO_DATE), F.trim(value)).when(midnight != "", midnight)

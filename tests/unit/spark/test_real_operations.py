@@ -596,3 +596,35 @@ def test_a_csv_delimiter_that_would_break_every_record_is_refused_up_front():
     for bad in ['"', "\n", " ", "  "]:
         with pytest.raises(SystemExit):
             cdc_parser().parse_args(["--manifest", "m.json", "--csv_delimiter", bad])
+
+
+def test_mysql_zero_dates_are_null_and_never_stop_the_table(spark, lake_config, dms):
+    """Given a MySQL table whose date and datetime columns hold MySQL's "zero" dates (legal without
+    NO_ZERO_DATE; no date type holds them) in the full load and in a CDC update,
+    When loaded and applied,
+    Then those values are NULL (as MySQL's connectors read them), the other dates are exact, and the
+    table never stops on them."""
+    from datetime import date, datetime
+
+    table, columns = "shop.events", ["id", "day", "at"]
+    schema = schema_of({table: (["id"], [("id", "int"), ("day", "date"), ("at", "datetime(6)")])})
+    dms.load(
+        table, columns, [(1, "0000-00-00", "0000-00-00 00:00:00"), (2, "2026-11-22", "2026-11-22 10:00:00")]
+    )
+    assert full_load(spark, lake_config, schema, str(dms.root)).ok
+    update = dms.cdc(
+        table,
+        columns,
+        [
+            ("U", (2, "0000-00-00", "2026-11-22 10:00:00.500000")),
+            ("I", (3, "2026-01-31", "0000-00-00 00:00:00.000000")),
+        ],
+    )
+
+    applied(spark, lake_config, schema, update)
+
+    assert rows_of(spark, lake_config.clean_table("shop_events")) == [
+        (1, None, None),
+        (2, None, datetime(2026, 11, 22, 10, 0, 0, 500000)),
+        (3, date(2026, 1, 31), None),
+    ]
