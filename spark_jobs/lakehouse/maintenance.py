@@ -51,7 +51,11 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class MaintenanceOptions:
-    """Defaults chosen from bench/maintenance.py (bench/RESULTS.md, "Maintenance")."""
+    """What maintenance does, and why each default. The compaction settings are the ones bench/maintenance.py
+    measured (bench/RESULTS.md, section 6: reads within 0.93-1.18x of a fresh table after 300 batches,
+    a pass every 50 batches). The retentions are not read-cost settings (the bench expired everything
+    but the last snapshots): they are chosen for time travel (3 days), for the orphan search never to
+    touch a file a running job is writing, and for a tombstone to outlive any delivery delay."""
 
     target_file_size_mb: int = 128
     min_input_files: int = 5  # a group is compacted once it has this many small files
