@@ -42,10 +42,9 @@ sqs = boto3.client("sqs")
 class DrainRequest(BaseModel):
     max_files: int | None = Field(default=None, gt=0)
     max_bytes: int | None = Field(default=None, gt=0)
-    # The state machine passes its execution: only the lease holder may drain (absent: a manual run).
-    execution_arn: str | None = Field(
-        default=None, pattern=r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$"
-    )
+    # The state machine always passes its execution: only the lease holder may drain, so a request
+    # that names no execution is refused (a manual drain names the execution holding the lease).
+    execution_arn: str = Field(pattern=r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$")
 
 
 @logger.inject_lambda_context
@@ -53,8 +52,7 @@ class DrainRequest(BaseModel):
 @metrics.log_metrics
 @event_parser(model=DrainRequest)
 def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
-    if request.execution_arn:
-        check_lease(s3, LOCATIONS.artifacts_bucket, LEASE_KEY, request.execution_arn)
+    check_lease(s3, LOCATIONS.artifacts_bucket, LEASE_KEY, request.execution_arn)
     remaining_seconds = context.get_remaining_time_in_millis() / 1000
     limits = DrainLimits(
         max_files=request.max_files or DEFAULT_LIMITS.max_files,
