@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -47,6 +47,14 @@ class DrainRequest(BaseModel):
     execution_arn: str = Field(pattern=r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$")
 
 
+def alarm_moved_aside(moved: dict[str, str]) -> None:
+    """Log and publish a batch moved aside the moment it is moved: a metric flushed at the end of the
+    run would be lost if the rest of the drain fails, and the batch would sit in failed/ unalarmed."""
+    logger.error("pending manifest moved aside", extra=moved)
+    with single_metric(name="ManifestsMovedAside", unit=MetricUnit.Count, value=1):
+        pass  # printed (EMF) when the block ends, with the service dimension of Metrics()
+
+
 @logger.inject_lambda_context
 @tracer.capture_lambda_handler
 @metrics.log_metrics
@@ -65,13 +73,10 @@ def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
         max_manifest_attempts=DEFAULT_LIMITS.max_manifest_attempts,
         on_stuck_batch=DEFAULT_LIMITS.on_stuck_batch,
     )
-    result = drain(s3, sqs, LOCATIONS, limits)
+    result = drain(s3, sqs, LOCATIONS, limits, on_moved_aside=alarm_moved_aside)
     metrics.add_metric(name="FilesDrained", unit=MetricUnit.Count, value=result["file_count"])
     metrics.add_metric(name="PoisonMessages", unit=MetricUnit.Count, value=result.get("poison_messages", 0))
     metrics.add_metric(name="ReloadFilesRecorded", unit=MetricUnit.Count, value=result.get("reload_files", 0))
     metrics.add_metric(name="ReloadsPending", unit=MetricUnit.Count, value=len(result["reloads_pending"]))
-    metrics.add_metric(name="ManifestsMovedAside", unit=MetricUnit.Count, value=len(result["moved_aside"]))
-    for moved in result["moved_aside"]:
-        logger.error("pending manifest moved aside", extra=moved)
     logger.info("drained", extra=result)
     return result

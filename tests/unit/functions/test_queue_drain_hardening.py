@@ -260,6 +260,67 @@ def test_a_manifest_whose_run_keeps_failing_is_moved_aside_after_n_attempts(queu
     assert keys_under("manifests/pending/") == [after["manifest_key"]]
 
 
+class FailingReceives:
+    """The real (moto) SQS client, except that every receive fails (the Lambda dies mid-run)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def receive_message(self, **request: Any) -> dict[str, Any]:
+        raise ConnectionError("the drain failed after moving a batch aside")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def printed(output: str) -> list[dict]:
+    """The JSON documents the handler printed (the EMF metrics have "_aws")."""
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def moved_aside_metrics(documents: list[dict]) -> list[float]:
+    """The ManifestsMovedAside values published (EMF gives a value or a list of values)."""
+    values: list[float] = []
+    for document in documents:
+        if "_aws" in document and "ManifestsMovedAside" in document:
+            value = document["ManifestsMovedAside"]
+            values += value if isinstance(value, list) else [value]
+    return values
+
+
+def test_a_batch_moved_aside_is_alarmed_even_when_the_drain_fails_afterwards(
+    capsys, caplog, queues, drain_app
+):
+    """Given a pending manifest handed out MAX_MANIFEST_ATTEMPTS times, When the drain moves it to failed/
+    and then fails (receiving from the queue breaks), Then the ManifestsMovedAside metric (in the
+    namespace and with the service dimension the alarm watches) and the error log were published at the
+    move, not lost with the failed run."""
+    sqs, _, _ = queues
+    put_pending(RUN_ID, attempts=3)
+    drain_app.sqs = FailingReceives(sqs)
+
+    with pytest.raises(ConnectionError):
+        drain_app.handler(drain_request(), FakeContext())
+
+    assert keys_under("manifests/failed/") == [f"manifests/failed/{RUN_ID}.json"]
+    documents = printed(capsys.readouterr().out)
+    assert moved_aside_metrics(documents) == [1.0]
+    (metric,) = [d for d in documents if "ManifestsMovedAside" in d]
+    assert metric["service"] == "test" and metric["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Test"
+    logged = [r for r in caplog.records if r.getMessage() == "pending manifest moved aside"]
+    assert [(r.levelname, r.manifest_key) for r in logged] == [("ERROR", f"manifests/pending/{RUN_ID}.json")]
+
+
+def test_a_batch_moved_aside_is_counted_once(capsys, queues, drain_app):
+    """Given a pending manifest handed out MAX_MANIFEST_ATTEMPTS times, When a drain moves it aside and
+    succeeds, Then ManifestsMovedAside adds up to 1 over everything the run published."""
+    put_pending(RUN_ID, attempts=3)
+
+    assert len(drain_app.handler(drain_request(), FakeContext())["moved_aside"]) == 1
+
+    assert sum(moved_aside_metrics(printed(capsys.readouterr().out))) == 1
+
+
 def test_attempts_are_counted_per_hand_out(queues, drain_app):
     """Given a new batch (attempt 1), When it is handed out again twice, Then the attempts read 2 and 3,
     in the result and in the manifest, so a retried drain cannot reset them."""
