@@ -28,7 +28,8 @@ sfn = boto3.client("stepfunctions")
 class LeaseRequest(BaseModel):
     execution_arn: str = Field(pattern=EXECUTION_ARN)
     previous_execution: str | None = Field(default=None, pattern=EXECUTION_ARN)
-    # The state machine passes its whole input: a rolled-over execution names its predecessor there.
+    # The state machine passes its whole input: a rolled-over execution names its predecessor there
+    # (a claim only: the lease hands over only to the successor the predecessor itself started).
     execution_input: dict[str, Any] | None = None
 
     @model_validator(mode="after")

@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 import boto3
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -42,10 +42,17 @@ sqs = boto3.client("sqs")
 class DrainRequest(BaseModel):
     max_files: int | None = Field(default=None, gt=0)
     max_bytes: int | None = Field(default=None, gt=0)
-    # The state machine passes its execution: only the lease holder may drain (absent: a manual run).
-    execution_arn: str | None = Field(
-        default=None, pattern=r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$"
-    )
+    # The state machine always passes its execution: only the lease holder may drain, so a request
+    # that names no execution is refused (a manual drain names the execution holding the lease).
+    execution_arn: str = Field(pattern=r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$")
+
+
+def alarm_moved_aside(moved: dict[str, str]) -> None:
+    """Log and publish a batch moved aside the moment it is moved: a metric flushed at the end of the
+    run would be lost if the rest of the drain fails, and the batch would sit in failed/ unalarmed."""
+    logger.error("pending manifest moved aside", extra=moved)
+    with single_metric(name="ManifestsMovedAside", unit=MetricUnit.Count, value=1):
+        pass  # printed (EMF) when the block ends, with the service dimension of Metrics()
 
 
 @logger.inject_lambda_context
@@ -53,8 +60,7 @@ class DrainRequest(BaseModel):
 @metrics.log_metrics
 @event_parser(model=DrainRequest)
 def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
-    if request.execution_arn:
-        check_lease(s3, LOCATIONS.artifacts_bucket, LEASE_KEY, request.execution_arn)
+    check_lease(s3, LOCATIONS.artifacts_bucket, LEASE_KEY, request.execution_arn)
     remaining_seconds = context.get_remaining_time_in_millis() / 1000
     limits = DrainLimits(
         max_files=request.max_files or DEFAULT_LIMITS.max_files,
@@ -67,13 +73,10 @@ def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
         max_manifest_attempts=DEFAULT_LIMITS.max_manifest_attempts,
         on_stuck_batch=DEFAULT_LIMITS.on_stuck_batch,
     )
-    result = drain(s3, sqs, LOCATIONS, limits)
+    result = drain(s3, sqs, LOCATIONS, limits, on_moved_aside=alarm_moved_aside)
     metrics.add_metric(name="FilesDrained", unit=MetricUnit.Count, value=result["file_count"])
     metrics.add_metric(name="PoisonMessages", unit=MetricUnit.Count, value=result.get("poison_messages", 0))
     metrics.add_metric(name="ReloadFilesRecorded", unit=MetricUnit.Count, value=result.get("reload_files", 0))
     metrics.add_metric(name="ReloadsPending", unit=MetricUnit.Count, value=len(result["reloads_pending"]))
-    metrics.add_metric(name="ManifestsMovedAside", unit=MetricUnit.Count, value=len(result["moved_aside"]))
-    for moved in result["moved_aside"]:
-        logger.error("pending manifest moved aside", extra=moved)
     logger.info("drained", extra=result)
     return result

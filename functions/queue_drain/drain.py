@@ -20,7 +20,8 @@ table (`<prefix>/reloads/<schema>.<table>.json`) before its message is deleted.
 
 A pending manifest whose run keeps failing is handed out at most `max_manifest_attempts` times; a corrupt
 one (unreadable, not a manifest) is not handed out at all. Either is then moved to `failed/` and the drain
-goes on with new files (`continue`) or refuses to (`stop`), as configured.
+goes on with new files (`continue`) or refuses to (`stop`), as configured. Each move is reported to the
+caller's `on_moved_aside` as it happens, so its alarm is raised even if the rest of the drain fails.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import math
 import re
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -52,6 +53,12 @@ DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
 MAX_DATE_FOLDERS = 4
 MISSING = ("NoSuchKey", "404", "NotFound")
 StuckBatchPolicy = Literal["continue", "stop"]
+# Called with {"manifest_key", "failed_key", "reason"} right after a pending manifest was moved to failed/.
+MovedAsideReporter = Callable[[dict[str, str]], None]
+
+
+def _ignore_moved_aside(moved: dict[str, str]) -> None:
+    """The default reporter: the result's `moved_aside` lists the moves of a drain that returns."""
 
 
 @dataclass(frozen=True)
@@ -275,14 +282,26 @@ def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> Non
 
 
 def drain(
-    s3: Any, sqs: Any, where: Locations, limits: DrainLimits, now: datetime | None = None
+    s3: Any,
+    sqs: Any,
+    where: Locations,
+    limits: DrainLimits,
+    now: datetime | None = None,
+    *,
+    on_moved_aside: MovedAsideReporter = _ignore_moved_aside,
 ) -> dict[str, Any]:
     """Return the batch to apply next: a pending manifest if one exists, else a new one drained from
-    the queue (up to the limits), or `has_work: false` when the queue is empty."""
+    the queue (up to the limits), or `has_work: false` when the queue is empty. A pending manifest moved
+    aside on the way is passed to `on_moved_aside` at once (and listed in the result's `moved_aside`)."""
     moment = now or datetime.now(UTC)
     moved_aside: list[dict[str, str]] = []
+
+    def report_moved_aside(moved: dict[str, str]) -> None:
+        moved_aside.append(moved)
+        on_moved_aside(moved)
+
     for key in pending_manifests(s3, where):
-        resumed = _resume(s3, where, limits, key, moved_aside)
+        resumed = _resume(s3, where, limits, key, report_moved_aside)
         if resumed is not None:
             return resumed | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
 
@@ -324,7 +343,7 @@ def drain(
 
 
 def _resume(
-    s3: Any, where: Locations, limits: DrainLimits, key: str, moved_aside: list[dict[str, str]]
+    s3: Any, where: Locations, limits: DrainLimits, key: str, report_moved_aside: MovedAsideReporter
 ) -> dict[str, Any] | None:
     """Hand out a pending manifest again (one more attempt), or move it aside when it is corrupt or was
     handed out `max_manifest_attempts` times (None: look at the next one)."""
@@ -354,7 +373,7 @@ def _resume(
         Metadata={"reason": reason[:1000].encode("ascii", "replace").decode()},
     )
     s3.delete_object(Bucket=where.artifacts_bucket, Key=key)
-    moved_aside.append({"manifest_key": key, "failed_key": target, "reason": reason})
+    report_moved_aside({"manifest_key": key, "failed_key": target, "reason": reason})
     return None
 
 

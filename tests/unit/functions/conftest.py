@@ -35,6 +35,19 @@ def event(name: str) -> dict[str, Any]:
     return json.loads((EVENTS / name).read_text())
 
 
+def hold_pipeline_lease(bucket: str, execution_arn: str, key: str = "locks/pipeline-lease.json") -> None:
+    """The pipeline lease as functions/lease writes it, held by `execution_arn` (the drain checks it)."""
+    import boto3
+
+    document = {"holder": execution_arn, "acquired_at": "2026-11-22T10:10:10Z", "taken_from": None}
+    boto3.client("s3").put_object(Bucket=bucket, Key=key, Body=json.dumps(document).encode())
+
+
+def drain_request(**fields: Any) -> dict[str, Any]:
+    """events/queue_drain.json (the drain as the state machine calls it: with its execution), plus `fields`."""
+    return event("queue_drain.json") | fields
+
+
 @pytest.fixture
 def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     from tests.offline_aws import offline_aws

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -55,6 +56,12 @@ class AtomicS3:
         return getattr(self.client, name)
 
 
+def rollover_name(predecessor: str) -> str:
+    """The name the state machine gives the successor it starts on rollover:
+    States.Format('rollover-{}', States.Hash($$.Execution.Id, 'MD5')), a lower-case hex digest."""
+    return "rollover-" + hashlib.md5(predecessor.encode()).hexdigest()
+
+
 def holder() -> str:
     return json.loads(boto3.client("s3").get_object(Bucket=ARTIFACTS, Key=KEY)["Body"].read())["holder"]
 
@@ -90,7 +97,8 @@ def test_the_lease_of_a_stopped_execution_is_taken_over(machine, lease_app):
 def test_rollover_hands_the_lease_to_the_successor_while_the_predecessor_still_runs(machine, lease_app):
     """Given a RUNNING holder that starts its successor (rollover), When the successor asks with
     previous_execution = the holder, Then it gets the lease at once; anyone else is still refused."""
-    first, successor, intruder = start(machine, "first"), start(machine, "next"), start(machine, "intruder")
+    first = start(machine, "first")
+    successor, intruder = start(machine, rollover_name(first)), start(machine, "intruder")
     lease_app.handler({"execution_arn": first}, FakeContext())
 
     rolled_over_input = {"skip_full_load": True, "loop": {"batches": 3}, "previous_execution": first}
@@ -101,6 +109,41 @@ def test_rollover_hands_the_lease_to_the_successor_while_the_predecessor_still_r
 
     assert handed["acquired"] and handed["reason"] == f"handed over by {first}"
     assert not refused["acquired"] and holder() == successor
+
+
+def other_machine() -> str:
+    role = boto3.client("iam").create_role(RoleName="other", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
+    definition = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 3600, "End": True}}}
+    return boto3.client("stepfunctions").create_state_machine(
+        name="other-pipeline", definition=json.dumps(definition), roleArn=role
+    )["stateMachineArn"]
+
+
+@pytest.mark.parametrize("intruder_kind", ["hand_started", "named_like_the_successor_elsewhere"])
+def test_an_execution_naming_the_holder_as_its_predecessor_cannot_steal_the_lease(
+    machine, lease_app, intruder_kind
+):
+    """Given a RUNNING holder, When an execution not started by its rollover (started by hand, or named
+    like the successor but of another state machine) passes previous_execution = the holder,
+    Then it is refused with the reason and the holder keeps the lease; the genuine successor still
+    gets it."""
+    first = start(machine, "first")
+    lease_app.handler({"execution_arn": first}, FakeContext())
+    if intruder_kind == "hand_started":
+        intruder = start(machine, "by-hand")
+    else:
+        intruder = start(other_machine(), rollover_name(first))
+    claim = {"skip_full_load": True, "previous_execution": first}
+
+    refused = lease_app.handler({"execution_arn": intruder, "execution_input": claim}, FakeContext())
+
+    assert refused["acquired"] is False and refused["holder"] == first
+    assert "is not its rollover successor" in refused["reason"] and holder() == first
+
+    successor = start(machine, rollover_name(first))
+    handed = lease_app.handler({"execution_arn": successor, "execution_input": claim}, FakeContext())
+    assert handed == {"acquired": True, "holder": successor, "reason": f"handed over by {first}"}
+    assert holder() == successor
 
 
 def test_of_two_executions_racing_for_a_free_lease_exactly_one_wins(machine, load_handler):
@@ -141,3 +184,16 @@ def test_a_malformed_execution_arn_is_refused_before_any_work(machine, lease_app
     with pytest.raises(ValidationError):
         lease_app.handler({"execution_arn": "not an arn"}, FakeContext())
     assert "Contents" not in boto3.client("s3").list_objects_v2(Bucket=ARTIFACTS)
+
+
+def test_the_state_machine_names_its_successor_as_the_lease_expects():
+    """Given the lease recognises a successor by its name, When the state machine starts one on rollover,
+    Then it names it rollover-<MD5 of its own execution ARN> and passes that ARN as previous_execution."""
+    from tests.unit.functions.conftest import REPO
+
+    states = json.loads((REPO / "statemachine" / "pipeline.asl.json").read_text())["States"]
+    parameters = states["StartNextExecution"]["Parameters"]
+
+    assert parameters["StateMachineArn.$"] == "$$.StateMachine.Id"
+    assert parameters["Name.$"] == "States.Format('rollover-{}', States.Hash($$.Execution.Id, 'MD5'))"
+    assert parameters["Input"]["previous_execution.$"] == "$$.Execution.Id"

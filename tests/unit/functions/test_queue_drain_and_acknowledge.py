@@ -8,7 +8,7 @@ import json
 import boto3
 import pytest
 
-from tests.unit.functions.conftest import FakeContext, event
+from tests.unit.functions.conftest import FakeContext, drain_request, event, hold_pipeline_lease
 
 ARTIFACTS = "dev-artifacts"
 RAW = "dev-raw-123456789012-us-east-1"
@@ -24,6 +24,7 @@ def queues(aws):
         QueueName="cdc.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
     )
     boto3.client("s3").create_bucket(Bucket=ARTIFACTS)
+    hold_pipeline_lease(ARTIFACTS, drain_request()["execution_arn"])
     return sqs, queue["QueueUrl"], dlq["QueueUrl"]
 
 
@@ -78,10 +79,10 @@ def test_a_pending_manifest_is_returned_again_until_acknowledged(queues, drain_a
     When the batch is acknowledged, Then the manifest moves to done/ and the next drain takes new files."""
     sqs, queue_url, _ = queues
     send_file_event(sqs, queue_url, "dms/sales/item/20261122-101010000.csv")
-    first = drain_app.handler({}, FakeContext())
+    first = drain_app.handler(drain_request(), FakeContext())
     send_file_event(sqs, queue_url, "dms/sales/item/20261122-101011000.csv")
 
-    again = drain_app.handler({}, FakeContext())
+    again = drain_app.handler(drain_request(), FakeContext())
     assert again["resumed"] and again["manifest_key"] == first["manifest_key"]
     assert queue_depth(sqs, queue_url) == 1
 
@@ -93,7 +94,7 @@ def test_a_pending_manifest_is_returned_again_until_acknowledged(queues, drain_a
     assert manifest_at(done)["run_id"] == first["run_id"]
 
     drain_app_again = load_handler("queue_drain")
-    following = drain_app_again.handler({}, FakeContext())
+    following = drain_app_again.handler(drain_request(), FakeContext())
     assert not following["resumed"]
     assert [f["uri"] for f in manifest_at(following["manifest_key"])["files"]] == [
         f"s3://{RAW}/dms/sales/item/20261122-101011000.csv"
@@ -114,7 +115,7 @@ def test_poison_messages_go_to_the_dead_letter_queue_and_initial_load_files_are_
     send_file_event(sqs, queue_url, "dms/sales/item/LOAD00000001.csv")  # event time 2026-11-22T10:10:10Z
     send_file_event(sqs, queue_url, "dms/sales/item/20261122-101010000.csv")
 
-    result = drain_app.handler({}, FakeContext())
+    result = drain_app.handler(drain_request(), FakeContext())
 
     assert (result["file_count"], result["poison_messages"], result["skipped_full_load"]) == (1, 1, 1)
     assert result["reloads_pending"] == []
@@ -149,7 +150,7 @@ def test_acknowledging_a_manifest_that_was_never_drained_is_an_error(queues, loa
     ("function", "bad_event", "field"),
     [
         ("acknowledge", {"run_id": "20261122T101010123456Z-3f2a9c1d"}, "manifest_key"),
-        ("queue_drain", {"max_files": 0}, "max_files"),
+        ("queue_drain", drain_request(max_files=0), "max_files"),
     ],
 )
 def test_events_that_do_not_fit_the_model_are_refused_before_any_work(
@@ -168,4 +169,5 @@ def test_events_that_do_not_fit_the_model_are_refused_before_any_work(
     with pytest.raises(ValidationError, match=field):
         app.handler(bad_event, FakeContext())
     assert queue_depth(sqs, queue_url) == 1
-    assert "Contents" not in boto3.client("s3").list_objects_v2(Bucket=ARTIFACTS)
+    listed = boto3.client("s3").list_objects_v2(Bucket=ARTIFACTS).get("Contents", [])
+    assert [item["Key"] for item in listed] == ["locks/pipeline-lease.json"]  # nothing but the lease

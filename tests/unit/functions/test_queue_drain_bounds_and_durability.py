@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.unit.functions.conftest import FakeContext, event
+from tests.unit.functions.conftest import FakeContext, drain_request, event, hold_pipeline_lease
 
 ARTIFACTS = "dev-artifacts"
 RAW = "dev-raw-123456789012-us-east-1"
@@ -54,6 +54,7 @@ def queues(aws) -> Iterator[tuple[Any, str, str]]:
         Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true", "VisibilityTimeout": "4500"},
     )
     boto3.client("s3").create_bucket(Bucket=ARTIFACTS)
+    hold_pipeline_lease(ARTIFACTS, drain_request()["execution_arn"])
     yield sqs, queue["QueueUrl"], dlq["QueueUrl"]
 
 
@@ -190,7 +191,7 @@ def test_the_handler_keeps_received_pages_invisible_only_for_its_own_run(queues,
     spy = SqsSpy(sqs)
     drain_app.sqs = spy
 
-    drain_app.handler({}, FakeContext(remaining_ms=120_000))
+    drain_app.handler(drain_request(), FakeContext(remaining_ms=120_000))
 
     assert spy.receives and all(r["VisibilityTimeout"] == 150 for r in spy.receives)
 

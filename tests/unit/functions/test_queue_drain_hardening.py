@@ -11,7 +11,7 @@ from urllib.parse import quote_plus
 import boto3
 import pytest
 
-from tests.unit.functions.conftest import FakeContext, event
+from tests.unit.functions.conftest import FakeContext, drain_request, event, hold_pipeline_lease
 
 ARTIFACTS = "dev-artifacts"
 RAW = "dev-raw-123456789012-us-east-1"
@@ -30,6 +30,7 @@ def queues(aws):
         QueueName="cdc.fifo", Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"}
     )
     boto3.client("s3").create_bucket(Bucket=ARTIFACTS)
+    hold_pipeline_lease(ARTIFACTS, drain_request()["execution_arn"])
     return sqs, queue["QueueUrl"], dlq["QueueUrl"]
 
 
@@ -120,7 +121,7 @@ def test_every_malformed_message_goes_to_the_dead_letter_queue_with_a_reason(que
     send(sqs, queue_url, BAD_MESSAGES[what], dedup="bad")
     send(sqs, queue_url, body_for(GOOD_KEY), dedup="good")
 
-    result = drain_app.handler({}, FakeContext())
+    result = drain_app.handler(drain_request(), FakeContext())
 
     assert result["poison_messages"] == 1 and result["file_count"] == 1
     assert [f["uri"] for f in manifest_at(result["manifest_key"])["files"]] == [f"s3://{RAW}/{GOOD_KEY}"]
@@ -142,7 +143,7 @@ def test_object_keys_are_decoded_as_s3_encodes_them_in_event_notifications(queue
     assert drain.decode_key(encoded) == real
     send(sqs, queue_url, body_for(encoded))
 
-    result = drain_app.handler({}, FakeContext())
+    result = drain_app.handler(drain_request(), FakeContext())
 
     assert [f["uri"] for f in manifest_at(result["manifest_key"])["files"]] == [f"s3://{RAW}/{real}"]
 
@@ -154,7 +155,7 @@ def test_a_file_announced_twice_is_listed_once(queues, drain_app):
     send(sqs, queue_url, body_for(GOOD_KEY), dedup="first")
     send(sqs, queue_url, body_for(GOOD_KEY, time="2026-11-22T10:11:00Z"), dedup="second")
 
-    result = drain_app.handler({}, FakeContext())
+    result = drain_app.handler(drain_request(), FakeContext())
 
     assert result["file_count"] == 1 and result["duplicates"] == 1
     assert queue_depth(sqs, queue_url) == 0
@@ -174,7 +175,7 @@ def test_a_load_file_written_during_cdc_is_recorded_as_a_reload_request_never_ba
     send(sqs, queue_url, body_for("dms/sales/item/LOAD00000001.csv", time="2026-11-22T10:30:00Z"))
     send(sqs, queue_url, body_for(GOOD_KEY))
 
-    first = drain_app.handler({}, FakeContext())
+    first = drain_app.handler(drain_request(), FakeContext())
 
     assert [f["uri"] for f in manifest_at(first["manifest_key"])["files"]] == [f"s3://{RAW}/{GOOD_KEY}"]
     assert (first["reload_files"], first["reloads_pending"]) == (1, ["sales.item"])
@@ -185,7 +186,7 @@ def test_a_load_file_written_during_cdc_is_recorded_as_a_reload_request_never_ba
 
     boto3.client("s3").delete_object(Bucket=ARTIFACTS, Key=first["manifest_key"])  # acknowledged
     send(sqs, queue_url, body_for("dms/sales/item/LOAD00000002.csv", time="2026-11-22T10:31:00Z"))
-    second = drain_app.handler({}, FakeContext())
+    second = drain_app.handler(drain_request(), FakeContext())
 
     assert not second["has_work"] and second["reloads_pending"] == ["sales.item"]
     request = manifest_at("manifests/reloads/sales.item.json")
@@ -206,7 +207,7 @@ def test_a_reload_request_is_durable_before_its_message_leaves_the_queue(queues,
     drain_app.sqs = SqsSpy(sqs, fail_deletes=True)
 
     with pytest.raises(ConnectionError):
-        drain_app.handler({}, FakeContext())
+        drain_app.handler(drain_request(), FakeContext())
 
     assert keys_under("manifests/reloads/") == ["manifests/reloads/sales.item.json"]
     assert queue_depth(sqs, queue_url) == 1
@@ -218,7 +219,7 @@ def test_without_a_full_load_marker_every_load_file_is_a_reload_request(queues, 
     sqs, queue_url, _ = queues
     send(sqs, queue_url, body_for("dms/sales/item/LOAD00000001.csv", time="2020-01-01T00:00:00Z"))
 
-    result = drain_app.handler({}, FakeContext())
+    result = drain_app.handler(drain_request(), FakeContext())
 
     assert result["reloads_pending"] == ["sales.item"] and result["skipped_full_load"] == 0
 
@@ -243,8 +244,8 @@ def test_a_manifest_whose_run_keeps_failing_is_moved_aside_after_n_attempts(queu
     key = put_pending(RUN_ID)
     send(sqs, queue_url, body_for("dms/sales/item/20261122-111111000.csv"))
 
-    retries = [drain_app.handler({}, FakeContext()) for _ in range(2)]
-    after = drain_app.handler({}, FakeContext())
+    retries = [drain_app.handler(drain_request(), FakeContext()) for _ in range(2)]
+    after = drain_app.handler(drain_request(), FakeContext())
 
     assert [(r["manifest_key"], r["resumed"], r["attempt"]) for r in retries] == [
         (key, True, 2),
@@ -259,13 +260,74 @@ def test_a_manifest_whose_run_keeps_failing_is_moved_aside_after_n_attempts(queu
     assert keys_under("manifests/pending/") == [after["manifest_key"]]
 
 
+class FailingReceives:
+    """The real (moto) SQS client, except that every receive fails (the Lambda dies mid-run)."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    def receive_message(self, **request: Any) -> dict[str, Any]:
+        raise ConnectionError("the drain failed after moving a batch aside")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.client, name)
+
+
+def printed(output: str) -> list[dict]:
+    """The JSON documents the handler printed (the EMF metrics have "_aws")."""
+    return [json.loads(line) for line in output.splitlines() if line.startswith("{")]
+
+
+def moved_aside_metrics(documents: list[dict]) -> list[float]:
+    """The ManifestsMovedAside values published (EMF gives a value or a list of values)."""
+    values: list[float] = []
+    for document in documents:
+        if "_aws" in document and "ManifestsMovedAside" in document:
+            value = document["ManifestsMovedAside"]
+            values += value if isinstance(value, list) else [value]
+    return values
+
+
+def test_a_batch_moved_aside_is_alarmed_even_when_the_drain_fails_afterwards(
+    capsys, caplog, queues, drain_app
+):
+    """Given a pending manifest handed out MAX_MANIFEST_ATTEMPTS times, When the drain moves it to failed/
+    and then fails (receiving from the queue breaks), Then the ManifestsMovedAside metric (in the
+    namespace and with the service dimension the alarm watches) and the error log were published at the
+    move, not lost with the failed run."""
+    sqs, _, _ = queues
+    put_pending(RUN_ID, attempts=3)
+    drain_app.sqs = FailingReceives(sqs)
+
+    with pytest.raises(ConnectionError):
+        drain_app.handler(drain_request(), FakeContext())
+
+    assert keys_under("manifests/failed/") == [f"manifests/failed/{RUN_ID}.json"]
+    documents = printed(capsys.readouterr().out)
+    assert moved_aside_metrics(documents) == [1.0]
+    (metric,) = [d for d in documents if "ManifestsMovedAside" in d]
+    assert metric["service"] == "test" and metric["_aws"]["CloudWatchMetrics"][0]["Namespace"] == "Test"
+    logged = [r for r in caplog.records if r.getMessage() == "pending manifest moved aside"]
+    assert [(r.levelname, r.manifest_key) for r in logged] == [("ERROR", f"manifests/pending/{RUN_ID}.json")]
+
+
+def test_a_batch_moved_aside_is_counted_once(capsys, queues, drain_app):
+    """Given a pending manifest handed out MAX_MANIFEST_ATTEMPTS times, When a drain moves it aside and
+    succeeds, Then ManifestsMovedAside adds up to 1 over everything the run published."""
+    put_pending(RUN_ID, attempts=3)
+
+    assert len(drain_app.handler(drain_request(), FakeContext())["moved_aside"]) == 1
+
+    assert sum(moved_aside_metrics(printed(capsys.readouterr().out))) == 1
+
+
 def test_attempts_are_counted_per_hand_out(queues, drain_app):
     """Given a new batch (attempt 1), When it is handed out again twice, Then the attempts read 2 and 3,
     in the result and in the manifest, so a retried drain cannot reset them."""
     sqs, queue_url, _ = queues
     send(sqs, queue_url, body_for(GOOD_KEY))
-    first = drain_app.handler({}, FakeContext())
-    again = [drain_app.handler({}, FakeContext()) for _ in range(2)]
+    first = drain_app.handler(drain_request(), FakeContext())
+    again = [drain_app.handler(drain_request(), FakeContext()) for _ in range(2)]
 
     assert [first["attempt"], *(r["attempt"] for r in again)] == [1, 2, 3]
     assert manifest_at(first["manifest_key"])["attempts"] == 3
@@ -283,7 +345,7 @@ def test_a_corrupt_pending_manifest_is_moved_aside_at_once_and_the_drain_goes_on
     put_pending(RUN_ID, body=body)
     send(sqs, queue_url, body_for(GOOD_KEY))
 
-    result = drain_app.handler({}, FakeContext())
+    result = drain_app.handler(drain_request(), FakeContext())
 
     assert result["file_count"] == 1 and not result["resumed"]
     assert "corrupt" in result["moved_aside"][0]["reason"]
@@ -306,7 +368,7 @@ def test_with_the_stop_policy_a_stuck_manifest_stops_the_drain_and_stays_pending
 
     key = put_pending(RUN_ID, attempts=3)
     with pytest.raises(drain.StuckBatchError, match="failed 3 times"):
-        app.handler({}, FakeContext())
+        app.handler(drain_request(), FakeContext())
     assert keys_under("manifests/pending/") == [key] and keys_under("manifests/failed/") == []
 
 
@@ -327,6 +389,8 @@ def test_only_the_lease_holder_drains(queues, drain_app, holder):
     send(sqs, queue_url, body_for(GOOD_KEY))
     if holder:
         put_lease(holder)
+    else:
+        boto3.client("s3").delete_object(Bucket=ARTIFACTS, Key="locks/pipeline-lease.json")
 
     with pytest.raises(drain.LeaseLostError):
         drain_app.handler({"execution_arn": EXECUTION}, FakeContext())
@@ -334,6 +398,25 @@ def test_only_the_lease_holder_drains(queues, drain_app, holder):
 
     put_lease(EXECUTION)
     assert drain_app.handler({"execution_arn": EXECUTION}, FakeContext())["file_count"] == 1
+
+
+@pytest.mark.parametrize("request_without_execution", [{}, {"max_files": 20, "max_bytes": 104857600}])
+def test_a_drain_that_names_no_execution_is_refused_before_any_work(
+    queues, drain_app, request_without_execution
+):
+    """Given a queued file and a pending manifest, When the drain is invoked without execution_arn (the
+    state machine always passes it; only a caller bypassing the lease would not), Then the event is
+    refused naming execution_arn: nothing is received, handed out or moved."""
+    from pydantic import ValidationError
+
+    sqs, queue_url, _ = queues
+    send(sqs, queue_url, body_for(GOOD_KEY))
+    pending = put_pending(RUN_ID, attempts=1)
+
+    with pytest.raises(ValidationError, match="execution_arn"):
+        drain_app.handler(request_without_execution, FakeContext())
+
+    assert queue_depth(sqs, queue_url) == 1 and manifest_at(pending)["attempts"] == 1
 
 
 DMS_NAMES = [
@@ -390,12 +473,12 @@ def test_a_batch_requeued_by_the_operator_is_handed_out_first_with_its_attempts_
 
     key = put_pending(RUN_ID)
     for _ in range(3):  # handed out twice more, then moved aside
-        drain_app.handler({}, FakeContext())
+        drain_app.handler(drain_request(), FakeContext())
     s3 = boto3.client("s3")
     (failed,) = requeue_batch.failed_batches(s3, ARTIFACTS)
     requeue_batch.requeue(s3, ARTIFACTS, failed)
 
-    resumed = drain_app.handler({}, FakeContext())
+    resumed = drain_app.handler(drain_request(), FakeContext())
 
     assert (resumed["manifest_key"], resumed["resumed"], resumed["attempt"]) == (key, True, 1)
     assert keys_under("manifests/failed/") == []

@@ -1,0 +1,52 @@
+"""What each function's requirements.txt must pin for the code beside it (read as text, no install)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+from tests.unit.functions.conftest import FUNCTIONS
+
+# S3 conditional writes: IfNoneMatch on PutObject since botocore 1.35.x, IfMatch only since 1.35.69 (the
+# first release whose S3 model has it). The Lambda runtime's bundled boto3 may be older: a PutObject
+# with IfMatch would then fail parameter validation, so the function must bring its own.
+CONDITIONAL_WRITE = re.compile(r"\bIf(?:None)?Match\s*=")
+FIRST_WITH_CONDITIONAL_WRITES = Version("1.35.69")
+ALL_FUNCTIONS = sorted(folder.name for folder in FUNCTIONS.iterdir() if any(folder.glob("*.py")))
+
+
+def requirements(function: str) -> dict[str, Requirement]:
+    lines = (FUNCTIONS / function / "requirements.txt").read_text().splitlines()
+    parsed = [Requirement(line.split("#")[0]) for line in lines if line.split("#")[0].strip()]
+    return {requirement.name.lower(): requirement for requirement in parsed}
+
+
+def uses_conditional_writes(function: str) -> bool:
+    return any(CONDITIONAL_WRITE.search(source.read_text()) for source in (FUNCTIONS / function).glob("*.py"))
+
+
+def lowest_allowed(requirement: Requirement) -> Version | None:
+    """The lowest version the specifier admits (None: no lower bound)."""
+    bounds = [Version(s.version) for s in requirement.specifier if s.operator in (">=", ">", "==", "~=")]
+    return max(bounds, default=None)  # ">" counts as its own version: conservative
+
+
+def test_the_lease_is_found_to_use_conditional_writes():
+    """Given the lease's compare-and-swap on S3, When the functions are searched for conditional writes,
+    Then the lease is among them (the search below is not vacuous)."""
+    assert uses_conditional_writes("lease")
+
+
+@pytest.mark.parametrize("function", [f for f in ALL_FUNCTIONS if uses_conditional_writes(f)])
+@pytest.mark.parametrize("package", ["boto3", "botocore"])
+def test_a_function_using_conditional_writes_brings_an_sdk_that_has_them(function, package):
+    """Given a function whose code passes IfMatch or IfNoneMatch to S3, When its requirements.txt is
+    read, Then it requires boto3 and botocore at a version whose S3 model has both (not whatever the
+    Lambda runtime bundles)."""
+    required = requirements(function).get(package)
+
+    assert required is not None, f"functions/{function}/requirements.txt does not require {package}"
+    assert (lowest_allowed(required) or Version("0")) >= FIRST_WITH_CONDITIONAL_WRITES, str(required)
