@@ -23,11 +23,12 @@ def _resources(template: dict[str, Any], kind: str) -> dict[str, dict[str, Any]]
 
 
 def _published_metrics() -> set[str]:
-    """Metric names the Lambdas publish (Powertools add_metric, or the acknowledge's run-report names)."""
+    """Metric names the Lambdas publish (Powertools add_metric or single_metric, or the acknowledge's run-report
+    names)."""
     names = set()
     for app in FUNCTIONS.glob("*/*.py"):
         text = app.read_text()
-        names |= set(re.findall(r'add_metric\(name="(\w+)"', text))
+        names |= set(re.findall(r'(?:add_metric|single_metric)\(name="(\w+)"', text))
         names |= set(re.findall(r'"(\w+)":\s*(?:_count|max|seconds|float)', text))
         names |= set(re.findall(r'values\["(\w+)"\]', text))
     return names
