@@ -116,6 +116,45 @@ def test_the_alarm_topic_is_encrypted_with_a_key_cloudwatch_and_eventbridge_can_
     assert all("Condition" in s for s in topic_statements)
 
 
+def _key_statement_for(template: dict[str, Any], service: str) -> dict[str, Any]:
+    statements = template["Resources"]["PipelineKey"]["Properties"]["KeyPolicy"]["Statement"]
+    found = [
+        s
+        for s in statements
+        if service
+        in (
+            [s["Principal"]["Service"]]
+            if isinstance(s.get("Principal", {}).get("Service"), str)
+            else s.get("Principal", {}).get("Service", [])
+        )
+    ]
+    assert len(found) == 1, service
+    return found[0]
+
+
+@pytest.mark.parametrize("service", ["cloudwatch.amazonaws.com", "events.amazonaws.com"])
+def test_the_key_lets_the_alarm_publishers_encrypt_in_the_documented_shape(template, service):
+    """Given an alarm (CloudWatch) or the Glue failure rule (EventBridge) publishing to the encrypted
+    topic, When SNS asks KMS for a data key on that service's behalf, Then the key policy allows it in the
+    shape SNS documents for AWS service publishers (Service principal, kms:Decrypt and kms:GenerateDataKey*,
+    no condition): no document says that call carries aws:SourceAccount, and a condition the call does not
+    satisfy would silently drop every alarm. Who may publish is scoped by the topic policy instead."""
+    statement = _key_statement_for(template, service)
+    assert statement["Effect"] == "Allow"
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    assert sorted(actions) == ["kms:Decrypt", "kms:GenerateDataKey*"]
+    assert statement["Resource"] == "*"
+    assert "Condition" not in statement
+    topic = template["Resources"]["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    publish = [s for s in topic if s["Principal"] == {"Service": service} and s["Action"] == "sns:Publish"]
+    assert len(publish) == 1
+    condition = publish[0]["Condition"]
+    if service == "events.amazonaws.com":  # only the Glue failure rule
+        assert condition == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["GlueJobFailedRule", "Arn"]}}}
+    else:  # alarms of this account
+        assert condition == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
+
+
 # ---------------------------------------------------------------- 6. alarm on what loses or delays data
 WATCHED = {
     "queue age": ("AWS/SQS", "ApproximateAgeOfOldestMessage"),
