@@ -342,7 +342,7 @@ def test_glue_jobs_follow_the_argument_contract(template):
         "--warehouse",
         "--clean_database",
         "--enable-metrics",
-        "--enable-continuous-cloudwatch-log",
+        "--custom-logGroup-prefix",
     }
     extra = {
         "FullLoadJob": {"--schema_file", "--raw_path"},

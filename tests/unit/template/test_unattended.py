@@ -5,6 +5,7 @@ Each test names the failure it rules out; the Lambdas' behaviour is tested on mo
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import tomllib
@@ -228,6 +229,9 @@ def test_a_scheduled_watchdog_counts_running_executions(template):
 GLUE_JOBS = ("FullLoadJob", "CdcJob", "RefineJob", "MaintenanceJob")
 
 
+GLUE_LOG_PREFIX = "/aws-glue/jobs/${EnvironmentName}-lake"
+
+
 @pytest.mark.parametrize("job", GLUE_JOBS)
 def test_glue_jobs_publish_metrics_spark_ui_and_logs_with_retention(template, job):
     properties = template["Resources"][job]["Properties"]
@@ -235,16 +239,48 @@ def test_glue_jobs_publish_metrics_spark_ui_and_logs_with_retention(template, jo
     assert arguments["--enable-metrics"] == arguments["--enable-observability-metrics"] == "true"
     assert arguments["--enable-spark-ui"] == "true"
     assert arguments["--spark-event-logs-path"] == {"Fn::Sub": "s3://${ArtifactsBucket}/glue/spark-events/"}
-    assert arguments["--continuous-log-logGroup"] == {"Ref": "GlueJobsLogGroup"}
-    assert template["Resources"]["GlueJobsLogGroup"]["Properties"]["RetentionInDays"] == {
-        "Ref": "LogRetentionDays"
-    }
     assert properties["SecurityConfiguration"] == {"Ref": "GlueSecurityConfiguration"}
     role = template["Resources"]["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     writes = next(s for s in role if s.get("Sid") == "WriteRunReportsAndSparkEvents")
     assert {"Fn::Sub": "${ArtifactsBucket.Arn}/glue/spark-events/*"} in writes["Resource"]
     metrics = next(s for s in role if s.get("Sid") == "JobMetrics")
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Glue"}}
+
+
+def _log_groups_named(template: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (logical, group)
+        for logical, group in _resources(template, "AWS::Logs::LogGroup").items()
+        if group["Properties"]["LogGroupName"] == {"Fn::Sub": name}
+    ]
+
+
+@pytest.mark.parametrize("job", GLUE_JOBS)
+def test_glue_5_job_logs_go_to_groups_the_stack_made_with_a_retention(template, job):
+    """Given Glue 5.x, which logs every job in real time to /aws-glue/jobs/error and /output (never
+    expiring) unless --custom-logGroup-prefix names <prefix>/error and <prefix>/output, and ignores the
+    Glue 4.0 options --enable-continuous-cloudwatch-log / --continuous-log-logGroup; When a job runs, Then
+    it logs under the stack's prefix, to two groups the stack created (before the job, so Glue never creates
+    them first) with LogRetentionDays, kept like the rest when the stack goes, which the role may write."""
+    properties = template["Resources"][job]["Properties"]
+    arguments = properties["DefaultArguments"]
+    assert arguments["--custom-logGroup-prefix"] == {"Fn::Sub": GLUE_LOG_PREFIX}
+    assert not [a for a in arguments if a.startswith(("--continuous-log-", "--enable-continuous-"))]
+    role = template["Resources"]["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    logs = next(s for s in role if s.get("Sid") == "JobLogs")
+    assert {"logs:CreateLogStream", "logs:PutLogEvents"} <= set(logs["Action"])
+    for stream in ("error", "output"):
+        found = _log_groups_named(template, f"{GLUE_LOG_PREFIX}/{stream}")
+        assert len(found) == 1, stream
+        logical, group = found[0]
+        assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+        assert group.get("DeletionPolicy") == group.get("UpdateReplacePolicy") == "Retain", logical
+        assert logical in template["Resources"][job].get("DependsOn", []), (job, logical)
+        arn = (
+            "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:"
+            f"{GLUE_LOG_PREFIX}/{stream}:log-stream:run-driver"
+        )
+        assert fnmatch.fnmatchcase(arn, logs["Resource"]["Fn::Sub"]), (arn, logs["Resource"])
 
 
 # ---------------------------------------------------------------- 8. nothing deleted by a stack update
