@@ -6,8 +6,10 @@ Each test names the failure it rules out; the Lambdas' behaviour is tested on mo
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import json
 import re
+import sys
 import tomllib
 from typing import Any
 
@@ -89,6 +91,57 @@ def test_the_acknowledge_can_list_manifests_so_a_retry_sees_404_not_403(template
     statements = template["Resources"]["AcknowledgeFunction"]["Properties"]["Policies"][0]["Statement"]
     listing = [s for s in statements if s["Action"] == "s3:ListBucket"]
     assert listing and listing[0]["Condition"] == {"StringLike": {"s3:prefix": "manifests/*"}}
+
+
+def _load_drain_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "_queue_drain_for_iam", FUNCTIONS / "queue_drain" / "drain.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_drain_can_list_every_key_it_reads_so_a_missing_one_is_404_not_403(template):
+    """Given S3 answers a GetObject of a missing key with 403 AccessDenied unless the caller may list that
+    key (s3:ListBucket, with s3:prefix matching it), When the drain reads a key that may be missing (no
+    full-load marker yet, a pending manifest acknowledged meanwhile, a new reload request, no lease), Then
+    its role may list exactly that key, so the read is a 404 the drain handles, not an error that fails it."""
+    drain = _load_drain_module()
+    function = template["Resources"]["QueueDrainFunction"]["Properties"]
+    variables = function["Environment"]["Variables"]
+    where = drain.Locations("queue", "dlq", "artifacts", manifest_prefix=variables["MANIFEST_PREFIX"])
+    # every s3.get_object of drain.py: a new read must be added here (and to the role)
+    assert (FUNCTIONS / "queue_drain" / "drain.py").read_text().count("s3.get_object(") == 4
+    read = {
+        where.full_load_marker_key,
+        where.pending_key("20260101T000000000000Z-0a1b2c3d"),
+        where.reload_key("sales.orders"),
+        variables["LEASE_KEY"],
+    }
+    assert where.full_load_marker_key == "manifests/full-load.json"
+    statements = function["Policies"][0]["Statement"]
+    listing = [
+        s
+        for s in statements
+        if s["Action"] == "s3:ListBucket" and s["Resource"] == {"Fn::GetAtt": ["ArtifactsBucket", "Arn"]}
+    ]
+    assert len(listing) == 1
+    patterns = listing[0]["Condition"]["StringLike"]["s3:prefix"]
+    patterns = patterns if isinstance(patterns, list) else [patterns]
+    for key in sorted(read):
+        assert any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns), key
+        readable = [
+            r["Fn::Sub"].removeprefix("${ArtifactsBucket.Arn}/")
+            for s in statements
+            if "s3:GetObject" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+            for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        ]
+        assert any(fnmatch.fnmatchcase(key, pattern) for pattern in readable), key
+    # and nothing broader than what it reads: not the whole manifests/ folder (reports, done, failed)
+    assert not any(fnmatch.fnmatchcase("manifests/done/x.json", pattern) for pattern in patterns)
 
 
 def test_the_drain_only_accepts_the_raw_bucket_and_the_dms_prefix(template):
