@@ -378,3 +378,36 @@ def test_the_drain_knows_the_queues_redrive_count_and_its_timeouts_fit(template)
         "sqs:ChangeMessageVisibility",
         "sqs:SendMessage",
     } <= actions
+
+
+TRANSIENT_GLUE_ERRORS = {
+    "Glue.ConcurrentRunsExceededException",
+    "Glue.ThrottlingException",
+    "Glue.InternalServiceException",
+}
+
+
+def test_transient_glue_errors_are_retried_longer_before_a_cdc_run_counts_as_failed(asl):
+    """Given Glue refusing to start the CDC run for a while (a run of the job still going, throttling, an
+    internal error; reported as `Glue.<Exception>` like `StepFunctions.ExecutionAlreadyExistsException`
+    for rollover), When RunCdc fails with one of them, Then a retrier placed before the generic one waits
+    from 30 s, doubling, for over an hour in all, so a healthy batch does not spend its MaxManifestAttempts
+    (and move to manifests/failed/) on minutes of refusals; a failed run itself still gets 2 retries."""
+    retriers = asl["States"]["RunCdc"]["Retry"]
+    transient = [r for r in retriers if TRANSIENT_GLUE_ERRORS & set(r["ErrorEquals"])]
+    assert len(transient) == 1
+    retrier = transient[0]
+    assert set(retrier["ErrorEquals"]) >= TRANSIENT_GLUE_ERRORS
+    assert not {"States.ALL", "States.TaskFailed"} & set(retrier["ErrorEquals"])
+    generic = next(i for i, r in enumerate(retriers) if "States.ALL" in r["ErrorEquals"])
+    assert retriers.index(retrier) < generic  # Step Functions uses the first retrier that matches
+    assert retrier["IntervalSeconds"] == 30 and retrier["BackoffRate"] == 2 and retrier["MaxAttempts"] >= 8
+    cap = retrier.get("MaxDelaySeconds", float("inf"))
+    waits = [min(retrier["IntervalSeconds"] * 2**attempt, cap) for attempt in range(retrier["MaxAttempts"])]
+    assert sum(waits) >= 3600 and max(waits) <= 600, waits  # outlasts a 60-minute run, lags at most 10 min
+    assert retriers[generic] == {
+        "ErrorEquals": ["States.ALL"],
+        "IntervalSeconds": 30,
+        "MaxAttempts": 2,
+        "BackoffRate": 2,
+    }
