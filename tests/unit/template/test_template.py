@@ -233,6 +233,8 @@ def _choose(state: dict[str, Any], document: dict[str, Any]) -> str:
             return found == rule["StringEquals"]
         if "NumericGreaterThanEqualsPath" in rule:
             return found is not _MISSING and found >= value(rule["NumericGreaterThanEqualsPath"])
+        if "NumericGreaterThan" in rule:
+            return found is not _MISSING and found > rule["NumericGreaterThan"]
         raise AssertionError(f"comparison not modelled: {rule}")
 
     return next((rule["Next"] for rule in state["Choices"] if holds(rule)), state["Default"])
@@ -244,6 +246,92 @@ def _route(asl: dict[str, Any], start: str, document: dict[str, Any]) -> list[st
     while asl["States"][path[-1]]["Type"] == "Choice":
         path.append(_choose(asl["States"][path[-1]], document))
     return path
+
+
+def _read(document: dict[str, Any], path: str) -> Any:
+    current: Any = document
+    for part in path.removeprefix("$.").split("."):
+        if not isinstance(current, dict) or part not in current:
+            return _MISSING
+        current = current[part]
+    return current
+
+
+def _write(document: dict[str, Any], path: str | None, value: Any) -> dict[str, Any]:
+    if path is None:
+        return document
+    if path == "$":
+        return value
+    *parents, last = path.removeprefix("$.").split(".")
+    current = document
+    for part in parents:
+        current = current.setdefault(part, {})
+    current[last] = value
+    return document
+
+
+def _evaluate(parameters: Any, document: dict[str, Any]) -> Any:
+    """Parameters as Step Functions would resolve them: every `$.` path they read must exist (a missing one
+    fails the execution with States.Runtime), States.MathAdd adds; other intrinsics give a placeholder."""
+    if not isinstance(parameters, dict):
+        return parameters
+    resolved = {}
+    for key, value in parameters.items():
+        if not key.endswith(".$"):
+            resolved[key] = _evaluate(value, document)
+            continue
+        for path in re.findall(r"(?<!\$)\$\.[\w.]+", value):
+            assert _read(document, path) is not _MISSING, f"{key}: {path} is missing"
+        add = re.fullmatch(r"States\.MathAdd\((\$\.[\w.]+), (-?\d+)\)", value)
+        if add:
+            resolved[key[:-2]] = _read(document, add[1]) + int(add[2])
+        elif value.startswith("$."):
+            resolved[key[:-2]] = _read(document, value)
+        else:
+            resolved[key[:-2]] = f"<{value}>"
+    return resolved
+
+
+def _walk(
+    asl: dict[str, Any], start: str, document: dict[str, Any], failing: frozenset[str] = frozenset()
+) -> tuple[list[str], dict[str, Any]]:
+    """Run the state machine from `start` to the history guard (or an end state): Choice, Pass and Wait
+    as Step Functions does, a Task succeeds (result `{}`) unless named in `failing`, then its States.ALL
+    catcher is taken. Returns the states visited and the document at the end."""
+    document = copy.deepcopy(document)
+    path = [start]
+    while path[-1] != "CheckHistory" and len(path) < 50:
+        state = asl["States"][path[-1]]
+        if state["Type"] == "Choice":
+            path.append(_choose(state, document))
+        elif state["Type"] == "Wait":
+            path.append(state["Next"])
+        elif state["Type"] == "Pass":
+            result = (
+                _evaluate(state["Parameters"], document) if "Parameters" in state else state.get("Result")
+            )
+            document = _write(document, state.get("ResultPath", "$"), result)
+            path.append(state["Next"])
+        elif state["Type"] == "Task":
+            _evaluate(state["Parameters"], document)
+            if path[-1] in failing:
+                catcher = next(c for c in state["Catch"] if "States.ALL" in c["ErrorEquals"])
+                document = _write(document, catcher.get("ResultPath", "$"), {"Error": "States.TaskFailed"})
+                path.append(catcher["Next"])
+            else:
+                document = _write(document, state.get("ResultPath", "$"), {})
+                path.append(state["Next"])
+        else:
+            break
+    return path, document
+
+
+def _tasks(asl: dict[str, Any], path: list[str]) -> list[str]:
+    """The Tasks (Glue runs, Lambdas) a walk ran before the history guard it stops at."""
+    return [name for name in path if asl["States"][name]["Type"] == "Task" and name != "CheckHistory"]
+
+
+CONFIG = {"refine_every": 5, "maintenance_every": 50, "maintenance_mode": "job", "loop_wait_seconds": 60}
 
 
 @pytest.mark.parametrize(
@@ -291,10 +379,14 @@ def test_refine_runs_every_n_applied_batches(asl, since_refine, refine):
 
 
 def test_an_empty_queue_waits_then_loops_and_a_long_history_rolls_over(asl):
-    """Given no work, Then the loop waits LoopWaitSeconds and goes on; Given rollover, Then it starts the
-    next execution and this one succeeds."""
+    """Given no work (and nothing applied since the last refine), Then the loop waits LoopWaitSeconds and
+    goes on; Given rollover, Then it starts the next execution and this one succeeds."""
     states = asl["States"]
-    assert _route(asl, "HasWork?", {"batch": {"value": {"has_work": False}}})[-1] == "Idle"
+    idle = {
+        "batch": {"value": {"has_work": False}},
+        "loop": {"batches": 3, "since_refine": 0, "since_maintenance": 3},
+    }
+    assert _route(asl, "HasWork?", idle)[-1] == "Idle"
     assert states["Idle"] == {
         "Type": "Wait",
         "SecondsPath": "$.config.loop_wait_seconds",
@@ -411,3 +503,38 @@ def test_transient_glue_errors_are_retried_longer_before_a_cdc_run_counts_as_fai
         "MaxAttempts": 2,
         "BackoffRate": 2,
     }
+
+
+@pytest.mark.parametrize("refine_fails", [False, True])
+def test_an_empty_queue_refines_what_was_applied_since_the_last_refine(asl, refine_fails):
+    """Given a quiet source (the drain finds the queue empty) after 3 applied batches, fewer than
+    RefineEveryNBatches, When the loop goes idle, Then it runs the refine job first (the refined zone
+    would otherwise stay stale until N more batches came), resets since_refine (also when the refine
+    fails: it backs off, it is alarmed by the Glue failure rule), then waits and reaches the history
+    guard, reading nothing an idle drain does not return (no batch run_id)."""
+    document = {
+        "config": CONFIG,
+        "loop": {"batches": 8, "since_refine": 3, "since_maintenance": 8},
+        "batch": {"value": {"has_work": False, "file_count": 0, "moved_aside": [], "reloads_pending": []}},
+    }
+    failing = frozenset({"RunIdleRefine"}) if refine_fails else frozenset()
+    path, after = _walk(asl, "HasWork?", document, failing)
+    assert _tasks(asl, path) == ["RunIdleRefine"]
+    assert asl["States"]["RunIdleRefine"]["Resource"] == "arn:aws:states:::glue:startJobRun.sync"
+    assert asl["States"]["RunIdleRefine"]["Parameters"]["JobName"] == "${RefineJobName}"
+    assert path[-2:] == ["Idle", "CheckHistory"]
+    assert after["loop"] == {"batches": 8, "since_refine": 0, "since_maintenance": 8}
+
+
+def test_an_empty_queue_with_nothing_new_since_the_last_refine_only_waits(asl):
+    """Given the queue is empty and the refine already ran after the last applied batch, When the loop
+    goes idle, Then no Glue run starts (an idle pipeline costs nothing): it waits and goes on."""
+    document = {
+        "config": CONFIG,
+        "loop": {"batches": 8, "since_refine": 0, "since_maintenance": 8},
+        "batch": {"value": {"has_work": False, "file_count": 0}},
+    }
+    path, after = _walk(asl, "HasWork?", document)
+    assert _tasks(asl, path) == []
+    assert path[-2:] == ["Idle", "CheckHistory"]
+    assert after["loop"] == document["loop"]
