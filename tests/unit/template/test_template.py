@@ -538,3 +538,34 @@ def test_an_empty_queue_with_nothing_new_since_the_last_refine_only_waits(asl):
     assert _tasks(asl, path) == []
     assert path[-2:] == ["Idle", "CheckHistory"]
     assert after["loop"] == document["loop"]
+
+
+@pytest.mark.parametrize(
+    ("since_maintenance", "mode", "maintenance_fails", "runs", "after"),
+    [
+        (49, "job", False, True, 0),
+        (49, "job", True, True, 0),  # a failed run backs off like a successful one
+        (10, "job", False, False, 11),
+        (49, "glue-optimizers", False, False, 50),
+        (49, "none", False, False, 50),
+    ],
+)
+def test_maintenance_runs_every_n_batches_and_a_failure_never_stops_cdc(
+    asl, since_maintenance, mode, maintenance_fails, runs, after
+):
+    """Given MaintenanceEveryNBatches=50 and a batch just acknowledged, When it is the 50th since the last
+    maintenance and MaintenanceMode=job, Then the loop runs the maintenance job between two CDC runs, and
+    whether it succeeds or fails (caught, alarmed by the Glue failure rule) it resets the counter and goes
+    on to the history guard and the next drain: CDC never stops for maintenance. Otherwise no run."""
+    document = {
+        "config": CONFIG | {"maintenance_mode": mode},
+        "loop": {"batches": 99, "since_refine": 1, "since_maintenance": since_maintenance},
+        "batch": {"value": {"has_work": True, "run_id": "r1", "manifest_key": "k", "file_count": 3}},
+    }
+    failing = frozenset({"RunMaintenance"}) if maintenance_fails else frozenset()
+    path, state = _walk(asl, "CountBatch", document, failing)
+    assert _tasks(asl, path) == (["RunMaintenance"] if runs else [])
+    assert path[-1] == "CheckHistory"
+    assert state["loop"] == {"batches": 100, "since_refine": 2, "since_maintenance": after}
+    assert asl["States"]["RunMaintenance"]["Parameters"]["JobName"] == "${MaintenanceJobName}"
+    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "DrainQueue"

@@ -494,3 +494,26 @@ def test_lake_formation_grants_what_the_jobs_do_when_enabled(template):
     assert len(locations) == 2 and sorted(
         str(p["Resource"]["DataLocation"]["ResourceArn"]) for p in locations
     ) == sorted(map(str, registered))
+
+
+def test_every_maintenance_setting_is_a_parameter_with_the_jobs_default(template):
+    """Given the maintenance job's tuning arguments (lakehouse.jobs.maintenance_parser), When the stack
+    deploys, Then each one is set in the job's DefaultArguments from a described parameter of the Table
+    maintenance group whose default is the job's own: a guided deploy can tune every one, and an untouched
+    deploy behaves as the job does when run by hand (bench/RESULTS.md's measured settings)."""
+    from lakehouse.jobs import maintenance_parser
+
+    defaults = vars(maintenance_parser().parse_args([]))
+    tuning = sorted(set(defaults) - {"run_id", "report_uri"})
+    assert {"min_input_files", "delete_file_threshold", "tombstone_retention_days"} <= set(tuning)
+    arguments = template["Resources"]["MaintenanceJob"]["Properties"]["DefaultArguments"]
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    maintenance_group = next(g for g in groups if g["Label"]["default"] == "Table maintenance")["Parameters"]
+    for name in tuning:
+        value = arguments[f"--{name}"]
+        parameter = re.fullmatch(r"\$\{(\w+)\}", value["Fn::Sub"])[1]
+        declared = template["Parameters"][parameter]
+        assert declared["Type"] == "Number" and declared["Description"], parameter
+        assert float(declared["Default"]) == float(defaults[name]), parameter
+        assert parameter in maintenance_group, parameter
+        assert declared.get("MinValue", float("-inf")) <= float(declared["Default"]), parameter
