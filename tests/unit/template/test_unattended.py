@@ -517,3 +517,45 @@ def test_every_maintenance_setting_is_a_parameter_with_the_jobs_default(template
         assert float(declared["Default"]) == float(defaults[name]), parameter
         assert parameter in maintenance_group, parameter
         assert declared.get("MinValue", float("-inf")) <= float(declared["Default"]), parameter
+
+
+def test_every_function_is_alarmed_on_errors_and_throttles_within_cloudwatchs_limit(template):
+    """Given the pipeline's Lambdas (a failing DMS-progress read or history guard fails the execution too),
+    When any of them errs or is throttled, Then an alarm on the topic sums that function's metric; each
+    such alarm stays within CloudWatch's hard limit of 10 metrics per metric-math alarm, and its
+    expression adds every metric it lists (a listed metric left out of the sum never alarms)."""
+    functions = set(_resources(template, "AWS::Serverless::Function"))
+    assert {"DmsProgressFunction", "HistoryGuardFunction", "WatchdogFunction"} <= functions
+    alarms = [a["Properties"] for a in _resources(template, "AWS::CloudWatch::Alarm").values()]
+    for metric_name in ("Errors", "Throttles"):
+        watched = set()
+        for alarm in alarms:
+            queries = alarm.get("Metrics", [])
+            lambda_ids = {
+                q["Id"]: q["MetricStat"]["Metric"]
+                for q in queries
+                if "MetricStat" in q and q["MetricStat"]["Metric"]["Namespace"] == "AWS/Lambda"
+            }
+            mine = {i: m for i, m in lambda_ids.items() if m["MetricName"] == metric_name}
+            if not mine:
+                continue
+            assert len([q for q in queries if "MetricStat" in q]) <= 10
+            assert {"Ref": "AlarmTopic"} in alarm["AlarmActions"]
+            summed = next(q["Expression"] for q in queries if q.get("ReturnData"))
+            assert all(re.search(rf"\b{i}\b", summed) for i in lambda_ids), summed
+            watched |= {m["Dimensions"][0]["Value"]["Ref"] for m in mine.values()}
+        assert watched == functions, metric_name
+
+
+def test_the_freshness_threshold_promises_only_what_the_stale_alarm_does(template):
+    """Given the stale alarm watches LagSeconds, which only a CDC run's report publishes, and treats
+    missing data as not breaching (a quiet source must not page anyone), Then the FreshnessAlarmMinutes
+    description promises no alarm when no run reports and says a quiet source raises none; a dead pipeline
+    is the not-running alarm's (missing data breaching)."""
+    stale = template["Resources"]["FreshnessAlarm"]["Properties"]
+    assert stale["TreatMissingData"] == "notBreaching"
+    assert [m["MetricName"] for m in _alarm_metrics(stale)] == ["LagSeconds"]
+    description = " ".join(template["Parameters"]["FreshnessAlarmMinutes"]["Description"].lower().split())
+    assert not re.search(r"no (cdc )?run reported", description), description
+    assert "quiet" in description and "not-running" in description, description
+    assert template["Resources"]["NoExecutionRunningAlarm"]["Properties"]["TreatMissingData"] == "breaching"
