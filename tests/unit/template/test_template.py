@@ -569,3 +569,25 @@ def test_maintenance_runs_every_n_batches_and_a_failure_never_stops_cdc(
     assert state["loop"] == {"batches": 100, "since_refine": 2, "since_maintenance": after}
     assert asl["States"]["RunMaintenance"]["Parameters"]["JobName"] == "${MaintenanceJobName}"
     assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "DrainQueue"
+
+
+def test_the_runbook_says_when_skip_full_load_is_safe(asl):
+    """Given `{"skip_full_load": true}` goes straight to the loop (no DMS wait, no full-load job, no
+    manifests/full-load.json written) and nothing in the state machine checks that the full load was
+    recorded, When an operator restarts after an execution ended before it was (DmsTaskFailed,
+    FullLoadFailed), Then the runbook must not send them there: every docs/DEPLOY.md paragraph or table row
+    that says to start with skip_full_load names manifests/full-load.json, which decides the input."""
+    states = asl["States"]
+    skipped = _route(asl, "ResumingAfterRollover", {"skip_full_load": True})
+    assert skipped[-1] == "StartLoop" and "RunFullLoad" not in skipped
+    touching = [name for name, state in states.items() if "full-load.json" in json.dumps(state)]
+    assert touching == ["RecordFullLoad"]  # written once, after the full-load job; never read here
+    assert states["RunFullLoad"]["Next"] == "RecordFullLoad"
+    assert states["FullLoadFailed"]["Type"] == states["DmsTaskFailed"]["Type"] == "Fail"
+    deploy = (REPO / "docs" / "DEPLOY.md").read_text()
+    blocks = [b for chunk in re.split(r"\n\s*\n", deploy) for b in re.split(r"\n(?=\|)|\n(?=- )", chunk)]
+    advising = [b for b in blocks if '{"skip_full_load": true}' in b]
+    assert advising
+    for block in advising:
+        assert "full-load.json" in block, block
+    assert "head-object --bucket <ArtifactsBucketName> --key manifests/full-load.json" in deploy
