@@ -147,11 +147,11 @@ def test_no_wildcard_actions_and_no_broad_managed_policies(template):
     Glue role carries no managed policy (AWSGlueServiceRole would grant glue:* on the whole catalog)."""
     allowed = _allowed_actions(template)
     assert len(allowed) > 30
-    # A KMS key policy must let the account administer the key (AWS's default key policy; IAM decides who).
+    # A KMS key policy must let the account administer the key (AWS's default key policy; IAM decides who),
+    # and the alarm publishers get kms:GenerateDataKey* as SNS documents it for AWS service event sources.
+    documented = {("PipelineKey", "kms:*"), ("PipelineKey", "kms:GenerateDataKey*")}
     wildcards = [
-        (name, action)
-        for name, action in allowed
-        if "*" in action and (name, action) != ("PipelineKey", "kms:*")
+        (name, action) for name, action in allowed if "*" in action and (name, action) not in documented
     ]
     assert wildcards == []
     assert "ManagedPolicyArns" not in template["Resources"]["GlueJobRole"]["Properties"]
@@ -233,6 +233,8 @@ def _choose(state: dict[str, Any], document: dict[str, Any]) -> str:
             return found == rule["StringEquals"]
         if "NumericGreaterThanEqualsPath" in rule:
             return found is not _MISSING and found >= value(rule["NumericGreaterThanEqualsPath"])
+        if "NumericGreaterThan" in rule:
+            return found is not _MISSING and found > rule["NumericGreaterThan"]
         raise AssertionError(f"comparison not modelled: {rule}")
 
     return next((rule["Next"] for rule in state["Choices"] if holds(rule)), state["Default"])
@@ -244,6 +246,92 @@ def _route(asl: dict[str, Any], start: str, document: dict[str, Any]) -> list[st
     while asl["States"][path[-1]]["Type"] == "Choice":
         path.append(_choose(asl["States"][path[-1]], document))
     return path
+
+
+def _read(document: dict[str, Any], path: str) -> Any:
+    current: Any = document
+    for part in path.removeprefix("$.").split("."):
+        if not isinstance(current, dict) or part not in current:
+            return _MISSING
+        current = current[part]
+    return current
+
+
+def _write(document: dict[str, Any], path: str | None, value: Any) -> dict[str, Any]:
+    if path is None:
+        return document
+    if path == "$":
+        return value
+    *parents, last = path.removeprefix("$.").split(".")
+    current = document
+    for part in parents:
+        current = current.setdefault(part, {})
+    current[last] = value
+    return document
+
+
+def _evaluate(parameters: Any, document: dict[str, Any]) -> Any:
+    """Parameters as Step Functions would resolve them: every `$.` path they read must exist (a missing one
+    fails the execution with States.Runtime), States.MathAdd adds; other intrinsics give a placeholder."""
+    if not isinstance(parameters, dict):
+        return parameters
+    resolved = {}
+    for key, value in parameters.items():
+        if not key.endswith(".$"):
+            resolved[key] = _evaluate(value, document)
+            continue
+        for path in re.findall(r"(?<!\$)\$\.[\w.]+", value):
+            assert _read(document, path) is not _MISSING, f"{key}: {path} is missing"
+        add = re.fullmatch(r"States\.MathAdd\((\$\.[\w.]+), (-?\d+)\)", value)
+        if add:
+            resolved[key[:-2]] = _read(document, add[1]) + int(add[2])
+        elif value.startswith("$."):
+            resolved[key[:-2]] = _read(document, value)
+        else:
+            resolved[key[:-2]] = f"<{value}>"
+    return resolved
+
+
+def _walk(
+    asl: dict[str, Any], start: str, document: dict[str, Any], failing: frozenset[str] = frozenset()
+) -> tuple[list[str], dict[str, Any]]:
+    """Run the state machine from `start` to the history guard (or an end state): Choice, Pass and Wait
+    as Step Functions does, a Task succeeds (result `{}`) unless named in `failing`, then its States.ALL
+    catcher is taken. Returns the states visited and the document at the end."""
+    document = copy.deepcopy(document)
+    path = [start]
+    while path[-1] != "CheckHistory" and len(path) < 50:
+        state = asl["States"][path[-1]]
+        if state["Type"] == "Choice":
+            path.append(_choose(state, document))
+        elif state["Type"] == "Wait":
+            path.append(state["Next"])
+        elif state["Type"] == "Pass":
+            result = (
+                _evaluate(state["Parameters"], document) if "Parameters" in state else state.get("Result")
+            )
+            document = _write(document, state.get("ResultPath", "$"), result)
+            path.append(state["Next"])
+        elif state["Type"] == "Task":
+            _evaluate(state["Parameters"], document)
+            if path[-1] in failing:
+                catcher = next(c for c in state["Catch"] if "States.ALL" in c["ErrorEquals"])
+                document = _write(document, catcher.get("ResultPath", "$"), {"Error": "States.TaskFailed"})
+                path.append(catcher["Next"])
+            else:
+                document = _write(document, state.get("ResultPath", "$"), {})
+                path.append(state["Next"])
+        else:
+            break
+    return path, document
+
+
+def _tasks(asl: dict[str, Any], path: list[str]) -> list[str]:
+    """The Tasks (Glue runs, Lambdas) a walk ran before the history guard it stops at."""
+    return [name for name in path if asl["States"][name]["Type"] == "Task" and name != "CheckHistory"]
+
+
+CONFIG = {"refine_every": 5, "maintenance_every": 50, "maintenance_mode": "job", "loop_wait_seconds": 60}
 
 
 @pytest.mark.parametrize(
@@ -291,10 +379,14 @@ def test_refine_runs_every_n_applied_batches(asl, since_refine, refine):
 
 
 def test_an_empty_queue_waits_then_loops_and_a_long_history_rolls_over(asl):
-    """Given no work, Then the loop waits LoopWaitSeconds and goes on; Given rollover, Then it starts the
-    next execution and this one succeeds."""
+    """Given no work (and nothing applied since the last refine), Then the loop waits LoopWaitSeconds and
+    goes on; Given rollover, Then it starts the next execution and this one succeeds."""
     states = asl["States"]
-    assert _route(asl, "HasWork?", {"batch": {"value": {"has_work": False}}})[-1] == "Idle"
+    idle = {
+        "batch": {"value": {"has_work": False}},
+        "loop": {"batches": 3, "since_refine": 0, "since_maintenance": 3},
+    }
+    assert _route(asl, "HasWork?", idle)[-1] == "Idle"
     assert states["Idle"] == {
         "Type": "Wait",
         "SecondsPath": "$.config.loop_wait_seconds",
@@ -342,7 +434,7 @@ def test_glue_jobs_follow_the_argument_contract(template):
         "--warehouse",
         "--clean_database",
         "--enable-metrics",
-        "--enable-continuous-cloudwatch-log",
+        "--custom-logGroup-prefix",
     }
     extra = {
         "FullLoadJob": {"--schema_file", "--raw_path"},
@@ -378,3 +470,124 @@ def test_the_drain_knows_the_queues_redrive_count_and_its_timeouts_fit(template)
         "sqs:ChangeMessageVisibility",
         "sqs:SendMessage",
     } <= actions
+
+
+TRANSIENT_GLUE_ERRORS = {
+    "Glue.ConcurrentRunsExceededException",
+    "Glue.ThrottlingException",
+    "Glue.InternalServiceException",
+}
+
+
+def test_transient_glue_errors_are_retried_longer_before_a_cdc_run_counts_as_failed(asl):
+    """Given Glue refusing to start the CDC run for a while (a run of the job still going, throttling, an
+    internal error; reported as `Glue.<Exception>` like `StepFunctions.ExecutionAlreadyExistsException`
+    for rollover), When RunCdc fails with one of them, Then a retrier placed before the generic one waits
+    from 30 s, doubling, for over an hour in all, so a healthy batch does not spend its MaxManifestAttempts
+    (and move to manifests/failed/) on minutes of refusals; a failed run itself still gets 2 retries."""
+    retriers = asl["States"]["RunCdc"]["Retry"]
+    transient = [r for r in retriers if TRANSIENT_GLUE_ERRORS & set(r["ErrorEquals"])]
+    assert len(transient) == 1
+    retrier = transient[0]
+    assert set(retrier["ErrorEquals"]) >= TRANSIENT_GLUE_ERRORS
+    assert not {"States.ALL", "States.TaskFailed"} & set(retrier["ErrorEquals"])
+    generic = next(i for i, r in enumerate(retriers) if "States.ALL" in r["ErrorEquals"])
+    assert retriers.index(retrier) < generic  # Step Functions uses the first retrier that matches
+    assert retrier["IntervalSeconds"] == 30 and retrier["BackoffRate"] == 2 and retrier["MaxAttempts"] >= 8
+    cap = retrier.get("MaxDelaySeconds", float("inf"))
+    waits = [min(retrier["IntervalSeconds"] * 2**attempt, cap) for attempt in range(retrier["MaxAttempts"])]
+    assert sum(waits) >= 3600 and max(waits) <= 600, waits  # outlasts a 60-minute run, lags at most 10 min
+    assert retriers[generic] == {
+        "ErrorEquals": ["States.ALL"],
+        "IntervalSeconds": 30,
+        "MaxAttempts": 2,
+        "BackoffRate": 2,
+    }
+
+
+@pytest.mark.parametrize("refine_fails", [False, True])
+def test_an_empty_queue_refines_what_was_applied_since_the_last_refine(asl, refine_fails):
+    """Given a quiet source (the drain finds the queue empty) after 3 applied batches, fewer than
+    RefineEveryNBatches, When the loop goes idle, Then it runs the refine job first (the refined zone
+    would otherwise stay stale until N more batches came), resets since_refine (also when the refine
+    fails: it backs off, it is alarmed by the Glue failure rule), then waits and reaches the history
+    guard, reading nothing an idle drain does not return (no batch run_id)."""
+    document = {
+        "config": CONFIG,
+        "loop": {"batches": 8, "since_refine": 3, "since_maintenance": 8},
+        "batch": {"value": {"has_work": False, "file_count": 0, "moved_aside": [], "reloads_pending": []}},
+    }
+    failing = frozenset({"RunIdleRefine"}) if refine_fails else frozenset()
+    path, after = _walk(asl, "HasWork?", document, failing)
+    assert _tasks(asl, path) == ["RunIdleRefine"]
+    assert asl["States"]["RunIdleRefine"]["Resource"] == "arn:aws:states:::glue:startJobRun.sync"
+    assert asl["States"]["RunIdleRefine"]["Parameters"]["JobName"] == "${RefineJobName}"
+    assert path[-2:] == ["Idle", "CheckHistory"]
+    assert after["loop"] == {"batches": 8, "since_refine": 0, "since_maintenance": 8}
+
+
+def test_an_empty_queue_with_nothing_new_since_the_last_refine_only_waits(asl):
+    """Given the queue is empty and the refine already ran after the last applied batch, When the loop
+    goes idle, Then no Glue run starts (an idle pipeline costs nothing): it waits and goes on."""
+    document = {
+        "config": CONFIG,
+        "loop": {"batches": 8, "since_refine": 0, "since_maintenance": 8},
+        "batch": {"value": {"has_work": False, "file_count": 0}},
+    }
+    path, after = _walk(asl, "HasWork?", document)
+    assert _tasks(asl, path) == []
+    assert path[-2:] == ["Idle", "CheckHistory"]
+    assert after["loop"] == document["loop"]
+
+
+@pytest.mark.parametrize(
+    ("since_maintenance", "mode", "maintenance_fails", "runs", "after"),
+    [
+        (49, "job", False, True, 0),
+        (49, "job", True, True, 0),  # a failed run backs off like a successful one
+        (10, "job", False, False, 11),
+        (49, "glue-optimizers", False, False, 50),
+        (49, "none", False, False, 50),
+    ],
+)
+def test_maintenance_runs_every_n_batches_and_a_failure_never_stops_cdc(
+    asl, since_maintenance, mode, maintenance_fails, runs, after
+):
+    """Given MaintenanceEveryNBatches=50 and a batch just acknowledged, When it is the 50th since the last
+    maintenance and MaintenanceMode=job, Then the loop runs the maintenance job between two CDC runs, and
+    whether it succeeds or fails (caught, alarmed by the Glue failure rule) it resets the counter and goes
+    on to the history guard and the next drain: CDC never stops for maintenance. Otherwise no run."""
+    document = {
+        "config": CONFIG | {"maintenance_mode": mode},
+        "loop": {"batches": 99, "since_refine": 1, "since_maintenance": since_maintenance},
+        "batch": {"value": {"has_work": True, "run_id": "r1", "manifest_key": "k", "file_count": 3}},
+    }
+    failing = frozenset({"RunMaintenance"}) if maintenance_fails else frozenset()
+    path, state = _walk(asl, "CountBatch", document, failing)
+    assert _tasks(asl, path) == (["RunMaintenance"] if runs else [])
+    assert path[-1] == "CheckHistory"
+    assert state["loop"] == {"batches": 100, "since_refine": 2, "since_maintenance": after}
+    assert asl["States"]["RunMaintenance"]["Parameters"]["JobName"] == "${MaintenanceJobName}"
+    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "DrainQueue"
+
+
+def test_the_runbook_says_when_skip_full_load_is_safe(asl):
+    """Given `{"skip_full_load": true}` goes straight to the loop (no DMS wait, no full-load job, no
+    manifests/full-load.json written) and nothing in the state machine checks that the full load was
+    recorded, When an operator restarts after an execution ended before it was (DmsTaskFailed,
+    FullLoadFailed), Then the runbook must not send them there: every docs/DEPLOY.md paragraph or table row
+    that says to start with skip_full_load names manifests/full-load.json, which decides the input."""
+    states = asl["States"]
+    skipped = _route(asl, "ResumingAfterRollover", {"skip_full_load": True})
+    assert skipped[-1] == "StartLoop" and "RunFullLoad" not in skipped
+    touching = [name for name, state in states.items() if "full-load.json" in json.dumps(state)]
+    assert touching == ["RecordFullLoad"]  # written once, after the full-load job; never read here
+    assert states["RunFullLoad"]["Next"] == "RecordFullLoad"
+    assert states["FullLoadFailed"]["Type"] == states["DmsTaskFailed"]["Type"] == "Fail"
+    deploy = (REPO / "docs" / "DEPLOY.md").read_text()
+    blocks = [b for chunk in re.split(r"\n\s*\n", deploy) for b in re.split(r"\n(?=\|)|\n(?=- )", chunk)]
+    advising = [b for b in blocks if '{"skip_full_load": true}' in b]
+    assert advising
+    for block in advising:
+        assert "full-load.json" in block, block
+    assert "head-object --bucket <ArtifactsBucketName> --key manifests/full-load.json" in deploy

@@ -5,8 +5,11 @@ Each test names the failure it rules out; the Lambdas' behaviour is tested on mo
 
 from __future__ import annotations
 
+import fnmatch
+import importlib.util
 import json
 import re
+import sys
 import tomllib
 from typing import Any
 
@@ -91,6 +94,57 @@ def test_the_acknowledge_can_list_manifests_so_a_retry_sees_404_not_403(template
     assert listing and listing[0]["Condition"] == {"StringLike": {"s3:prefix": "manifests/*"}}
 
 
+def _load_drain_module() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "_queue_drain_for_iam", FUNCTIONS / "queue_drain" / "drain.py"
+    )
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while it loads
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_drain_can_list_every_key_it_reads_so_a_missing_one_is_404_not_403(template):
+    """Given S3 answers a GetObject of a missing key with 403 AccessDenied unless the caller may list that
+    key (s3:ListBucket, with s3:prefix matching it), When the drain reads a key that may be missing (no
+    full-load marker yet, a pending manifest acknowledged meanwhile, a new reload request, no lease), Then
+    its role may list exactly that key, so the read is a 404 the drain handles, not an error that fails it."""
+    drain = _load_drain_module()
+    function = template["Resources"]["QueueDrainFunction"]["Properties"]
+    variables = function["Environment"]["Variables"]
+    where = drain.Locations("queue", "dlq", "artifacts", manifest_prefix=variables["MANIFEST_PREFIX"])
+    # every s3.get_object of drain.py: a new read must be added here (and to the role)
+    assert (FUNCTIONS / "queue_drain" / "drain.py").read_text().count("s3.get_object(") == 4
+    read = {
+        where.full_load_marker_key,
+        where.pending_key("20260101T000000000000Z-0a1b2c3d"),
+        where.reload_key("sales.orders"),
+        variables["LEASE_KEY"],
+    }
+    assert where.full_load_marker_key == "manifests/full-load.json"
+    statements = function["Policies"][0]["Statement"]
+    listing = [
+        s
+        for s in statements
+        if s["Action"] == "s3:ListBucket" and s["Resource"] == {"Fn::GetAtt": ["ArtifactsBucket", "Arn"]}
+    ]
+    assert len(listing) == 1
+    patterns = listing[0]["Condition"]["StringLike"]["s3:prefix"]
+    patterns = patterns if isinstance(patterns, list) else [patterns]
+    for key in sorted(read):
+        assert any(fnmatch.fnmatchcase(key, pattern) for pattern in patterns), key
+        readable = [
+            r["Fn::Sub"].removeprefix("${ArtifactsBucket.Arn}/")
+            for s in statements
+            if "s3:GetObject" in (s["Action"] if isinstance(s["Action"], list) else [s["Action"]])
+            for r in (s["Resource"] if isinstance(s["Resource"], list) else [s["Resource"]])
+        ]
+        assert any(fnmatch.fnmatchcase(key, pattern) for pattern in readable), key
+    # and nothing broader than what it reads: not the whole manifests/ folder (reports, done, failed)
+    assert not any(fnmatch.fnmatchcase("manifests/done/x.json", pattern) for pattern in patterns)
+
+
 def test_the_drain_only_accepts_the_raw_bucket_and_the_dms_prefix(template):
     variables = template["Resources"]["QueueDrainFunction"]["Properties"]["Environment"]["Variables"]
     assert variables["RAW_BUCKET"] == {"Ref": "RawBucket"} and variables["RAW_PREFIX"] == {"Ref": "RawPrefix"}
@@ -115,6 +169,45 @@ def test_the_alarm_topic_is_encrypted_with_a_key_cloudwatch_and_eventbridge_can_
     publishers = {s["Principal"]["Service"] for s in topic_statements if s["Action"] == "sns:Publish"}
     assert publishers == {"cloudwatch.amazonaws.com", "events.amazonaws.com"}
     assert all("Condition" in s for s in topic_statements)
+
+
+def _key_statement_for(template: dict[str, Any], service: str) -> dict[str, Any]:
+    statements = template["Resources"]["PipelineKey"]["Properties"]["KeyPolicy"]["Statement"]
+    found = [
+        s
+        for s in statements
+        if service
+        in (
+            [s["Principal"]["Service"]]
+            if isinstance(s.get("Principal", {}).get("Service"), str)
+            else s.get("Principal", {}).get("Service", [])
+        )
+    ]
+    assert len(found) == 1, service
+    return found[0]
+
+
+@pytest.mark.parametrize("service", ["cloudwatch.amazonaws.com", "events.amazonaws.com"])
+def test_the_key_lets_the_alarm_publishers_encrypt_in_the_documented_shape(template, service):
+    """Given an alarm (CloudWatch) or the Glue failure rule (EventBridge) publishing to the encrypted
+    topic, When SNS asks KMS for a data key on that service's behalf, Then the key policy allows it in the
+    shape SNS documents for AWS service publishers (Service principal, kms:Decrypt and kms:GenerateDataKey*,
+    no condition): no document says that call carries aws:SourceAccount, and a condition the call does not
+    satisfy would silently drop every alarm. Who may publish is scoped by the topic policy instead."""
+    statement = _key_statement_for(template, service)
+    assert statement["Effect"] == "Allow"
+    actions = statement["Action"] if isinstance(statement["Action"], list) else [statement["Action"]]
+    assert sorted(actions) == ["kms:Decrypt", "kms:GenerateDataKey*"]
+    assert statement["Resource"] == "*"
+    assert "Condition" not in statement
+    topic = template["Resources"]["AlarmTopicPolicy"]["Properties"]["PolicyDocument"]["Statement"]
+    publish = [s for s in topic if s["Principal"] == {"Service": service} and s["Action"] == "sns:Publish"]
+    assert len(publish) == 1
+    condition = publish[0]["Condition"]
+    if service == "events.amazonaws.com":  # only the Glue failure rule
+        assert condition == {"ArnEquals": {"aws:SourceArn": {"Fn::GetAtt": ["GlueJobFailedRule", "Arn"]}}}
+    else:  # alarms of this account
+        assert condition == {"StringEquals": {"aws:SourceAccount": {"Ref": "AWS::AccountId"}}}
 
 
 # ---------------------------------------------------------------- 6. alarm on what loses or delays data
@@ -190,6 +283,9 @@ def test_a_scheduled_watchdog_counts_running_executions(template):
 GLUE_JOBS = ("FullLoadJob", "CdcJob", "RefineJob", "MaintenanceJob")
 
 
+GLUE_LOG_PREFIX = "/aws-glue/jobs/${EnvironmentName}-lake"
+
+
 @pytest.mark.parametrize("job", GLUE_JOBS)
 def test_glue_jobs_publish_metrics_spark_ui_and_logs_with_retention(template, job):
     properties = template["Resources"][job]["Properties"]
@@ -197,16 +293,48 @@ def test_glue_jobs_publish_metrics_spark_ui_and_logs_with_retention(template, jo
     assert arguments["--enable-metrics"] == arguments["--enable-observability-metrics"] == "true"
     assert arguments["--enable-spark-ui"] == "true"
     assert arguments["--spark-event-logs-path"] == {"Fn::Sub": "s3://${ArtifactsBucket}/glue/spark-events/"}
-    assert arguments["--continuous-log-logGroup"] == {"Ref": "GlueJobsLogGroup"}
-    assert template["Resources"]["GlueJobsLogGroup"]["Properties"]["RetentionInDays"] == {
-        "Ref": "LogRetentionDays"
-    }
     assert properties["SecurityConfiguration"] == {"Ref": "GlueSecurityConfiguration"}
     role = template["Resources"]["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
     writes = next(s for s in role if s.get("Sid") == "WriteRunReportsAndSparkEvents")
     assert {"Fn::Sub": "${ArtifactsBucket.Arn}/glue/spark-events/*"} in writes["Resource"]
     metrics = next(s for s in role if s.get("Sid") == "JobMetrics")
     assert metrics["Condition"] == {"StringEquals": {"cloudwatch:namespace": "Glue"}}
+
+
+def _log_groups_named(template: dict[str, Any], name: str) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (logical, group)
+        for logical, group in _resources(template, "AWS::Logs::LogGroup").items()
+        if group["Properties"]["LogGroupName"] == {"Fn::Sub": name}
+    ]
+
+
+@pytest.mark.parametrize("job", GLUE_JOBS)
+def test_glue_5_job_logs_go_to_groups_the_stack_made_with_a_retention(template, job):
+    """Given Glue 5.x, which logs every job in real time to /aws-glue/jobs/error and /output (never
+    expiring) unless --custom-logGroup-prefix names <prefix>/error and <prefix>/output, and ignores the
+    Glue 4.0 options --enable-continuous-cloudwatch-log / --continuous-log-logGroup; When a job runs, Then
+    it logs under the stack's prefix, to two groups the stack created (before the job, so Glue never creates
+    them first) with LogRetentionDays, kept like the rest when the stack goes, which the role may write."""
+    properties = template["Resources"][job]["Properties"]
+    arguments = properties["DefaultArguments"]
+    assert arguments["--custom-logGroup-prefix"] == {"Fn::Sub": GLUE_LOG_PREFIX}
+    assert not [a for a in arguments if a.startswith(("--continuous-log-", "--enable-continuous-"))]
+    role = template["Resources"]["GlueJobRole"]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]
+    logs = next(s for s in role if s.get("Sid") == "JobLogs")
+    assert {"logs:CreateLogStream", "logs:PutLogEvents"} <= set(logs["Action"])
+    for stream in ("error", "output"):
+        found = _log_groups_named(template, f"{GLUE_LOG_PREFIX}/{stream}")
+        assert len(found) == 1, stream
+        logical, group = found[0]
+        assert group["Properties"]["RetentionInDays"] == {"Ref": "LogRetentionDays"}
+        assert group.get("DeletionPolicy") == group.get("UpdateReplacePolicy") == "Retain", logical
+        assert logical in template["Resources"][job].get("DependsOn", []), (job, logical)
+        arn = (
+            "arn:${AWS::Partition}:logs:${AWS::Region}:${AWS::AccountId}:log-group:"
+            f"{GLUE_LOG_PREFIX}/{stream}:log-stream:run-driver"
+        )
+        assert fnmatch.fnmatchcase(arn, logs["Resource"]["Fn::Sub"]), (arn, logs["Resource"])
 
 
 # ---------------------------------------------------------------- 8. nothing deleted by a stack update
@@ -367,3 +495,68 @@ def test_lake_formation_grants_what_the_jobs_do_when_enabled(template):
     assert len(locations) == 2 and sorted(
         str(p["Resource"]["DataLocation"]["ResourceArn"]) for p in locations
     ) == sorted(map(str, registered))
+
+
+def test_every_maintenance_setting_is_a_parameter_with_the_jobs_default(template):
+    """Given the maintenance job's tuning arguments (lakehouse.jobs.maintenance_parser), When the stack
+    deploys, Then each one is set in the job's DefaultArguments from a described parameter of the Table
+    maintenance group whose default is the job's own: a guided deploy can tune every one, and an untouched
+    deploy behaves as the job does when run by hand (bench/RESULTS.md's measured settings)."""
+    from lakehouse.jobs import maintenance_parser
+
+    defaults = vars(maintenance_parser().parse_args([]))
+    tuning = sorted(set(defaults) - {"run_id", "report_uri"})
+    assert {"min_input_files", "delete_file_threshold", "tombstone_retention_days"} <= set(tuning)
+    arguments = template["Resources"]["MaintenanceJob"]["Properties"]["DefaultArguments"]
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    maintenance_group = next(g for g in groups if g["Label"]["default"] == "Table maintenance")["Parameters"]
+    for name in tuning:
+        value = arguments[f"--{name}"]
+        parameter = re.fullmatch(r"\$\{(\w+)\}", value["Fn::Sub"])[1]
+        declared = template["Parameters"][parameter]
+        assert declared["Type"] == "Number" and declared["Description"], parameter
+        assert float(declared["Default"]) == float(defaults[name]), parameter
+        assert parameter in maintenance_group, parameter
+        assert declared.get("MinValue", float("-inf")) <= float(declared["Default"]), parameter
+
+
+def test_every_function_is_alarmed_on_errors_and_throttles_within_cloudwatchs_limit(template):
+    """Given the pipeline's Lambdas (a failing DMS-progress read or history guard fails the execution too),
+    When any of them errs or is throttled, Then an alarm on the topic sums that function's metric; each
+    such alarm stays within CloudWatch's hard limit of 10 metrics per metric-math alarm, and its
+    expression adds every metric it lists (a listed metric left out of the sum never alarms)."""
+    functions = set(_resources(template, "AWS::Serverless::Function"))
+    assert {"DmsProgressFunction", "HistoryGuardFunction", "WatchdogFunction"} <= functions
+    alarms = [a["Properties"] for a in _resources(template, "AWS::CloudWatch::Alarm").values()]
+    for metric_name in ("Errors", "Throttles"):
+        watched = set()
+        for alarm in alarms:
+            queries = alarm.get("Metrics", [])
+            lambda_ids = {
+                q["Id"]: q["MetricStat"]["Metric"]
+                for q in queries
+                if "MetricStat" in q and q["MetricStat"]["Metric"]["Namespace"] == "AWS/Lambda"
+            }
+            mine = {i: m for i, m in lambda_ids.items() if m["MetricName"] == metric_name}
+            if not mine:
+                continue
+            assert len([q for q in queries if "MetricStat" in q]) <= 10
+            assert {"Ref": "AlarmTopic"} in alarm["AlarmActions"]
+            summed = next(q["Expression"] for q in queries if q.get("ReturnData"))
+            assert all(re.search(rf"\b{i}\b", summed) for i in lambda_ids), summed
+            watched |= {m["Dimensions"][0]["Value"]["Ref"] for m in mine.values()}
+        assert watched == functions, metric_name
+
+
+def test_the_freshness_threshold_promises_only_what_the_stale_alarm_does(template):
+    """Given the stale alarm watches LagSeconds, which only a CDC run's report publishes, and treats
+    missing data as not breaching (a quiet source must not page anyone), Then the FreshnessAlarmMinutes
+    description promises no alarm when no run reports and says a quiet source raises none; a dead pipeline
+    is the not-running alarm's (missing data breaching)."""
+    stale = template["Resources"]["FreshnessAlarm"]["Properties"]
+    assert stale["TreatMissingData"] == "notBreaching"
+    assert [m["MetricName"] for m in _alarm_metrics(stale)] == ["LagSeconds"]
+    description = " ".join(template["Parameters"]["FreshnessAlarmMinutes"]["Description"].lower().split())
+    assert not re.search(r"no (cdc )?run reported", description), description
+    assert "quiet" in description and "not-running" in description, description
+    assert template["Resources"]["NoExecutionRunningAlarm"]["Properties"]["TreatMissingData"] == "breaching"
