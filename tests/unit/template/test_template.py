@@ -423,6 +423,30 @@ def _alarm_metrics(alarm: dict[str, Any]) -> list[dict[str, Any]]:
     return [{k: alarm[k] for k in ("Namespace", "MetricName", "Dimensions") if k in alarm}]
 
 
+def test_the_jobs_read_the_files_with_the_settings_dms_writes_them_with(template):
+    """Given the stack's CsvNullValue and CsvDelimiter parameters, Then the full-load and CDC jobs get both
+    as job arguments and the DMS endpoint the stack creates writes with both (a tab is spelled \\t in the
+    parameter, a real tab for DMS), so a pipe- or tab-separated output is read, not quarantined."""
+    endpoint = template["Resources"]["DmsTargetEndpoint"]["Properties"]["S3Settings"]
+    assert endpoint["CsvNullValue"] == {"Ref": "CsvNullValue"}
+    assert endpoint["CsvDelimiter"] == {"Fn::If": ["CsvDelimiterIsTab", "\t", {"Ref": "CsvDelimiter"}]}
+    assert template["Conditions"]["CsvDelimiterIsTab"] == {"Fn::Equals": [{"Ref": "CsvDelimiter"}, "\\t"]}
+    pattern = template["Parameters"]["CsvDelimiter"]["AllowedPattern"]
+    assert [bool(re.fullmatch(pattern, v)) for v in (",", "|", ";", "\\t", '"', " ", ",,")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+    for name in ("FullLoadJob", "CdcJob"):
+        arguments = template["Resources"][name]["Properties"]["DefaultArguments"]
+        assert arguments["--csv_null_value"] == {"Ref": "CsvNullValue"}, name
+        assert arguments["--csv_delimiter"] == {"Ref": "CsvDelimiter"}, name
+
+
 def test_glue_jobs_follow_the_argument_contract(template):
     """Given the four Glue jobs, Then each runs Glue 5.1 with Iceberg, its script and the library from
     the artifacts bucket, and the arguments docs/CONTRACTS.md names for it."""
