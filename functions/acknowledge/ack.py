@@ -20,6 +20,9 @@ from botocore.exceptions import ClientError
 
 MISSING = ("NoSuchKey", "404", "NotFound")
 RUN_ID_PATTERN = r"^\d{8}T\d{12}Z-[0-9a-f]{8}$"
+# The reports of a full load (named after the execution) and of a table reload (the reloads step's run id).
+# (Execution names hold no white space, slash or backslash.)
+LOAD_REPORT_PATTERN = r"^(full-load-[^/\\\s]{1,80}|reload-\d{8}T\d{6}-[0-9a-f]{8})$"
 DPU_PER_WORKER = {"G.025X": 0.25, "G.1X": 1.0, "G.2X": 2.0, "G.4X": 4.0, "G.8X": 8.0, "Standard": 1.0}
 
 
@@ -108,6 +111,13 @@ def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
         moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
         values["LagSeconds"] = max((now - moment).total_seconds(), 0.0)
     return values
+
+
+def load_report_metrics(report: dict[str, Any]) -> dict[str, float]:
+    """What a full load or a table reload quarantined (its run report), so that the quarantine alarm sees
+    every job that quarantines, not only CDC runs."""
+    values = report_metrics(report, datetime.now(UTC))
+    return {name: values[name] for name in ("QuarantinedRecords", "QuarantinedFiles")}
 
 
 def run_cost(glue_run: dict[str, Any]) -> dict[str, float]:

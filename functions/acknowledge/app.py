@@ -1,4 +1,5 @@
-"""Lambda: retire a batch after its Glue CDC run succeeded, and publish what the run did."""
+"""Lambda: retire a batch after its Glue CDC run succeeded, and publish what the run did; after a full
+load or a table reload (`load_run_id`), publish what that run quarantined."""
 
 from __future__ import annotations
 
@@ -7,12 +8,21 @@ from datetime import UTC, datetime
 from typing import Any
 
 import boto3
-from ack import RUN_ID_PATTERN, acknowledge, check_manifest_key, read_report, report_metrics, run_cost
+from ack import (
+    LOAD_REPORT_PATTERN,
+    RUN_ID_PATTERN,
+    acknowledge,
+    check_manifest_key,
+    load_report_metrics,
+    read_report,
+    report_metrics,
+    run_cost,
+)
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ARTIFACTS_BUCKET = os.environ.get("ARTIFACTS_BUCKET", "")
 MANIFEST_PREFIX = os.environ.get("MANIFEST_PREFIX", "manifests")
@@ -36,10 +46,21 @@ class GlueRun(BaseModel):
 
 
 class AcknowledgeRequest(BaseModel):
-    manifest_key: str
-    run_id: str = Field(pattern=RUN_ID_PATTERN)
+    """A CDC batch to retire (`manifest_key`, `run_id`), or a full load or reload whose report to publish
+    (`load_run_id`)."""
+
+    manifest_key: str | None = None
+    run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
     file_count: int = Field(default=0, ge=0)
     glue_run: GlueRun | None = None
+    load_run_id: str | None = Field(default=None, pattern=LOAD_REPORT_PATTERN)
+
+    @model_validator(mode="after")
+    def one_kind(self) -> AcknowledgeRequest:
+        batch = self.manifest_key is not None and self.run_id is not None
+        if batch == (self.load_run_id is not None):
+            raise ValueError("either manifest_key and run_id (a CDC batch) or load_run_id (a load), not both")
+        return self
 
 
 @logger.inject_lambda_context
@@ -47,6 +68,9 @@ class AcknowledgeRequest(BaseModel):
 @metrics.log_metrics
 @event_parser(model=AcknowledgeRequest)
 def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, Any]:
+    if request.load_run_id is not None:
+        return publish_load_report(request.load_run_id)
+    assert request.manifest_key is not None and request.run_id is not None  # the model says so
     check_manifest_key(request.manifest_key, request.run_id, MANIFEST_PREFIX)
     result = acknowledge(s3, ARTIFACTS_BUCKET, request.manifest_key)
     metrics.add_metric(name="FilesApplied", unit=MetricUnit.Count, value=request.file_count)
@@ -60,3 +84,15 @@ def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, An
         metrics.add_metric(name=name, unit=UNITS.get(name, MetricUnit.Count), value=value)
     logger.info("batch acknowledged", extra={"run_id": request.run_id, **result, **published})
     return result | {"run_id": request.run_id, "published": published}
+
+
+def publish_load_report(load_run_id: str) -> dict[str, Any]:
+    report, why_not = read_report(s3, ARTIFACTS_BUCKET, f"{MANIFEST_PREFIX}/reports/{load_run_id}.json")
+    if report is None:
+        logger.warning("load report not published", extra={"run_id": load_run_id, "reason": why_not})
+        return {"run_id": load_run_id, "published": {}}
+    published = load_report_metrics(report)
+    for name, value in published.items():
+        metrics.add_metric(name=name, unit=MetricUnit.Count, value=value)
+    logger.info("load report published", extra={"run_id": load_run_id, **published})
+    return {"run_id": load_run_id, "published": published}

@@ -100,6 +100,51 @@ def test_what_a_failed_attempt_quarantined_is_published_by_the_retry_that_succee
     assert (metrics["QuarantinedRecords"], metrics["QuarantinedFiles"]) == ([3.0], [1.0])
 
 
+@pytest.mark.parametrize("load_run_id", ["full-load-first-run", "reload-20261124T101010-3f2a9c1d"])
+def test_what_a_full_load_or_reload_quarantined_is_published_and_no_batch_moves(ack_app, capsys, load_run_id):
+    """Given the report of a full load (or a table reload) that quarantined 4 records in 2 files,
+    When the step after the job publishes it (`load_run_id`),
+    Then QuarantinedRecords=4 and QuarantinedFiles=2 are emitted for the quarantine alarm, nothing else,
+    and no manifest is touched."""
+    loaded = {"run_id": load_run_id, "job": "full-load", "tables": [], "newest_commit_ts": None}
+    loaded["totals"] = {
+        "inserted_or_updated": 1000,
+        "deleted": 0,
+        "quarantined_records": 4,
+        "quarantined_files": 2,
+    }
+    boto3.client("s3").put_object(
+        Bucket=ARTIFACTS, Key=f"manifests/reports/{load_run_id}.json", Body=json.dumps(loaded).encode()
+    )
+
+    result = ack_app.handler({"load_run_id": load_run_id}, FakeContext())
+
+    metrics = emitted(capsys)
+    assert (metrics["QuarantinedRecords"], metrics["QuarantinedFiles"]) == ([4.0], [2.0])
+    assert "ChangesApplied" not in metrics and "FilesApplied" not in metrics
+    assert result == {"run_id": load_run_id, "published": {"QuarantinedRecords": 4, "QuarantinedFiles": 2}}
+    assert boto3.client("s3").list_objects_v2(Bucket=ARTIFACTS, Prefix="manifests/pending/")["KeyCount"] == 1
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"load_run_id": "../pending/x"},
+        {"load_run_id": "full-load-a/b"},
+        {"load_run_id": "full-load-x", "run_id": RUN_ID, "manifest_key": PENDING},
+        {},
+    ],
+    ids=["path", "slash", "both kinds", "neither"],
+)
+def test_a_load_report_request_that_names_no_load_report_is_refused(ack_app, bad):
+    """Given a request whose load run id is not a full load's or a reload's, or that mixes a batch and a
+    load, or names neither, When handled, Then it is refused before any work."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError):
+        ack_app.handler(bad, FakeContext())
+
+
 @pytest.mark.parametrize("broken", [None, b"{not json", b"[1]"], ids=["missing", "not JSON", "not an object"])
 def test_a_missing_or_broken_report_never_fails_the_acknowledge(ack_app, capsys, caplog, broken):
     """Given no report (or an unreadable one), When acknowledged, Then the batch is retired, a warning is

@@ -606,7 +606,8 @@ def test_the_runbook_says_when_skip_full_load_is_safe(asl):
     assert skipped[-1] == "StartLoop" and "RunFullLoad" not in skipped
     touching = [name for name, state in states.items() if "full-load.json" in json.dumps(state)]
     assert touching == ["RecordFullLoad"]  # written once, after the full-load job; never read here
-    assert states["RunFullLoad"]["Next"] == "RecordFullLoad"
+    published = states["RunFullLoad"]["Next"]  # its report published, the marker written next
+    assert published == "PublishFullLoadReport" and states[published]["Next"] == "RecordFullLoad"
     assert states["FullLoadFailed"]["Type"] == states["DmsTaskFailed"]["Type"] == "Fail"
     deploy = (REPO / "docs" / "DEPLOY.md").read_text()
     blocks = [b for chunk in re.split(r"\n\s*\n", deploy) for b in re.split(r"\n(?=\|)|\n(?=- )", chunk)]
@@ -615,3 +616,33 @@ def test_the_runbook_says_when_skip_full_load_is_safe(asl):
     for block in advising:
         assert "full-load.json" in block, block
     assert "head-object --bucket <ArtifactsBucketName> --key manifests/full-load.json" in deploy
+
+
+def test_what_full_loads_and_reloads_quarantine_reaches_the_quarantine_alarm(template, asl):
+    """Given the full-load and reload job runs, Then the step after each hands the run's own report (the
+    name its --report_uri uses) to the acknowledge function, which publishes what it quarantined under the
+    metric the quarantine alarm watches; a failure to publish never stops the pipeline (its catcher goes
+    where the job's success goes)."""
+    states = asl["States"]
+    cases = {
+        "RunFullLoad": ("PublishFullLoadReport", "RecordFullLoad"),
+        "RunReload": ("PublishReloadReport", "RetireReloads"),
+    }
+    for job, (publish, after) in cases.items():
+        assert states[job]["Next"] == publish, job
+        step = states[publish]
+        assert step["Parameters"]["FunctionName"] == "${AcknowledgeFunctionArn}"
+        assert step["Next"] == after and [c["Next"] for c in step["Catch"]] == [after], publish
+        assert all(c["ErrorEquals"] == ["States.ALL"] for c in step["Catch"])
+    full_load_report = states["RunFullLoad"]["Parameters"]["Arguments"]["--report_uri.$"]
+    assert "full-load-{}.json', $$.Execution.Name" in full_load_report
+    assert states["PublishFullLoadReport"]["Parameters"]["Payload"] == {
+        "load_run_id.$": "States.Format('full-load-{}', $$.Execution.Name)"
+    }
+    assert (
+        states["PublishReloadReport"]["Parameters"]["Payload"]["load_run_id.$"]
+        == states["RunReload"]["Parameters"]["Arguments"]["--run_id.$"]
+    )
+    alarm = template["Resources"]["QuarantinedRecordsAlarm"]["Properties"]["Metrics"]
+    watched = {m["MetricStat"]["Metric"]["MetricName"] for m in alarm if "MetricStat" in m}
+    assert watched == {"QuarantinedRecords", "QuarantinedFiles"}
