@@ -341,10 +341,19 @@ class LocalPipeline:
     def run_job(
         self, job_name: str, arguments: dict[str, str] | None = None, timeout: float = 600
     ) -> dict[str, Any]:
-        """One run of a deployed Glue job, waited for; raises with Glue's error if it does not succeed."""
+        """One run of a deployed Glue job, waited for; raises with Glue's error if it does not succeed. A run
+        the state machine started before it was stopped (a stopped execution leaves its Glue run going)
+        finishes first: the jobs allow one run at a time."""
         glue = self.aws("glue")
-        run_id = glue.start_job_run(JobName=job_name, Arguments=arguments or {})["JobRunId"]
         deadline = time.monotonic() + timeout
+        while any(
+            run["JobRunState"] in ("STARTING", "RUNNING", "STOPPING", "WAITING")
+            for run in glue.get_job_runs(JobName=job_name)["JobRuns"]
+        ):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{job_name}: an earlier run still going after {timeout:.0f}s")
+            time.sleep(2.0)
+        run_id = glue.start_job_run(JobName=job_name, Arguments=arguments or {})["JobRunId"]
         while time.monotonic() < deadline:
             run = glue.get_job_run(JobName=job_name, RunId=run_id)["JobRun"]
             if run["JobRunState"] in ("SUCCEEDED", "FAILED", "ERROR", "TIMEOUT", "STOPPED"):
