@@ -169,7 +169,7 @@ def _job(app: Any, logical_id: str) -> str:
 
 def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) -> tuple[list[Any], int]:
     """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
-    from tools.bi import load_queries, run_query, spark_names, version_as_of
+    from tools.bi import load_queries, run_query, spark_names, timestamp_as_of
     from tools.dashboard import collect_figures, run_metrics, write_dashboard
 
     executions = _wait_for_rollover(pipeline, timeout=45)
@@ -217,18 +217,21 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
         print("  " + check.line())
     spark, lake = pipeline.spark(), pipeline.lake_config()
     _step(started, "BI queries (bi/queries) on the refined zone, first rows of each")
-    # The time-travel queries look back to the refined zone's oldest snapshot still held (the first refine).
-    first = spark.sql(
-        f"SELECT snapshot_id FROM {lake.catalog_name}.{lake.refined_database}.sales_enriched.snapshots "
-        "ORDER BY committed_at LIMIT 1"
-    ).first()
-    names = spark_names(lake, version_as_of(first["snapshot_id"]) if first else None)
+    # The time-travel queries look back to the earliest moment every refined table has a snapshot for
+    # (the first refine's commits; each table has its own snapshot ids, so a moment, not an id).
+    refined = f"{lake.catalog_name}.{lake.refined_database}"
+    firsts = [
+        spark.sql(f"SELECT min(committed_at) AS at FROM {refined}.{row['tableName']}.snapshots").first()["at"]
+        for row in spark.sql(f"SHOW TABLES IN {refined}").collect()
+    ]
+    moment = max(firsts).strftime("%Y-%m-%d %H:%M:%S.%f") if firsts and all(firsts) else None
+    names = spark_names(lake, timestamp_as_of(moment) if moment else None)
     for query in load_queries().values():
         if not query.placeholders <= set(names):
             print(f"  {query.name}: skipped, the refined zone has no earlier snapshot to travel to")
             continue
         rows = run_query(spark, query, names).limit(3).collect()
-        as_of = f" [as of snapshot {first['snapshot_id']}]" if "as_of" in query.placeholders else ""
+        as_of = f" [as of {moment}]" if "as_of" in query.placeholders else ""
         print(f"  {query.name}: {query.description}{as_of}")
         for row in rows:
             print("    " + ", ".join(f"{k}={v}" for k, v in row.asDict().items()))
