@@ -81,8 +81,8 @@ def lease_holder(pipeline: LocalPipeline) -> str | None:
 def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
     """Given a low history threshold, a second execution started by hand and a refine after every batch,
     Then the hand-started execution exits at once saying who holds the lease, the running one rolls over
-    to exactly one successor (which takes the lease over), the refine job updates the refined zone, and
-    the clean zone equals the source."""
+    to exactly one successor (which takes the lease over), the clean zone equals the source, and the
+    loop's own refine runs bring the refined zone to a recomputation from the source."""
     pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60", "RefineEveryNBatches": "1"})
     start(pipeline)
     first = pipeline.execution_arn
@@ -112,18 +112,26 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
     assert_clean_equals_source(pipeline)
     running = next(e["executionArn"] for e in executions if e["status"] == "RUNNING")
     assert lease_holder(pipeline) == running and running != first
-    # The loop refined (after every batch here); once stopped, one more refine brings the refined zone to
-    # the final clean zone, which must then equal a recomputation from the source database.
+    # The loop itself brings the refined zone up to date: a refine after every batch here, and one when
+    # the queue runs empty with batches applied since the last refine. No refine by hand: a refine run that
+    # started after the last CDC run finished must have succeeded, and the refined zone then equals a
+    # recomputation from the source database.
     glue, refine_job = pipeline.aws("glue"), pipeline.app.resources["RefineJob"]
-    refine_runs = glue.get_job_runs(JobName=refine_job)["JobRuns"]
-    assert any(r["JobRunState"] == "SUCCEEDED" for r in refine_runs), refine_runs
-    pipeline.stop_executions()
-    idle = wait_for(
-        lambda: all(r["JobRunState"] != "RUNNING" for r in glue.get_job_runs(JobName=refine_job)["JobRuns"]),
+
+    def runs(job: str) -> list[dict]:
+        return glue.get_job_runs(JobName=job)["JobRuns"]
+
+    last_cdc = max(
+        r["CompletedOn"] for r in runs(pipeline.app.cdc_job_name) if r["JobRunState"] == "SUCCEEDED"
+    )
+    refreshed = wait_for(
+        lambda: any(r["JobRunState"] == "SUCCEEDED" and r["StartedOn"] >= last_cdc for r in runs(refine_job)),
         300,
     )
-    assert idle, glue.get_job_runs(JobName=refine_job)["JobRuns"]
-    pipeline.run_job(refine_job, {"--run_id": "test-final-refine"})
+    assert refreshed, (last_cdc, runs(refine_job))
+    pipeline.stop_executions()
+    idle = wait_for(lambda: all(r["JobRunState"] != "RUNNING" for r in runs(refine_job)), 300)
+    assert idle, runs(refine_job)
     checks = pipeline.verify_refined()
     assert checks and all(c.matches for c in checks), "\n".join(c.line() for c in checks)
 
