@@ -214,12 +214,7 @@ def _choose(state: dict[str, Any], document: dict[str, Any]) -> str:
     """The next state of a Choice, for the comparisons this state machine uses."""
 
     def value(path: str) -> Any:
-        current: Any = document
-        for part in path.removeprefix("$.").split("."):
-            if not isinstance(current, dict) or part not in current:
-                return _MISSING
-            current = current[part]
-        return current
+        return _read(document, path)
 
     def holds(rule: dict[str, Any]) -> bool:
         if "And" in rule:
