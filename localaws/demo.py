@@ -232,7 +232,8 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
             continue
         rows = run_query(spark, query, names).limit(3).collect()
         as_of = f" [as of {moment}]" if "as_of" in query.placeholders else ""
-        print(f"  {query.name}: {query.description}{as_of}")
+        description = query.description.replace("${as_of}", moment or "an earlier point")
+        print(f"  {query.name}: {description}{as_of}")
         for row in rows:
             print("    " + ", ".join(f"{k}={v}" for k, v in row.asDict().items()))
         if not rows:
