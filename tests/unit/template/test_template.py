@@ -641,3 +641,18 @@ def test_what_full_loads_and_reloads_quarantine_reaches_the_quarantine_alarm(tem
     alarm = template["Resources"]["QuarantinedRecordsAlarm"]["Properties"]["Metrics"]
     watched = {m["MetricStat"]["Metric"]["MetricName"] for m in alarm if "MetricStat" in m}
     assert watched == {"QuarantinedRecords", "QuarantinedFiles"}
+
+
+@pytest.mark.parametrize("job", ["RunFullLoad", "RunReload"])
+def test_a_load_that_glue_refuses_to_start_waits_instead_of_spending_its_runs(asl, job):
+    """Given Glue refusing to start the full load or a reload for a while (a run still going, throttling),
+    Then the same retrier as the CDC run's comes first, so the load's bounded runs (its cost) are spent on
+    runs, not on refusals; the refine and maintenance steps keep failing fast (they are caught, and a long
+    wait there would hold CDC up)."""
+    retriers = asl["States"][job]["Retry"]
+    assert retriers[0] == asl["States"]["RunCdc"]["Retry"][0]
+    assert "States.ALL" in retriers[-1]["ErrorEquals"]
+    for fast in ("RunRefine", "RunIdleRefine", "RunMaintenance"):
+        assert all(not TRANSIENT_GLUE_ERRORS & set(r["ErrorEquals"]) for r in asl["States"][fast]["Retry"]), (
+            fast
+        )

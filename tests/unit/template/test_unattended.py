@@ -414,7 +414,13 @@ def test_samconfig_has_a_prod_environment():
 
 def test_full_load_cost_is_bounded_and_raw_files_are_archived(template, asl):
     run = asl["States"]["RunFullLoad"]
-    assert sum(r["MaxAttempts"] for r in run["Retry"]) <= 1  # at most two runs of FullLoadTimeoutMinutes
+    # at most two runs of FullLoadTimeoutMinutes; Glue refusing to start one (a run still going) costs nothing
+    refusals = {
+        "Glue.ConcurrentRunsExceededException",
+        "Glue.ThrottlingException",
+        "Glue.InternalServiceException",
+    }
+    assert sum(r["MaxAttempts"] for r in run["Retry"] if not set(r["ErrorEquals"]) <= refusals) <= 1
     assert template["Resources"]["FullLoadJob"]["Properties"]["Timeout"] == {"Ref": "FullLoadTimeoutMinutes"}
     assert (
         template["Resources"]["FullLoadJob"]["Properties"]["DefaultArguments"]["--enable-auto-scaling"]
