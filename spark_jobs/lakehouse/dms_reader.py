@@ -25,7 +25,13 @@ from pyspark.sql import types as T
 from lakehouse.dms_files import DmsFile
 from lakehouse.frames import literal_frame
 from lakehouse.names import quote
-from lakehouse.storage import is_missing, read_first_line, read_parquet_schema
+from lakehouse.storage import (
+    StorageError,
+    is_missing,
+    is_storage_failure,
+    read_first_line,
+    read_parquet_schema,
+)
 
 log = logging.getLogger(__name__)
 
@@ -131,9 +137,14 @@ def read_headers(
             else:
                 line = read_first_line(spark_paths[file.uri])
                 header = FileHeader(tuple(parse_header(line, options.delimiter)))
-        except Exception as error:  # any I/O or decoding failure: this file only
+        except Exception as error:  # what the file holds can't be read: this file only
             if is_missing(error):
                 return file, None, MISSING
+            if is_storage_failure(error):  # not the file's fault: the table waits, the batch stays pending
+                raise StorageError(
+                    f"{file.uri} could not be read ({type(error).__name__}: {error}); the batch stays "
+                    "pending and is retried (check the job role's access to the raw bucket and its key)"
+                ) from error
             return file, None, f"unreadable file: {type(error).__name__}: {error}"
         names = header.names
         if not names or any(not name.strip() for name in names):

@@ -36,6 +36,23 @@ def is_missing(error: BaseException) -> bool:
     return code in ("NoSuchKey", "404", "NotFound")
 
 
+class StorageError(RuntimeError):
+    """Reading an object failed for a reason that is not in the object (access, throttling, network): the
+    batch must wait and retry, never quarantine the file as bad data and count it applied."""
+
+
+def is_storage_failure(error: BaseException) -> bool:
+    """The error comes from where the object is kept, not from what it holds: an S3 error other than
+    "no such key" (AccessDenied, a KMS key it may not use, SlowDown, InternalError), a connection or
+    timeout, a local permission error. A file that is corrupt (bad gzip, no Parquet footer, not UTF-8)
+    is not one of these."""
+    if is_missing(error):
+        return False
+    from botocore.exceptions import BotoCoreError, ClientError  # boto3 ships with Glue and the local venv
+
+    return isinstance(error, BotoCoreError | ClientError | PermissionError | ConnectionError | TimeoutError)
+
+
 def is_s3(uri: str) -> bool:
     return uri.startswith(("s3://", "s3a://"))
 

@@ -245,3 +245,39 @@ def test_a_record_spark_reads_from_an_unexpected_path_is_quarantined_not_dropped
         ("sales.customer", 1, "record not matched to a file of the batch"),
         ("sales.customer", 2, "record not matched to a file of the batch"),
     ]
+
+
+def test_a_file_the_job_may_not_read_stops_its_table_and_is_neither_quarantined_nor_counted_applied(
+    spark, lake_config, dms, monkeypatch
+):
+    """Given a CDC file S3 refuses to hand over (AccessDenied: a bucket policy or a KMS key the job role
+    may not use; likewise throttling or a broken connection), and a good file of another table,
+    When the batch is applied,
+    Then that table fails naming the file and the cause, nothing of it is quarantined or recorded as
+    applied (it is not bad data), the other table is applied; once access is back, the retried batch
+    applies the file."""
+    import lakehouse.dms_reader as reader
+    from botocore.exceptions import ClientError
+
+    denied = dms.cdc("sales.customer", COLUMNS, [("I", (1, "a", 1))])
+    good = dms.cdc("sales.item", ["sku", "price"], [("I", ("A-1", 9.99))])
+    real_first_line = reader.read_first_line
+
+    def refusing(uri: str, *args):
+        if uri.endswith(Path(denied).name):
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "Access Denied"}}, "GetObject")
+        return real_first_line(uri, *args)
+
+    monkeypatch.setattr(reader, "read_first_line", refusing)
+    report = apply_cdc(spark, lake_config, SCHEMA, manifest(denied, good, run_id="run-1"))
+
+    (failed,) = report.failed
+    assert failed.table == "sales.customer" and "AccessDenied" in failed.error and denied in failed.error
+    assert rows_of(spark, lake_config.clean_table("sales_item")) == [("A-1", Decimal("9.99"))]
+    assert not spark.catalog.tableExists(lake_config.quarantine)
+
+    monkeypatch.setattr(reader, "read_first_line", real_first_line)
+    retry = apply_cdc(spark, lake_config, SCHEMA, manifest(denied, good, run_id="run-1"))
+
+    assert retry.ok, retry.failed
+    assert rows_of(spark, lake_config.clean_table("sales_customer")) == [(1, "a", Decimal("1.00"))]
