@@ -1,7 +1,9 @@
 """DMS: moto keeps endpoints and replication instances; this provider owns replication tasks and runs them.
 
-Source endpoint (local convention): EngineName `sqlite`, DatabaseName = path of the SQLite file on the host,
-ExtraConnectionAttributes `schemaName=<name>` (default `main`) = the schema folder of the files.
+Source endpoints: EngineName `postgres` (ServerName, Port, DatabaseName, Username, Password; extra connection
+attributes `slotName`, `publicationName`, `PluginName=pgoutput`), read through a logical replication slot as DMS
+reads it; or, a local convention, EngineName `sqlite` with DatabaseName = the path of an SQLite file on the host.
+ExtraConnectionAttributes `schemaName=<name>` (default `public` / `main`) = the schema replicated, the files' folder.
 Target endpoint: EngineName `s3` with S3Settings (BucketName, BucketFolder, AddColumnName, IncludeOpForFullLoad,
 TimestampColumnName, CsvNullValue, CdcMaxBatchInterval, CdcMinFileSize, MaxFileSize).
 """
@@ -26,6 +28,7 @@ from localaws_plugin.dms_format import S3TargetSettings, TableMapping
 from localaws_plugin.dms_replication import ReplicationRun, SourceSettings, TaskOptions
 
 SECONDS_IN_CREATING = 0.5
+SOURCE_ENGINES = frozenset({"sqlite", "postgres"})
 
 
 def _fault(code: str, message: str) -> CommonServiceException:
@@ -148,9 +151,10 @@ class DmsReplicationProvider(ServiceLifecycleHook):
     def _build_run(self, context: RequestContext, request: dict[str, Any]) -> ReplicationRun:
         source = self._endpoint(context, request["SourceEndpointArn"])
         target = self._endpoint(context, request["TargetEndpointArn"])
-        if str(source.engine_name).lower() != "sqlite":
+        if str(source.engine_name).lower() not in SOURCE_ENGINES:
             raise _fault(
-                "InvalidParameterValueException", "the local DMS replicates from EngineName 'sqlite' sources"
+                "InvalidParameterValueException",
+                f"the local DMS replicates from EngineName {' or '.join(sorted(SOURCE_ENGINES))} sources",
             )
         if str(target.engine_name).lower() != "s3":
             raise _fault("InvalidParameterValueException", "the local DMS writes to EngineName 's3' targets")
@@ -159,14 +163,22 @@ class DmsReplicationProvider(ServiceLifecycleHook):
                 target.s3_settings, target.extra_connection_attributes
             )
             mapping = TableMapping.parse(request["TableMappings"])
+            source_settings = SourceSettings.from_endpoint(
+                source.database_name,
+                source.server_name,
+                source.extra_connection_attributes,
+                engine=str(source.engine_name),
+                port=int(source.port) if source.port else None,
+                username=source.username,
+                password=source.password,
+                task_identifier=request["ReplicationTaskIdentifier"],
+            )
             task_settings = json.loads(request.get("ReplicationTaskSettings") or "{}")
         except (ValueError, KeyError) as error:
             raise _fault("InvalidParameterValueException", str(error)) from error
         return ReplicationRun(
             migration_type=request["MigrationType"],
-            source=SourceSettings.from_endpoint(
-                source.database_name, source.server_name, source.extra_connection_attributes
-            ),
+            source=source_settings,
             target=target_settings,
             mapping=mapping,
             options=TaskOptions.from_task_settings(task_settings),

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from localaws_plugin.dms_format import (
     ChangeRow,
@@ -38,6 +38,25 @@ from localaws_plugin.dms_sqlite import CapturedChange, SqliteSource
 
 LOG = logging.getLogger(__name__)
 
+
+class CaptureSource(Protocol):
+    """What a replication run reads: `SqliteSource` (triggers) or `PostgresSource` (a logical slot)."""
+
+    path: str
+
+    def close(self) -> None: ...
+    def tables(self) -> list[str]: ...
+    def columns(self, table: str) -> list[str]: ...
+    def declared_types(self, table: str) -> dict[str, str]: ...
+    def primary_key(self, table: str) -> list[str]: ...
+    def count_rows(self, table: str) -> int: ...
+    def install_capture(self, tables: list[str], resume: bool = False) -> int: ...
+    def refresh_triggers(self, tables: list[str]) -> list[str]: ...
+    def snapshot(self, table: str) -> tuple[int, list[str], list[tuple]]: ...
+    def changes_after(self, seq: int) -> list[CapturedChange]: ...
+    def prune(self, up_to_seq: int) -> None: ...
+
+
 PutObject = Callable[[str, str, bytes], None]
 DeletePrefix = Callable[[str, str], None]  # (bucket, key prefix): delete every object below it
 
@@ -46,7 +65,7 @@ _positions_lock = threading.Lock()
 _positions_by_source: dict[str, dict[int, int]] = {}
 
 
-def _record_position_and_prune(source: SqliteSource, run_id: int, position: int) -> None:
+def _record_position_and_prune(source: CaptureSource, run_id: int, position: int) -> None:
     with _positions_lock:
         positions = _positions_by_source.setdefault(source.path, {})
         positions[run_id] = position
@@ -65,22 +84,86 @@ CDC_TYPES = ("cdc", "full-load-and-cdc")
 
 @dataclass(frozen=True)
 class SourceSettings:
-    """An SQLite source endpoint: the file path (DatabaseName) and the schema name files are written under."""
+    """A source endpoint. EngineName `sqlite`: DatabaseName is the file's path. EngineName `postgres`: ServerName
+    (a host, or a local server's socket directory), Port, DatabaseName, Username, Password, and the extra
+    connection attributes `slotName` (default: the task's identifier), `publicationName` (default:
+    `<slot>_publication`) and `PluginName` (pgoutput, the only one). `schemaName` is the schema replicated
+    and the files' schema folder (default `main` for SQLite, `public` for PostgreSQL)."""
 
     path: str
     schema: str = "main"
+    engine: str = "sqlite"
+    host: str | None = None
+    port: int | None = None
+    username: str | None = None
+    password: str | None = None
+    slot: str | None = None
+    publication: str | None = None
 
     @classmethod
     def from_endpoint(
-        cls, database_name: str | None, server_name: str | None, extra_connection_attributes: str | None
+        cls,
+        database_name: str | None,
+        server_name: str | None,
+        extra_connection_attributes: str | None,
+        engine: str = "sqlite",
+        port: int | None = None,
+        username: str | None = None,
+        password: str | None = None,
+        task_identifier: str = "localaws",
     ) -> SourceSettings:
         attributes = {}
         for part in (extra_connection_attributes or "").split(";"):
             if "=" in part:
                 key, value = part.split("=", 1)
                 attributes[key.strip().lower()] = value.strip()
+        engine = engine.lower()
+        if engine in ("postgres", "postgresql", "aurora-postgresql"):
+            plugin = attributes.get("pluginname", "no-preference").lower()
+            if plugin not in ("no-preference", "pgoutput"):  # AWS DMS: test-decoding or pglogical
+                raise ValueError(
+                    f"PluginName={plugin}: the local DMS decodes with pgoutput (set no-preference or pgoutput)"
+                )
+            if not server_name:
+                raise ValueError("a postgres source endpoint needs a ServerName")
+            slot = attributes.get("slotname") or _slot_name(task_identifier)
+            return cls(
+                path=database_name or "postgres",
+                schema=attributes.get("schemaname") or attributes.get("schema") or "public",
+                engine="postgres",
+                host=server_name,
+                port=port or 5432,
+                username=username or "postgres",
+                password=password,
+                slot=slot,
+                publication=attributes.get("publicationname") or f"{slot}_publication",
+            )
         path = database_name or attributes.get("path") or server_name or ""
         return cls(path=path, schema=attributes.get("schemaname") or attributes.get("schema") or "main")
+
+    def open(self) -> CaptureSource:
+        """The capture over this source: `SqliteSource` or `PostgresSource`."""
+        if self.engine == "sqlite":
+            return SqliteSource(self.path)
+        from localaws_plugin.dms_postgres import PostgresSettings, PostgresSource
+
+        return PostgresSource(
+            PostgresSettings(
+                host=self.host or "",
+                port=self.port or 5432,
+                database=self.path,
+                user=self.username or "postgres",
+                password=self.password,
+                schema=self.schema,
+                slot=self.slot or "localaws",
+                publication=self.publication or "localaws_publication",
+            )
+        )
+
+
+def _slot_name(identifier: str) -> str:
+    """A replication slot name from a task identifier: lower-case letters, digits and underscores, ≤ 63."""
+    return "".join(c if c.isalnum() else "_" for c in identifier.lower())[:63]
 
 
 @dataclass(frozen=True)
@@ -223,15 +306,15 @@ class ReplicationRun:
         return int(((self.stop_date or datetime.now(UTC)) - self.start_date).total_seconds() * 1000)
 
     def _run(self) -> None:
-        source: SqliteSource | None = None
+        source: CaptureSource | None = None
         try:
-            source = SqliteSource(self.source_settings.path)
+            source = self.source_settings.open()
             tables = [t for t in source.tables() if self.mapping.selects(self.source_settings.schema, t)]
             if not tables:
                 raise RuntimeError(
                     f"no source table of {self.source_settings.path} matches the table mappings"
                 )
-            capture_start = source.install_capture(tables)
+            capture_start = source.install_capture(tables, resume=self.flushed_seq is not None)
             if self.flushed_seq is None:
                 self.flushed_seq = capture_start
             self.status = "running"
@@ -248,7 +331,7 @@ class ReplicationRun:
             self.tables_errored = max(self.tables_errored, 1) if self.tables_loading else self.tables_errored
             self._finish("failed", "Stop Reason FATAL_ERROR")
         finally:
-            _forget_position(self.source_settings.path, id(self))
+            _forget_position(source.path if source is not None else self.source_settings.path, id(self))
             if source is not None:
                 source.close()
 
@@ -258,7 +341,7 @@ class ReplicationRun:
         self.status = status
 
     # full load -----------------------------------------------------------------------------------------
-    def _full_load(self, source: SqliteSource, tables: list[str]) -> None:
+    def _full_load(self, source: CaptureSource, tables: list[str]) -> None:
         schema = self.source_settings.schema
         self.full_load_start = datetime.now(UTC)
         row_counts = {table: source.count_rows(table) for table in tables}
@@ -291,7 +374,7 @@ class ReplicationRun:
 
     def _file_bodies(
         self,
-        source: SqliteSource,
+        source: CaptureSource,
         table: str,
         layout: FileLayout,
         rows: list[ChangeRow],
@@ -310,7 +393,7 @@ class ReplicationRun:
             for body in split_into_files(layout, rows, self.target, max_rows)
         ]
 
-    def _snapshot_rows(self, source: SqliteSource, table: str) -> tuple[FileLayout, list[ChangeRow]]:
+    def _snapshot_rows(self, source: CaptureSource, table: str) -> tuple[FileLayout, list[ChangeRow]]:
         """The table read in one snapshot: its full-load layout, and an `I` row per source row carrying the
         snapshot's change-log position (every later change has a higher one)."""
         snapshot_seq, columns, rows = source.snapshot(table)
@@ -327,7 +410,7 @@ class ReplicationRun:
         ]
 
     def _write_load_files(
-        self, source: SqliteSource, table: str, layout: FileLayout, rows: list[ChangeRow]
+        self, source: CaptureSource, table: str, layout: FileLayout, rows: list[ChangeRow]
     ) -> Any:
         """Write LOAD files of `rows`, numbered on from the table's counter; yields each file's row count."""
         schema = self.source_settings.schema
@@ -341,7 +424,7 @@ class ReplicationRun:
             )
             yield count
 
-    def _reload_pending_tables(self, source: SqliteSource) -> None:
+    def _reload_pending_tables(self, source: CaptureSource) -> None:
         with self._reloads_lock:
             tables, self._reloads = self._reloads, []
         schema = self.source_settings.schema
@@ -364,7 +447,7 @@ class ReplicationRun:
             LOG.info("DMS reload: %s.%s reloaded, %d rows", schema, table, len(change_rows))
 
     def _before_image_columns(
-        self, source: SqliteSource, table: str, columns: list[str] | tuple[str, ...]
+        self, source: CaptureSource, table: str, columns: list[str] | tuple[str, ...]
     ) -> tuple[tuple[str, str], ...]:
         if self.mapping.before_image_prefix is None:
             return ()
@@ -373,7 +456,7 @@ class ReplicationRun:
         return tuple((f"{prefix}{c}{suffix}", c) for c in chosen if c in columns)
 
     # change data capture -------------------------------------------------------------------------------
-    def _capture_changes(self, source: SqliteSource, tables: list[str]) -> None:
+    def _capture_changes(self, source: CaptureSource, tables: list[str]) -> None:
         schema = self.source_settings.schema
         for table in tables:
             self.table_statistics.setdefault(table, TableStatistics(schema, table))
@@ -411,7 +494,7 @@ class ReplicationRun:
             if stopping:
                 return
 
-    def _write_cdc_files(self, source: SqliteSource, changes: list[CapturedChange]) -> None:
+    def _write_cdc_files(self, source: CaptureSource, changes: list[CapturedChange]) -> None:
         """One file per table and column set (a schema change starts a new file), in change order."""
         schema = self.source_settings.schema
         groups: dict[tuple[str, tuple[str, ...]], list[CapturedChange]] = {}

@@ -93,8 +93,9 @@ class SqliteSource:
         rows = self.connection.execute(f"PRAGMA table_info({_quote(table)})").fetchall()
         return [row[1] for row in sorted((r for r in rows if r[5] > 0), key=lambda r: r[5])]
 
-    def install_capture(self, tables: list[str]) -> int:
-        """Create the change log and the triggers; returns the sequence number before the first captured change."""
+    def install_capture(self, tables: list[str], resume: bool = False) -> int:
+        """Create the change log and the triggers (kept by a resume); returns the sequence number before the
+        first captured change."""
         self.connection.execute("BEGIN IMMEDIATE")
         try:
             self.connection.execute(

@@ -1,0 +1,528 @@
+"""Change capture on a PostgreSQL source, the way DMS reads one: a logical replication slot with `pgoutput`.
+
+- The slot (DMS's `slotName`) and a publication over the source schema are created when the task starts. The
+  slot is created with an exported snapshot, and the full load reads every table in that snapshot: every
+  transaction that committed before the slot's consistent point is in the LOAD files, every later one is in
+  the CDC stream, none in both or neither. A table reload reads its table in the snapshot of a temporary slot
+  made for it, with the same guarantee at its own point.
+- Changes come out in commit order (`pg_logical_slot_peek_binary_changes`, decoded here from the pgoutput
+  protocol, version 1) and the slot is advanced past a transaction only once its files are written
+  (`prune`), so a task killed before writing them replays them on restart: at least once, as DMS.
+- `AR_H_CHANGE_SEQ` derives from the LSN: the transaction's commit LSN, then an 8-digit ordinal of the
+  change within it. LOAD rows carry the consistent point's LSN with ordinal 0: every change the snapshot
+  lacks has a higher sequence, every change it holds a lower one.
+- Values are PostgreSQL's text output (what pgoutput sends), in the full load too (`col::text`), so LOAD and
+  CDC files spell a value alike; `timestamptz` is written in UTC without an offset, as DMS writes it.
+- A DELETE carries the replica identity: the key columns under the default identity (the other columns are
+  null, as in DMS's files), the whole old row under REPLICA IDENTITY FULL. An UPDATE that leaves a TOASTed
+  value unchanged does not carry it; without REPLICA IDENTITY FULL to take it from, the task fails and says so,
+  rather than write a null the source never had.
+"""
+
+from __future__ import annotations
+
+import logging
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from localaws_plugin.dms_sqlite import CapturedChange, SourceError
+
+LOG = logging.getLogger(__name__)
+
+ORDINAL_DIGITS = 8
+ORDINAL_SPAN = 10**ORDINAL_DIGITS
+POSTGRES_EPOCH = datetime(2000, 1, 1)
+TIMESTAMPTZ_OID = 1184
+PROTO_VERSION = "1"
+
+
+def change_seq(commit_lsn: int, ordinal: int) -> int:
+    """The change sequence of the `ordinal`-th change (1-based) of the transaction committed at `commit_lsn`;
+    ordinal 0 is a snapshot taken at that LSN."""
+    if not 0 <= ordinal < ORDINAL_SPAN:
+        raise SourceError(f"a transaction with more than {ORDINAL_SPAN - 1} changes is not supported")
+    return commit_lsn * ORDINAL_SPAN + ordinal
+
+
+def parse_lsn(text: str) -> int:
+    high, low = text.split("/")
+    return (int(high, 16) << 32) | int(low, 16)
+
+
+def format_lsn(lsn: int) -> str:
+    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+# pgoutput, protocol version 1 (https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html)
+
+
+@dataclass(frozen=True)
+class Relation:
+    oid: int
+    schema: str
+    table: str
+    replica_identity: str  # d(efault), n(othing), f(ull), i(ndex)
+    columns: tuple[str, ...]
+    key_columns: tuple[str, ...]
+    type_oids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Begin:
+    final_lsn: int
+    commit_time: datetime
+    xid: int
+
+
+@dataclass(frozen=True)
+class Commit:
+    commit_lsn: int
+    end_lsn: int
+
+
+@dataclass(frozen=True)
+class RowChange:
+    op: str  # I, U, D
+    relation_oid: int
+    new: tuple[Any, ...] | None  # text values, None for NULL, UNCHANGED for an unchanged TOASTed value
+    old: tuple[Any, ...] | None
+    old_is_key_only: bool
+
+
+@dataclass(frozen=True)
+class Truncate:
+    relation_oids: tuple[int, ...]
+
+
+class _Unchanged:
+    def __repr__(self) -> str:
+        return "UNCHANGED"
+
+
+UNCHANGED = _Unchanged()
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = data, 0
+
+    def take(self, fmt: str) -> Any:
+        values = struct.unpack_from(fmt, self.data, self.at)
+        self.at += struct.calcsize(fmt)
+        return values[0] if len(values) == 1 else values
+
+    def string(self) -> str:
+        end = self.data.index(b"\0", self.at)
+        text = self.data[self.at : end].decode()
+        self.at = end + 1
+        return text
+
+    def tuple_data(self) -> tuple[Any, ...]:
+        values: list[Any] = []
+        for _ in range(self.take("!H")):
+            kind = self.take("!c")
+            if kind == b"n":
+                values.append(None)
+            elif kind == b"u":
+                values.append(UNCHANGED)
+            elif kind in (b"t", b"b"):
+                length = self.take("!I")
+                raw = self.data[self.at : self.at + length]
+                self.at += length
+                values.append(raw.decode() if kind == b"t" else bytes(raw))
+            else:
+                raise SourceError(f"pgoutput: unknown tuple value kind {kind!r}")
+        return tuple(values)
+
+
+def decode_message(data: bytes) -> Relation | Begin | Commit | RowChange | Truncate | None:
+    """One pgoutput message; None for those the capture does not need (origin, type, logical message)."""
+    reader = _Reader(bytes(data))
+    kind = reader.take("!c")
+    if kind == b"B":
+        final_lsn, micros, xid = reader.take("!QqI")
+        return Begin(final_lsn, POSTGRES_EPOCH + timedelta(microseconds=micros), xid)
+    if kind == b"C":
+        _flags, commit_lsn, end_lsn, _micros = reader.take("!BQQq")
+        return Commit(commit_lsn, end_lsn)
+    if kind == b"R":
+        oid = reader.take("!I")
+        schema, table = reader.string(), reader.string()
+        identity = reader.take("!c").decode()
+        columns, keys, types = [], [], []
+        for _ in range(reader.take("!H")):
+            flags = reader.take("!B")
+            name = reader.string()
+            type_oid, _modifier = reader.take("!Ii")
+            columns.append(name)
+            types.append(type_oid)
+            if flags & 1:
+                keys.append(name)
+        return Relation(oid, schema, table, identity, tuple(columns), tuple(keys), tuple(types))
+    if kind == b"I":
+        oid = reader.take("!I")
+        reader.take("!c")  # N
+        return RowChange("I", oid, reader.tuple_data(), None, False)
+    if kind == b"U":
+        oid = reader.take("!I")
+        marker = reader.take("!c")
+        old, key_only = None, False
+        if marker in (b"K", b"O"):
+            old, key_only = reader.tuple_data(), marker == b"K"
+            marker = reader.take("!c")
+        if marker != b"N":
+            raise SourceError(f"pgoutput: UPDATE without a new tuple ({marker!r})")
+        return RowChange("U", oid, reader.tuple_data(), old, key_only)
+    if kind == b"D":
+        oid = reader.take("!I")
+        marker = reader.take("!c")
+        return RowChange("D", oid, None, reader.tuple_data(), marker == b"K")
+    if kind == b"T":
+        count = reader.take("!I")
+        reader.take("!B")
+        return Truncate(tuple(reader.take("!I") for _ in range(count)))
+    return None
+
+
+@dataclass(frozen=True)
+class PostgresSettings:
+    """Where the source is and what the capture is called: the endpoint's ServerName (a host, or the socket
+    directory of a local server), Port, DatabaseName, Username, Password, and its extra connection attributes
+    `slotName`, `PluginName` (pgoutput only) and `publicationName`."""
+
+    host: str
+    port: int
+    database: str
+    user: str
+    password: str | None
+    schema: str
+    slot: str
+    publication: str
+
+    def conninfo(self, replication: bool = False) -> str:
+        from psycopg.conninfo import make_conninfo
+
+        parts = {"host": self.host, "port": self.port, "dbname": self.database, "user": self.user}
+        if self.password:
+            parts["password"] = self.password
+        if replication:
+            parts["replication"] = "database"
+        return make_conninfo(**parts, application_name="localaws-dms")
+
+    @property
+    def identity(self) -> str:
+        return f"postgresql://{self.host}:{self.port}/{self.database}#{self.slot}"
+
+
+class PostgresSource:
+    """The same interface as `SqliteSource`, over a logical replication slot (see the module docstring)."""
+
+    def __init__(self, settings: PostgresSettings) -> None:
+        import psycopg
+
+        self.settings = settings
+        self.path = settings.identity  # the key of this capture's positions (dms_replication)
+        try:
+            self.connection = psycopg.connect(settings.conninfo(), autocommit=True)
+            self.connection.execute("SET TimeZone = 'UTC'")
+            (level,) = self.connection.execute("SHOW wal_level").fetchone()
+        except psycopg.Error as error:
+            raise SourceError(
+                f"cannot connect to the PostgreSQL source {settings.identity}: {error}"
+            ) from error
+        if level != "logical":
+            raise SourceError(
+                f"the PostgreSQL source has wal_level={level}; logical replication needs wal_level=logical"
+                " (rds.logical_replication=1 on RDS)"
+            )
+        self._export: tuple[Any, str, int] | None = None  # (replication connection, snapshot, consistent LSN)
+        self._known_columns: dict[str, list[str]] = {}
+        self._transaction_ends: list[tuple[int, int]] = []  # (last seq of a transaction, its end LSN)
+
+    def close(self) -> None:
+        self._release_export()
+        self.connection.close()
+
+    # catalog -------------------------------------------------------------------------------------------
+    def tables(self) -> list[str]:
+        rows = self.connection.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
+            " AND table_type = 'BASE TABLE' ORDER BY table_name",
+            (self.settings.schema,),
+        ).fetchall()
+        return [name for (name,) in rows]
+
+    def _attributes(self, table: str) -> list[tuple[str, str]]:
+        rows = self.connection.execute(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod) FROM pg_attribute a"
+            " JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname = %s AND a.attnum > 0 AND NOT a.attisdropped"
+            " ORDER BY a.attnum",
+            (self.settings.schema, table),
+        ).fetchall()
+        if not rows:
+            raise SourceError(f"table {self.settings.schema}.{table} not found in {self.settings.identity}")
+        return [(name, declared) for name, declared in rows]
+
+    def columns(self, table: str) -> list[str]:
+        return [name for name, _ in self._attributes(table)]
+
+    def declared_types(self, table: str) -> dict[str, str]:
+        """Each column's type in SQL-standard spelling (`NUMERIC(7,2)`, `TIMESTAMP`, `VARCHAR(60)`, …)."""
+        return {name: standard_type(declared) for name, declared in self._attributes(table)}
+
+    def primary_key(self, table: str) -> list[str]:
+        rows = self.connection.execute(
+            "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
+            " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary"
+            " ORDER BY array_position(i.indkey::int2[], a.attnum)",
+            (f"{_quote(self.settings.schema)}.{_quote(table)}",),
+        ).fetchall()
+        return [name for (name,) in rows]
+
+    def count_rows(self, table: str) -> int:
+        (count,) = self.connection.execute(
+            f"SELECT count(*) FROM {_quote(self.settings.schema)}.{_quote(table)}"
+        ).fetchone()
+        return int(count)
+
+    def last_seq(self) -> int:
+        (lsn,) = self.connection.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        return change_seq(parse_lsn(lsn), 0)
+
+    # capture -------------------------------------------------------------------------------------------
+    def install_capture(self, tables: list[str], resume: bool = False) -> int:
+        """The publication and the slot; returns the position the capture starts from. A fresh start makes a
+        new slot (an old one of the same name is dropped) with an exported snapshot for the full load; a
+        resume keeps the slot, whose unconfirmed changes are replayed."""
+        settings = self.settings
+        exists = self.connection.execute(
+            "SELECT 1 FROM pg_publication WHERE pubname = %s", (settings.publication,)
+        ).fetchone()
+        if not exists:
+            self.connection.execute(
+                f"CREATE PUBLICATION {_quote(settings.publication)} FOR TABLES IN SCHEMA {_quote(settings.schema)}"
+            )
+        slot = self.connection.execute(
+            "SELECT confirmed_flush_lsn::text, active FROM pg_replication_slots WHERE slot_name = %s",
+            (settings.slot,),
+        ).fetchone()
+        if resume:
+            if slot is None:
+                raise SourceError(
+                    f"replication slot {settings.slot!r} does not exist: its changes are gone; reload the target"
+                )
+            return change_seq(parse_lsn(slot[0]), 0)
+        if slot is not None:
+            if slot[1]:
+                raise SourceError(f"replication slot {settings.slot!r} is in use by another process")
+            self.connection.execute("SELECT pg_drop_replication_slot(%s)", (settings.slot,))
+        replication, snapshot, point = self._create_slot(settings.slot, temporary=False)
+        self._export = (replication, snapshot, point)
+        LOG.info("DMS capture: slot %s created at %s", settings.slot, format_lsn(point))
+        return change_seq(point, 0)
+
+    def _create_slot(self, name: str, temporary: bool) -> tuple[Any, str, int]:
+        """A logical slot with an exported snapshot: (the replication connection that keeps the snapshot
+        importable while it stays open and idle, the snapshot's name, the consistent point)."""
+        import psycopg
+
+        replication = psycopg.connect(self.settings.conninfo(replication=True), autocommit=True)
+        kind = "TEMPORARY " if temporary else ""
+        result = replication.pgconn.exec_(
+            f"CREATE_REPLICATION_SLOT {_quote(name)} {kind}LOGICAL pgoutput (SNAPSHOT 'export')".encode()
+        )
+        if result.status != 2:  # TUPLES_OK
+            message = (result.error_message or b"").decode(errors="replace").strip()
+            replication.close()
+            raise SourceError(f"cannot create replication slot {name!r}: {message}")
+        point = parse_lsn(result.get_value(0, 1).decode())
+        snapshot = result.get_value(0, 2).decode()
+        return replication, snapshot, point
+
+    def _release_export(self) -> None:
+        if self._export is not None:
+            self._export[0].close()
+            self._export = None
+
+    def refresh_triggers(self, tables: list[str]) -> list[str]:
+        """No triggers to rebuild (the WAL has every column); returns the tables whose columns changed or that
+        are new since the last call, as the SQLite capture does."""
+        changed = []
+        for table in tables:
+            columns = self.columns(table)
+            if self._known_columns.get(table) != columns:
+                changed.append(table)
+                self._known_columns[table] = columns
+        return changed
+
+    def snapshot(self, table: str, batch_size: int = 10000) -> tuple[int, list[str], list[tuple]]:
+        """The table read in a snapshot consistent with the change stream, and that snapshot's position: the
+        full load's exported snapshot, or for a reload a temporary slot's."""
+        import psycopg
+
+        if self._export is not None:
+            replication, snapshot, point = self._export
+            temporary = None
+        else:
+            replication, snapshot, point = self._create_slot(f"{self.settings.slot}_reload", temporary=True)
+            temporary = replication
+        try:
+            columns = self.columns(table)
+            with psycopg.connect(self.settings.conninfo(), autocommit=True) as reader:
+                reader.execute("SET TimeZone = 'UTC'")
+                reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                reader.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+                types = dict(self._attributes(table))
+                select = ", ".join(_text_of(column, types[column]) for column in columns)
+                cursor = reader.execute(
+                    f"SELECT {select} FROM {_quote(self.settings.schema)}.{_quote(table)}"
+                )
+                rows: list[tuple] = []
+                while batch := cursor.fetchmany(batch_size):
+                    rows.extend(batch)
+                reader.execute("COMMIT")
+        finally:
+            if temporary is not None:
+                temporary.close()  # the temporary slot goes with its connection
+        return change_seq(point, 0), columns, rows
+
+    def changes_after(self, seq: int, limit: int = 50000) -> list[CapturedChange]:
+        """The changes after `seq`, in commit order (whole transactions; about `limit` changes at most)."""
+        self._release_export()  # the full load is over once the stream is read
+        changes: list[CapturedChange] = []
+        for change in self._decode(limit):
+            if change.seq > seq:
+                changes.append(change)
+        return changes
+
+    def _decode(self, limit: int) -> Iterator[CapturedChange]:
+        settings = self.settings
+        rows = self.connection.execute(
+            "SELECT data FROM pg_logical_slot_peek_binary_changes(%s, NULL, %s,"
+            " 'proto_version', %s, 'publication_names', %s)",
+            (settings.slot, limit, PROTO_VERSION, settings.publication),
+        ).fetchall()
+        relations: dict[int, Relation] = {}
+        begin: Begin | None = None
+        ordinal = 0
+        for (data,) in rows:
+            message = decode_message(bytes(data))
+            if isinstance(message, Relation):
+                relations[message.oid] = message
+            elif isinstance(message, Begin):
+                begin, ordinal = message, 0
+            elif isinstance(message, Commit):
+                if begin is not None:  # a transaction with no change of ours still moves the slot on
+                    self._note_transaction_end(change_seq(begin.final_lsn, ordinal), message.end_lsn)
+                begin = None
+            elif isinstance(message, Truncate):
+                names = [relations[o].table for o in message.relation_oids if o in relations]
+                LOG.warning("DMS capture: TRUNCATE of %s is not replicated (as DMS for PostgreSQL)", names)
+            elif isinstance(message, RowChange):
+                if begin is None:
+                    raise SourceError("pgoutput: a change outside a transaction")
+                relation = relations[message.relation_oid]
+                if relation.schema != settings.schema:
+                    continue
+                ordinal += 1
+                yield _captured(relation, message, change_seq(begin.final_lsn, ordinal), begin.commit_time)
+
+    def _note_transaction_end(self, last_seq: int, end_lsn: int) -> None:
+        if not self._transaction_ends or self._transaction_ends[-1][0] < last_seq:
+            self._transaction_ends.append((last_seq, end_lsn))
+
+    def prune(self, up_to_seq: int) -> None:
+        """Confirm to the slot every transaction whose changes are all at or below `up_to_seq` (written to
+        files): PostgreSQL may then recycle their WAL, and a restart resumes after them."""
+        confirmed = [end for last, end in self._transaction_ends if last <= up_to_seq]
+        if not confirmed:
+            return
+        self._transaction_ends = [(last, end) for last, end in self._transaction_ends if last > up_to_seq]
+        self.connection.execute(
+            "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
+            (self.settings.slot, format_lsn(max(confirmed))),
+        )
+
+    def drop_capture(self) -> None:
+        """The slot and the publication removed (a deleted task): an abandoned slot keeps WAL forever."""
+        self._release_export()
+        self.connection.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+            (self.settings.slot,),
+        )
+        self.connection.execute(f"DROP PUBLICATION IF EXISTS {_quote(self.settings.publication)}")
+
+
+def _text_of(column: str, declared: str) -> str:
+    """A column as the full load reads it: PostgreSQL's text output, timestamptz in UTC without offset."""
+    if declared == "timestamp with time zone":
+        return f"to_char({_quote(column)} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+    return f"{_quote(column)}::text"
+
+
+def _utc_text(value: Any) -> Any:
+    """pgoutput's timestamptz text in a UTC session (`2026-01-01 08:00:00.5+00`) as the full load spells it."""
+    if not isinstance(value, str):
+        return value
+    text = value.removesuffix("+00")
+    date_part, _, time_part = text.partition(" ")
+    clock, _, fraction = time_part.partition(".")
+    return f"{date_part} {clock}.{fraction.ljust(6, '0')}"
+
+
+def _captured(relation: Relation, change: RowChange, seq: int, committed_at: datetime) -> CapturedChange:
+    columns = relation.columns
+
+    def as_dict(values: tuple[Any, ...]) -> dict[str, Any]:
+        row = dict(zip(columns, values, strict=True))
+        for column, type_oid in zip(columns, relation.type_oids, strict=True):
+            if type_oid == TIMESTAMPTZ_OID:
+                row[column] = _utc_text(row[column])
+        return row
+
+    old = as_dict(change.old) if change.old is not None else None
+    if change.op == "D":
+        assert old is not None
+        return CapturedChange(seq, relation.table, "D", committed_at, old, old)
+    assert change.new is not None
+    new = as_dict(change.new)
+    for column, value in new.items():
+        if value is UNCHANGED:
+            if old is None or change.old_is_key_only or old.get(column) is UNCHANGED:
+                raise SourceError(
+                    f"{relation.schema}.{relation.table}.{column}: an UPDATE left this TOASTed value unchanged"
+                    " and the WAL does not carry it; set REPLICA IDENTITY FULL on the table"
+                )
+            new[column] = old[column]
+    if change.op == "I":
+        return CapturedChange(seq, relation.table, "I", committed_at, new, {})
+    before = old if old is not None else {c: new[c] for c in relation.key_columns}
+    return CapturedChange(seq, relation.table, "U", committed_at, new, before)
+
+
+def standard_type(declared: str) -> str:
+    """PostgreSQL's `format_type` spelling in the SQL-standard one the file writer maps to Parquet types."""
+    text = declared.lower()
+    for postgres, standard in (
+        ("timestamp with time zone", "TIMESTAMP"),
+        ("timestamp without time zone", "TIMESTAMP"),
+        ("timestamp", "TIMESTAMP"),
+        ("character varying", "VARCHAR"),
+        ("character", "CHAR"),
+        ("double precision", "DOUBLE"),
+        ("numeric", "NUMERIC"),
+    ):
+        if text.startswith(postgres):
+            modifier = text[len(postgres) :].split(" ")[0] if standard != "TIMESTAMP" else ""
+            return standard + modifier.upper()
+    return {"integer": "INTEGER", "bigint": "BIGINT", "smallint": "SMALLINT", "real": "REAL"}.get(
+        text, text.upper()
+    )

@@ -1,0 +1,144 @@
+"""The source database of the demo and the tests: a PostgreSQL server (the default) or an SQLite file.
+
+One small DB-API facade over both, so the generator, the workload and the verifier write their SQL once:
+`?` placeholders (turned into `%s` for psycopg), explicit transactions, and the few catalog questions they ask.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+SQLITE_SCHEMA = "main"
+POSTGRES_SCHEMA = "public"
+
+
+@dataclass(frozen=True)
+class SourceDatabase:
+    """Where the source is: `dialect` `sqlite` (`location` = the file) or `postgresql` (`location` = a libpq
+    connection URI, e.g. `postgresql://postgres@/postgres?host=/tmp/pg`)."""
+
+    dialect: str
+    location: str
+
+    @classmethod
+    def sqlite(cls, path: str | Path) -> SourceDatabase:
+        return cls("sqlite", str(Path(path).resolve()))
+
+    @classmethod
+    def postgresql(cls, uri: str) -> SourceDatabase:
+        return cls("postgresql", uri)
+
+    @classmethod
+    def of(cls, source: SourceDatabase | str | Path) -> SourceDatabase:
+        """A `SourceDatabase` as is; a path or a plain file name as an SQLite file; a postgresql:// URI."""
+        if isinstance(source, SourceDatabase):
+            return source
+        text = str(source)
+        if text.startswith(("postgresql://", "postgres://")):
+            return cls.postgresql(text)
+        return cls.sqlite(text)
+
+    @property
+    def schema(self) -> str:
+        """The schema the tables live in (the DMS files' schema folder)."""
+        return SQLITE_SCHEMA if self.dialect == "sqlite" else POSTGRES_SCHEMA
+
+    @property
+    def sqlalchemy_url(self) -> str:
+        if self.dialect == "sqlite":
+            return f"sqlite:///{self.location}"
+        return "postgresql+psycopg://" + self.location.split("://", 1)[1]
+
+    def connect(self) -> SourceConnection:
+        if self.dialect == "sqlite":
+            import sqlite3
+
+            return SourceConnection(self, sqlite3.connect(self.location, isolation_level=None, timeout=120))
+        import psycopg
+
+        connection = psycopg.connect(self.location, autocommit=True)
+        connection.execute("SET TimeZone = 'UTC'")
+        return SourceConnection(self, connection)
+
+    def __str__(self) -> str:
+        return self.location
+
+
+def _sqlite_value(value: Any) -> Any:
+    """How values are stored in SQLite: decimals as text (exact; NUMERIC affinity keeps them numbers),
+    dates and timestamps as ISO text."""
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="microseconds")
+    if isinstance(value, date):
+        return value.isoformat()
+    return value
+
+
+class SourceConnection:
+    """A connection in autocommit mode; `transaction()` brackets a unit of work."""
+
+    def __init__(self, source: SourceDatabase, connection: Any) -> None:
+        self.source = source
+        self.raw = connection
+        self.postgres = source.dialect == "postgresql"
+
+    def __enter__(self) -> SourceConnection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.raw.close()
+
+    def _sql(self, statement: str) -> str:
+        return statement.replace("?", "%s") if self.postgres else statement
+
+    def value(self, value: Any) -> Any:
+        """A Python value as this database takes it as a parameter."""
+        return value if self.postgres else _sqlite_value(value)
+
+    def execute(self, statement: str, parameters: Sequence[Any] = ()) -> Any:
+        values = tuple(self.value(v) for v in parameters)
+        if self.postgres:
+            return self.raw.execute(self._sql(statement), values or None)
+        return self.raw.execute(statement, values)
+
+    def executemany(self, statement: str, rows: Iterable[Sequence[Any]]) -> None:
+        batch = [tuple(self.value(v) for v in row) for row in rows]
+        if self.postgres:
+            with self.raw.cursor() as cursor:
+                cursor.executemany(self._sql(statement), batch)
+        else:
+            self.raw.executemany(statement, batch)
+
+    def begin(self) -> None:
+        # SQLite: IMMEDIATE takes the write lock first, so a concurrent writer (a mid-stream ALTER TABLE)
+        # makes this wait instead of failing at the upgrade from a read lock ("database is locked").
+        self.raw.execute("BEGIN" if self.postgres else "BEGIN IMMEDIATE")
+
+    def commit(self) -> None:
+        self.raw.execute("COMMIT")
+
+    def rollback(self) -> None:
+        self.raw.execute("ROLLBACK")
+
+    def columns(self, table: str) -> list[str]:
+        if self.postgres:
+            rows = self.raw.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = %s"
+                " ORDER BY ordinal_position",
+                (self.source.schema, table),
+            ).fetchall()
+            return [name for (name,) in rows]
+        return [row[1] for row in self.raw.execute(f'PRAGMA table_info("{table}")')]
+
+    def drop_table(self, table: str) -> None:
+        self.raw.execute(f'DROP TABLE IF EXISTS "{table}"' + (" CASCADE" if self.postgres else ""))
