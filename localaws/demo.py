@@ -1,17 +1,19 @@
 """The whole pipeline on the embedded local AWS, end to end (`make demo`):
 
-    python -m localaws.demo [--scale 0.3] [--changes 1200] [--rounds 4] [--keep-running]
+    python -m localaws.demo [--scale 0.3] [--changes 1200] [--rounds 4] [--source postgresql] [--keep-running]
 
-Starts LocalStack (host mode, our plugins), `sam build` + `sam deploy --config-env local` of template.yaml,
-creates the TPC-DS-like source (SQLite: web_sales, customer, customer_address, item, date_dim, time_dim),
-creates and starts a DMS task replicating it into the raw bucket, starts the state machine, runs a
-workload of inserts/updates/deletes on the source while printing progress (the state machine refines every
+Starts LocalStack (host mode, our plugins) and an embedded PostgreSQL 16 server (`wal_level=logical`),
+`sam build` + `sam deploy --config-env local` of template.yaml, creates the TPC-DS-like source (web_sales,
+customer, customer_address, item, date_dim, time_dim), creates and starts a DMS task replicating it into the
+raw bucket through a logical replication slot, starts the state machine, runs a workload of
+inserts/updates/deletes on the source, with an `ALTER TABLE … ADD COLUMN` halfway (the schema file
+regenerated from the live catalog), while printing progress (the state machine refines every
 3 batches, runs maintenance every 6 and rolls over to a fresh execution on a low history threshold), waits
 until the clean zone has applied everything, checks every clean table against its source (row checksums),
 then stops the state machine, runs the refine job once more and one maintenance pass, checks every refined
 table against a recomputation from the source database, runs the BI queries (bi/queries) and writes the
 dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;
-`--keep-running` leaves it all running).
+`--keep-running` leaves it all running; `--source sqlite` replicates an SQLite file through triggers instead).
 """
 
 from __future__ import annotations
@@ -73,13 +75,18 @@ def run_demo(args: argparse.Namespace) -> int:
         # a low threshold: the demo shows the hand-over to a fresh execution (#2 in the progress line)
         parameters={"HistoryThreshold": str(args.history_threshold)},
         replication=replication.ReplicationSettings(bucket="(set at deploy)", data_format=args.dms_format),
+        source=args.source,
     )
     pipeline = LocalPipeline(config.endpoint_url, settings, config)
     printer: _ProgressPrinter | None = None
     ok = False
     try:
         counts = pipeline.create_source()
-        _step(started, f"source {pipeline.source_db}: " + ", ".join(f"{t} {n}" for t, n in counts.items()))
+        _step(
+            started,
+            f"source ({pipeline.source_db.dialect}) {pipeline.source_db}: "
+            + ", ".join(f"{t} {n}" for t, n in counts.items()),
+        )
         app = pipeline.deploy()
         _step(started, f"deployed stack {app.stack_name} (sam build + sam deploy --config-env local)")
         pipeline.start_replication()
@@ -106,6 +113,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 started,
                 f"workload round {number}/{args.rounds}: {per_round} transactions, {made} row changes",
             )
+            if number == args.rounds // 2:
+                _add_column_mid_stream(pipeline, started)
             time.sleep(args.pause)
         final = pipeline.wait_until_applied(args.timeout)
         printer.stopped.set()
@@ -150,9 +159,25 @@ def run_demo(args: argparse.Namespace) -> int:
                 stack.stop(config)
             _step(
                 started,
-                "stopped the execution, the DMS task" + ("" if already_running else " and LocalStack"),
+                "stopped the execution, the DMS task"
+                + (", PostgreSQL" if pipeline.postgres is not None else "")
+                + ("" if already_running else " and LocalStack"),
             )
     return 0 if ok else 1
+
+
+def _add_column_mid_stream(pipeline: LocalPipeline, started: float) -> None:
+    """A DBA's DDL while CDC runs: a new column on `item`, the schema file regenerated from the live catalog
+    (the documented procedure), then values for it; the next files carry the column in their header."""
+    pipeline.add_column("item", "i_eco_score", "NUMERIC(5,2)")
+    changed = pipeline.execute_sql(
+        "UPDATE item SET i_eco_score = (i_item_sk % 100) / 10.0 WHERE i_item_sk % 7 = 0"
+    )
+    pipeline.row_changes += changed
+    _step(
+        started,
+        f"source DDL: ALTER TABLE item ADD COLUMN i_eco_score NUMERIC(5,2); {changed} rows given a value",
+    )
 
 
 def _wait_for_rollover(pipeline: LocalPipeline, timeout: float) -> int:
@@ -272,6 +297,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         choices=["csv", "parquet"],
         default="csv",
         help="what the local DMS writes (DataFormat)",
+    )
+    parser.add_argument(
+        "--source",
+        choices=["postgresql", "sqlite"],
+        default="postgresql",
+        help="the source database: an embedded PostgreSQL server read through a replication slot, or an"
+        " SQLite file read through triggers",
     )
     parser.add_argument(
         "--keep-running", action="store_true", help="leave LocalStack, DMS and the execution up"

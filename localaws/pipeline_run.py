@@ -1,8 +1,10 @@
 """One whole pipeline on the embedded local AWS: the SAM app deployed, a sample source replicated by a DMS
 task, the state machine running, a change workload, and the clean zone checked against the source.
 
-Used by `python -m localaws.demo` and by tests/integration/pipeline. Everything started is stopped by
-`close()` (executions, the DMS task); the LocalStack process itself is the caller's (`running_stack`).
+The source is an embedded PostgreSQL server read through a logical replication slot (the default), or an
+SQLite file (`RunSettings.source = "sqlite"`). Used by `python -m localaws.demo` and by tests/integration/
+pipeline. Everything started is stopped by `close()` (executions, the DMS task, the PostgreSQL server); the
+LocalStack process itself is the caller's (`running_stack`).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from localaws import replication, sam_app
+from localaws.postgres import LocalPostgres
 from localaws.progress import ProgressMonitor, ProgressSnapshot
 from localaws.stack import StackConfig
+from tools.source_db import SourceDatabase
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +96,10 @@ class RunSettings:
     parameters: dict[str, str] = field(default_factory=dict)
     replication: replication.ReplicationSettings | None = None
     execution_input: dict[str, Any] = field(default_factory=dict)
+    source: str = "postgresql"  # the source database: postgresql (an embedded server) or sqlite (a file)
+
+
+SOURCE_KINDS = ("postgresql", "sqlite")
 
 
 class LocalPipeline:
@@ -102,7 +110,10 @@ class LocalPipeline:
         self.settings = settings
         self.stack = stack or StackConfig()
         self.workdir = settings.workdir.resolve()
-        self.source_db = self.workdir / "source.db"
+        if settings.source not in SOURCE_KINDS:
+            raise ValueError(f"source {settings.source!r}: one of {SOURCE_KINDS}")
+        self.postgres = LocalPostgres(self.workdir / "postgres") if settings.source == "postgresql" else None
+        self.source_db = SourceDatabase.sqlite(self.workdir / "source.db")  # the server's, once it runs
         self.resource_identifier = replication.new_resource_identifier()
         self.task_arn = replication.task_arn(self.resource_identifier)
         self.task: replication.ReplicationTask | None = None
@@ -130,7 +141,14 @@ class LocalPipeline:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for zone in ("clean", "refined"):
             shutil.rmtree(Path(self.stack.warehouse) / f"{self.settings.name}_{zone}", ignore_errors=True)
+        if self.postgres is not None:
+            self.source_db = self.postgres.start().source
         return replication.create_source_database(self.source_db, self.settings.scale, self.settings.seed)
+
+    @property
+    def source_schema(self) -> str:
+        """The replicated schema: the files' schema folder and the schema file's table prefix."""
+        return self.source_db.schema
 
     def deploy(self, build: bool = True) -> AppHandles:
         """`sam build` + `sam deploy --config-env local` with this run's parameters, then the Glue
@@ -142,6 +160,7 @@ class LocalPipeline:
             ENVIRONMENT_PARAMETERS: self.settings.name,
             TASK_ARN_PARAMETERS: self.task_arn,
             CSV_NULL_PARAMETERS: replication.CSV_NULL_VALUE,
+            ("SourceSchema",): self.source_schema,
         }
         parameters = {}
         for candidates, value in wanted.items():
@@ -164,7 +183,7 @@ class LocalPipeline:
     def replication_settings(self) -> replication.ReplicationSettings:
         assert self.app is not None
         base = self.settings.replication or replication.ReplicationSettings(bucket=self.app.raw_bucket)
-        return replace(base, bucket=self.app.raw_bucket)
+        return replace(base, bucket=self.app.raw_bucket, source_schema=self.source_schema)
 
     def start_replication(self) -> replication.ReplicationTask:
         self.task = replication.create_replication_task(
@@ -201,13 +220,38 @@ class LocalPipeline:
         replication.add_column(self.source_db, table, column, sql_type)
         self.upload_schema()
 
+    def widen_column(self, table: str, column: str, sql_type: str) -> None:
+        """A type widened on the source mid-stream (`ALTER TABLE … ALTER COLUMN … TYPE`, PostgreSQL), then the
+        schema file regenerated from the source catalog and uploaded."""
+        if self.source_db.dialect != "postgresql":
+            raise ValueError("SQLite cannot change a column's type")
+        self.execute_sql(f'ALTER TABLE "{table}" ALTER COLUMN "{column}" TYPE {sql_type}')
+        self.upload_schema()
+
+    def kill_replication_connection(self) -> int:
+        """Terminate the local DMS's connection to the source (a failover, a DBA's pg_terminate_backend): the
+        task fails as DMS does; returns the connections terminated."""
+        rows = self.source_rows(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'localaws-dms'"
+        )
+        return sum(1 for (terminated,) in rows if terminated)
+
+    def resume_replication(self) -> None:
+        """StartReplicationTask resume-processing: CDC goes on from the slot's last confirmed position."""
+        assert self.task is not None
+        self.aws("dms").start_replication_task(
+            ReplicationTaskArn=self.task.arn, StartReplicationTaskType="resume-processing"
+        )
+
     def execute_sql(self, statement: str, parameters: tuple[Any, ...] = ()) -> int:
-        import sqlite3
-
-        from tools import sample_data
-
-        with sqlite3.connect(self.source_db, timeout=sample_data.SOURCE_LOCK_TIMEOUT_SECONDS) as db:
+        """One statement on the source (`?` placeholders), committed; returns the rows it changed."""
+        with self.source_db.connect() as db:
             return db.execute(statement, parameters).rowcount
+
+    def source_rows(self, statement: str, parameters: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        """The rows of a query on the source (`?` placeholders)."""
+        with self.source_db.connect() as db:
+            return [tuple(row) for row in db.execute(statement, parameters).fetchall()]
 
     # observing ---------------------------------------------------------------------------------------------
     def monitor(self, ignore_files: frozenset[str] = frozenset()) -> ProgressMonitor:
@@ -256,7 +300,7 @@ class LocalPipeline:
         assert self.task is not None
         self.aws("dms").reload_tables(
             ReplicationTaskArn=self.task.arn,
-            TablesToReload=[{"SchemaName": replication.SOURCE_SCHEMA, "TableName": t} for t in tables],
+            TablesToReload=[{"SchemaName": self.source_schema, "TableName": t} for t in tables],
         )
 
     def reloads_pending(self) -> list[str]:
@@ -408,6 +452,11 @@ class LocalPipeline:
                 replication.stop_task(self.aws("dms"), self.task)
             except Exception as error:
                 log.warning("stopping the DMS task: %s", error)
+        if self.postgres is not None:
+            try:
+                self.postgres.stop()
+            except Exception as error:
+                log.warning("stopping PostgreSQL: %s", error)
         if delete_stack and self.app is not None:
             try:
                 sam_app.delete_stack(self.aws("cloudformation"), self.stack_name)

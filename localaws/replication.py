@@ -1,5 +1,6 @@
-"""The source side of a local pipeline run: a sample SQLite source, its schema file, and a DMS task
-(endpoints + replication task on the local DMS) that replicates it into the raw bucket.
+"""The source side of a local pipeline run: the sample source database (PostgreSQL by default, or SQLite), its
+schema file, and a DMS task (endpoints + replication task on the local DMS) that replicates it into the raw
+bucket.
 
 Used by `localaws.demo` and the pipeline integration tests. Locally the template's DMS resources are
 off (a condition), so the task is created here through the DMS API and its ARN passed to the template.
@@ -8,17 +9,15 @@ off (a condition), so the task is created here through the DMS API and its ARN p
 from __future__ import annotations
 
 import json
-import sqlite3
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from tools import sample_data
+from tools.source_db import SourceDatabase
 
-SOURCE_SCHEMA = sample_data.SOURCE_SCHEMA  # `schemaName` of the source endpoint = the files' schema folder
 SOURCE_TABLES: tuple[str, ...] = sample_data.TABLES
 SCHEMA_FILE_KEY = "config/schema.json"
 # DMS writes null and empty string alike unless CsvNullValue is set; the template's default token, which no
@@ -44,6 +43,7 @@ class ReplicationSettings:
     max_rows_per_load_file: int | None = None
     tables: Sequence[str] = SOURCE_TABLES
     data_format: str = "csv"  # the endpoint's DataFormat: csv or parquet
+    source_schema: str = "public"  # the replicated schema (`main` for an SQLite source) = the files' folder
 
     def s3_settings(self) -> dict[str, Any]:
         settings: dict[str, Any] = {
@@ -69,7 +69,7 @@ class ReplicationSettings:
                 "rule-id": str(number),
                 "rule-name": f"include-{table}",
                 "rule-action": "include",
-                "object-locator": {"schema-name": SOURCE_SCHEMA, "table-name": table},
+                "object-locator": {"schema-name": self.source_schema, "table-name": table},
             }
             for number, table in enumerate(self.tables, start=1)
         ]
@@ -115,25 +115,25 @@ class ReplicationTask:
     started: bool = field(default=False)
 
 
-def create_source_database(path: Path, scale: float, seed: int = 42) -> dict[str, int]:
-    """The TPC-DS-like source (web_sales star schema) at `path`; returns each table's row count."""
-    return sample_data.create_source_database(path, scale, seed)
+def create_source_database(source: SourceDatabase, scale: float, seed: int = 42) -> dict[str, int]:
+    """The TPC-DS-like source (web_sales star schema) in `source`; returns each table's row count."""
+    return sample_data.create_source_database(source, scale, seed)
 
 
-def schema_document(source_db: Path, tables: Sequence[str] = SOURCE_TABLES) -> dict[str, Any]:
-    """The schema file of the source, from its catalog (what `python -m tools.schema_gen` writes),
-    limited to the replicated tables: the local DMS keeps its change log in the same file."""
+def schema_document(source: SourceDatabase, tables: Sequence[str] = SOURCE_TABLES) -> dict[str, Any]:
+    """The schema file of the source, from its live catalog (what `python -m tools.schema_gen` writes),
+    limited to the replicated tables (an SQLite source also holds the local DMS's change log)."""
     from tools.schema_gen import reflect_schema
 
-    return reflect_schema(
-        f"sqlite:///{source_db.resolve()}", [SOURCE_SCHEMA], [f"{SOURCE_SCHEMA}.{t}" for t in tables]
-    )
+    return reflect_schema(source.sqlalchemy_url, [source.schema], [f"{source.schema}.{t}" for t in tables])
 
 
-def upload_schema_file(s3: Any, bucket: str, source_db: Path, tables: Sequence[str] = SOURCE_TABLES) -> str:
+def upload_schema_file(
+    s3: Any, bucket: str, source: SourceDatabase, tables: Sequence[str] = SOURCE_TABLES
+) -> str:
     """Regenerate the schema file from the source catalog and put it at `config/schema.json`: the
     operator procedure after DDL on the source (the CDC job reads it on every run)."""
-    document = schema_document(source_db, tables)
+    document = schema_document(source, tables)
     s3.put_object(
         Bucket=bucket,
         Key=SCHEMA_FILE_KEY,
@@ -143,30 +143,49 @@ def upload_schema_file(s3: Any, bucket: str, source_db: Path, tables: Sequence[s
     return f"s3://{bucket}/{SCHEMA_FILE_KEY}"
 
 
-def add_column(source_db: Path, table: str, column: str, sql_type: str) -> None:
+def add_column(source: SourceDatabase, table: str, column: str, sql_type: str) -> None:
     """A schema change on the source: `ALTER TABLE … ADD COLUMN`."""
-    with sqlite3.connect(source_db, timeout=sample_data.SOURCE_LOCK_TIMEOUT_SECONDS) as db:
+    with source.connect() as db:
         db.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {sql_type}')
+
+
+def source_endpoint(source: SourceDatabase, task_name: str) -> dict[str, Any]:
+    """The DMS source endpoint of `source`: PostgreSQL as DMS reads it (a logical replication slot named
+    after the task), or the local DMS's SQLite convention (DatabaseName = the file)."""
+    if source.dialect == "sqlite":
+        return {
+            "EngineName": "sqlite",
+            "DatabaseName": source.location,
+            "ExtraConnectionAttributes": f"schemaName={source.schema}",
+        }
+    from psycopg.conninfo import conninfo_to_dict
+
+    connection = conninfo_to_dict(source.location)
+    slot = "".join(c if c.isalnum() else "_" for c in task_name.lower())
+    return {
+        "EngineName": "postgres",
+        "ServerName": str(connection.get("host") or "localhost"),
+        "Port": int(connection.get("port") or 5432),
+        "DatabaseName": str(connection.get("dbname") or "postgres"),
+        "Username": str(connection.get("user") or "postgres"),
+        "ExtraConnectionAttributes": f"schemaName={source.schema};PluginName=pgoutput;slotName={slot}",
+    }
 
 
 def create_replication_task(
     dms: Any,
-    source_db: Path,
+    source_db: SourceDatabase,
     settings: ReplicationSettings,
     migration_type: str = "full-load-and-cdc",
     identifier: str | None = None,
     resource_identifier: str | None = None,
 ) -> ReplicationTask:
-    """Source endpoint (the SQLite file), S3 target endpoint and the replication task; waits until ready.
+    """Source endpoint (`source_endpoint`), S3 target endpoint and the replication task; waits until ready.
     `resource_identifier` fixes the ARN's last part (as in AWS), so the ARN is known before the task
     exists: `task_arn(resource_identifier)`."""
     name = identifier or f"lake-{uuid.uuid4().hex[:8]}"
     source = dms.create_endpoint(
-        EndpointIdentifier=f"{name}-source",
-        EndpointType="source",
-        EngineName="sqlite",
-        DatabaseName=str(source_db.resolve()),
-        ExtraConnectionAttributes=f"schemaName={SOURCE_SCHEMA}",
+        EndpointIdentifier=f"{name}-source", EndpointType="source", **source_endpoint(source_db, name)
     )["Endpoint"]["EndpointArn"]
     target = dms.create_endpoint(
         EndpointIdentifier=f"{name}-raw",

@@ -1,9 +1,9 @@
-"""A deterministic TPC-DS-like source database (SQLite, no Spark) and a realistic change workload.
+"""A deterministic TPC-DS-like source database (PostgreSQL or SQLite, no Spark) and a realistic change workload.
 
     python -m tools.sample_data --db var/source.db --scale 1 --seed 42
-    python -m tools.sample_data --db var/source.db --workload 500 --seed 7
+    python -m tools.sample_data --db postgresql://postgres@/postgres?host=/tmp/pg --workload 500 --seed 7
 
-Tables (schema `main`, the TPC-DS web channel subset): `web_sales` (primary key ws_item_sk +
+Tables (schema `public` in PostgreSQL, `main` in SQLite; the TPC-DS web channel subset): `web_sales` (primary key ws_item_sk +
 ws_order_number, like TPC-DS), `customer`, `customer_address`, `item`, `date_dim`, `time_dim`.
 Types are declared as a real source would (`DECIMAL(7,2)`, `VARCHAR(50)`, `DATE`, `TIMESTAMP`), so
 schema reflection (`tools.schema_gen`) yields the right Iceberg types. Values are realistic: skewed
@@ -13,7 +13,8 @@ rates, and unicode names holding commas, quotes and newlines (they exercise the 
 Scale 1 is about 20,000 web_sales rows (the demo, a few minutes on 2 cores); larger scales grow every
 table but `date_dim` and `time_dim` linearly. The same `seed` and `scale` give byte-identical data.
 
-The database stays plain (no triggers): the local DMS emulator adds its own capture triggers. For
+The database stays plain: the local DMS reads PostgreSQL through a replication slot and adds its own capture
+triggers to SQLite. For
 tests and benchmarks without the emulator, `run_workload` also returns the row changes it made, and
 `write_full_load_files` / `write_cdc_files` render them as DMS files.
 """
@@ -34,6 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from lakehouse.dms_files import CsvFormat, cdc_file_name, change_seq, load_file_name, write_dms_csv
+
+from tools.source_db import SourceConnection, SourceDatabase, _sqlite_value
+
+Source = SourceDatabase | str | Path  # a SourceDatabase, or the path of an SQLite file
 
 SOURCE_SCHEMA = "main"
 FIRST_SALES_DAY = date(2024, 1, 1)
@@ -259,16 +264,7 @@ def _money(value: float | Decimal) -> Decimal:
     return Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def _db_value(value: Any) -> Any:
-    """How values are stored in SQLite: decimals as text (exact; NUMERIC affinity keeps them numbers),
-    dates and timestamps as ISO text."""
-    if isinstance(value, Decimal):
-        return str(value)
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ", timespec="microseconds")
-    if isinstance(value, date):
-        return value.isoformat()
-    return value
+_db_value = _sqlite_value  # how values are stored in SQLite (decimals and dates as text)
 
 
 def _business_id(number: int) -> str:
@@ -458,12 +454,12 @@ def _time_rows() -> Iterator[tuple[Any, ...]]:
         )  # fmt: skip
 
 
-def _insert(db: sqlite3.Connection, table: str, rows: Iterable[Sequence[Any]]) -> int:
-    columns = _columns(db, table)
+def _insert(db: SourceConnection, table: str, rows: Iterable[Sequence[Any]]) -> int:
+    columns = db.columns(table)
     statement = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
     count = 0
     for chunk in _chunks(rows, 5000):
-        db.executemany(statement, [tuple(_db_value(v) for v in row) for row in chunk])
+        db.executemany(statement, chunk)
         count += len(chunk)
     return count
 
@@ -478,18 +474,22 @@ def _columns(db: sqlite3.Connection, table: str) -> list[str]:
     return [row[1] for row in db.execute(f"PRAGMA table_info({table})")]
 
 
-def create_source_database(path: str | Path, scale: float = 1.0, seed: int = 42) -> dict[str, int]:
-    """Write a new SQLite source database at `path` (replacing one that is there) and return each
-    table's row count. Deterministic: the same (scale, seed) gives the same rows."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        Path(f"{target}{suffix}").unlink(missing_ok=True)
+def create_source_database(source: Source, scale: float = 1.0, seed: int = 42) -> dict[str, int]:
+    """Write the source tables (replacing an SQLite file, or the tables of a PostgreSQL database, that are
+    there) and return each table's row count. Deterministic: the same (scale, seed) gives the same rows."""
+    database = SourceDatabase.of(source)
+    if database.dialect == "sqlite":
+        target = Path(database.location)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{target}{suffix}").unlink(missing_ok=True)
     sizes = Sizes.at(scale)
     gen = _Generator(seed)
     counts: dict[str, int] = {}
-    with sqlite3.connect(target) as db:
-        for ddl in DDL.values():
+    with database.connect() as db:
+        db.begin()
+        for table, ddl in DDL.items():
+            db.drop_table(table)
             db.execute(ddl)
         counts["date_dim"] = _insert(db, "date_dim", _date_rows())
         counts["time_dim"] = _insert(db, "time_dim", _time_rows())
@@ -507,6 +507,7 @@ def create_source_database(path: str | Path, scale: float = 1.0, seed: int = 42)
         items = [gen.item(sk) for sk in range(1, sizes.items + 1)]
         counts["item"] = _insert(db, "item", items)
         counts["web_sales"] = _insert(db, "web_sales", _sales_rows(gen, sizes, items))
+        db.commit()
     return counts
 
 
@@ -543,17 +544,18 @@ def _order_lines(
     return [gen.sale_line(item, order, day, minute, customer, address) for item in chosen.values()]
 
 
-def schema_document(path: str | Path) -> dict[str, Any]:
+def schema_document(source: Source) -> dict[str, Any]:
     """The schema file (docs/CONTRACTS.md) of the source database, by catalog reflection."""
     from tools.schema_gen import reflect_schema
 
-    return reflect_schema(f"sqlite:///{Path(path).resolve()}", [SOURCE_SCHEMA])
+    database = SourceDatabase.of(source)
+    return reflect_schema(database.sqlalchemy_url, [database.schema])
 
 
-def read_rows(path: str | Path, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-    """A table's columns and rows (ordered by primary key) as SQLite returns them."""
-    with sqlite3.connect(path) as db:
-        columns = _columns(db, table)
+def read_rows(source: Source, table: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """A table's columns and rows (ordered by primary key) as the database returns them."""
+    with SourceDatabase.of(source).connect() as db:
+        columns = db.columns(table)
         rows = db.execute(f"SELECT * FROM {table} ORDER BY {', '.join(PRIMARY_KEYS[table])}").fetchall()
     return columns, rows
 
@@ -566,13 +568,13 @@ class _Workload:
     """Business operations as a shop's systems would run them, each in its own transaction."""
 
     def __init__(
-        self, db: sqlite3.Connection, gen: _Generator, result: WorkloadResult, clock: datetime
+        self, db: SourceConnection, gen: _Generator, result: WorkloadResult, clock: datetime
     ) -> None:
         self.db = db
         self.gen = gen
         self.result = result
         self.clock = clock
-        self.columns = {t: _columns(db, t) for t in TABLES}
+        self.columns = {t: db.columns(t) for t in TABLES}
 
     def tick(self) -> datetime:
         self.clock += timedelta(milliseconds=self.gen.random.randint(5, 900))
@@ -587,16 +589,15 @@ class _Workload:
         self.result.rows[(table, op)] += 1
 
     def insert(self, table: str, row: Sequence[Any]) -> None:
-        values = tuple(_db_value(v) for v in row)
         columns = self.columns[table]
-        self.db.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(columns))})", values)
+        names = ", ".join(columns[: len(row)])  # a column added on the source since stays NULL
+        self.db.execute(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(row))})", tuple(row))
         self._record(table, "I", self._row(table, [row[columns.index(k)] for k in PRIMARY_KEYS[table]]))
 
     def update(self, table: str, key: Sequence[Any], **changes: Any) -> None:
         assignments = ", ".join(f"{c} = ?" for c in changes)
         where = " AND ".join(f"{k} = ?" for k in PRIMARY_KEYS[table])
-        values = tuple(_db_value(v) for v in changes.values())
-        self.db.execute(f"UPDATE {table} SET {assignments} WHERE {where}", (*values, *key))
+        self.db.execute(f"UPDATE {table} SET {assignments} WHERE {where}", (*changes.values(), *key))
         row = self._row(table, key)
         if row is not None:
             self._record(table, "U", row)
@@ -610,11 +611,22 @@ class _Workload:
         self._record(table, "D", row)
 
     def random_key(self, table: str) -> tuple[Any, ...] | None:
-        """A uniformly chosen existing row's key (by rowid; rowid gaps from deletes are retried)."""
+        """An existing row's key: SQLite by rowid, uniformly; PostgreSQL, which has no dense row number, the
+        first key at or after a random value of the leading key column."""
+        keys = ", ".join(PRIMARY_KEYS[table])
+        if self.db.postgres:
+            lead = PRIMARY_KEYS[table][0]
+            low, high = self.db.execute(f"SELECT min({lead}), max({lead}) FROM {table}").fetchone()
+            if low is None:
+                return None
+            row = self.db.execute(
+                f"SELECT {keys} FROM {table} WHERE {lead} >= ? ORDER BY {keys} LIMIT 1",
+                (self.gen.random.randint(low, high),),
+            ).fetchone()
+            return tuple(row) if row else None
         top = self.db.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
         if not top:
             return None
-        keys = ", ".join(PRIMARY_KEYS[table])
         for _ in range(20):
             row = self.db.execute(
                 f"SELECT {keys} FROM {table} WHERE rowid >= ? LIMIT 1", (self.gen.random.randint(1, top),)
@@ -770,13 +782,13 @@ SOURCE_LOCK_TIMEOUT_SECONDS = 120
 
 
 def run_workload(
-    path: str | Path,
+    source: Source,
     changes: int,
     seed: int,
     mix: dict[str, float] | None = None,
     start: datetime | None = None,
 ) -> WorkloadResult:
-    """Run `changes` business operations (one SQLite transaction each) drawn from `mix` (operation →
+    """Run `changes` business operations (one transaction each) drawn from `mix` (operation →
     weight; default `DEFAULT_MIX`) on the database at `path`. Returns what was done, including every
     row change in commit order (for `write_cdc_files`). Deterministic for a given database and seed."""
     weights = mix or DEFAULT_MIX
@@ -785,25 +797,22 @@ def run_workload(
         raise ValueError(f"unknown operations {sorted(unknown)}; known: {sorted(DEFAULT_MIX)}")
     gen = _Generator(seed)
     result = WorkloadResult()
-    # A replicating reader (the local DMS) takes the write lock briefly; on a loaded machine "briefly" can
-    # exceed sqlite's 5 s default, and the workload must wait, not fail.
-    db = sqlite3.connect(path, isolation_level=None, timeout=SOURCE_LOCK_TIMEOUT_SECONDS)
+    # SQLite: a replicating reader (the local DMS) takes the write lock briefly; on a loaded machine
+    # "briefly" can exceed sqlite's 5 s default, and the workload must wait, not fail (the facade's timeout).
+    db = SourceDatabase.of(source).connect()
     try:
         clock = start or _latest_update(db) + timedelta(minutes=1)
         work = _Workload(db, gen, result, clock)
         names = list(weights)
         for _ in range(changes):
             operation = gen.random.choices(names, weights=[weights[n] for n in names])[0]
-            # IMMEDIATE: take the write lock first. A deferred transaction reads (shared lock), then
-            # asks for the write lock; if another writer (a mid-stream ALTER TABLE) holds it waiting for
-            # our shared lock to go, sqlite fails at once ("database is locked") instead of waiting.
-            db.execute("BEGIN IMMEDIATE")
+            db.begin()
             try:
                 work.tick()
                 getattr(work, operation)()
-                db.execute("COMMIT")
+                db.commit()
             except BaseException:
-                db.execute("ROLLBACK")
+                db.rollback()
                 raise
             result.operations[operation] += 1
     finally:
@@ -811,9 +820,11 @@ def run_workload(
     return result
 
 
-def _latest_update(db: sqlite3.Connection) -> datetime:
+def _latest_update(db: SourceConnection) -> datetime:
     latest = db.execute("SELECT max(c_last_update) FROM customer").fetchone()[0]
-    return max(CLOCK_START, datetime.fromisoformat(latest)) if latest else CLOCK_START
+    if not latest:
+        return CLOCK_START
+    return max(CLOCK_START, latest if isinstance(latest, datetime) else datetime.fromisoformat(latest))
 
 
 # ----------------------------------------------------------------------------------------------------
@@ -894,7 +905,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--db", required=True, help="SQLite file of the source database")
+    parser.add_argument(
+        "--db", required=True, help="the source database: an SQLite file, or a postgresql:// connection URI"
+    )
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--workload", type=int, default=0, help="run this many operations on an existing db")

@@ -8,7 +8,6 @@ layout don't matter, but every value does).
 from __future__ import annotations
 
 import hashlib
-import sqlite3
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -19,6 +18,8 @@ from lakehouse.config import LakeConfig
 from lakehouse.schema import SchemaFile, TableSpec
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
+
+from tools.source_db import SourceDatabase
 
 MODULUS = 1 << 128
 
@@ -72,11 +73,11 @@ def _checksum(rows: list[list[str]]) -> str:
 
 
 def check_table(
-    spark: SparkSession, config: LakeConfig, spec: TableSpec, source_db: str | Path
+    spark: SparkSession, config: LakeConfig, spec: TableSpec, source_db: SourceDatabase | str | Path
 ) -> TableCheck:
     """Compare one table on the columns the source has now (columns dropped on the source stay in
     Iceberg as nulls and are not compared)."""
-    with sqlite3.connect(source_db) as db:
+    with SourceDatabase.of(source_db).connect() as db:
         cursor = db.execute(f'SELECT * FROM "{spec.name}"')
         columns = [d[0].lower() for d in cursor.description]
         source = cursor.fetchall()
@@ -92,7 +93,7 @@ def check_table(
 
 
 def check_all(
-    spark: SparkSession, config: LakeConfig, schema: SchemaFile, source_db: str | Path
+    spark: SparkSession, config: LakeConfig, schema: SchemaFile, source_db: SourceDatabase | str | Path
 ) -> list[TableCheck]:
     return [check_table(spark, config, spec, source_db) for spec in schema.tables.values()]
 
@@ -134,11 +135,13 @@ def _exact(value: Any, data_type: T.DataType) -> Any:
     return value
 
 
-def check_refined(spark: SparkSession, refined_database: str, source_db: str | Path) -> list[TableCheck]:
+def check_refined(
+    spark: SparkSession, refined_database: str, source_db: SourceDatabase | str | Path
+) -> list[TableCheck]:
     """Each refined table against its recomputation from the source database (row checksums)."""
     checks = []
     for name, sql in REFINED_RECOMPUTATIONS.items():
-        with sqlite3.connect(source_db) as db:
+        with SourceDatabase.of(source_db).connect() as db:
             cursor = db.execute(sql)
             columns = [d[0].lower() for d in cursor.description]
             source = cursor.fetchall()

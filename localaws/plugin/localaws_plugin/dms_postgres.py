@@ -465,6 +465,8 @@ def _text_of(column: str, declared: str) -> str:
     """A column as the full load reads it: PostgreSQL's text output, timestamptz in UTC without offset."""
     if declared == "timestamp with time zone":
         return f"to_char({_quote(column)} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+    if declared == "character" or declared.startswith("character("):
+        return _quote(column)  # as stored, padded (a cast to text drops the padding pgoutput keeps)
     return f"{_quote(column)}::text"
 
 

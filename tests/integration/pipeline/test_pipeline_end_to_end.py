@@ -2,7 +2,6 @@
 checked against the source by row checksums; rollover; injected faults; a failing DMS task."""
 
 import json
-import sqlite3
 import time
 
 import pytest
@@ -20,7 +19,7 @@ def assert_clean_equals_source(pipeline: LocalPipeline) -> None:
     checks = pipeline.verify()
     lines = "\n".join(c.line() for c in checks)
     assert checks and all(c.matches for c in checks), lines
-    assert {c.table for c in checks} == {f"main.{t}" for t in replication.SOURCE_TABLES}
+    assert {c.table for c in checks} == {f"{pipeline.source_schema}.{t}" for t in replication.SOURCE_TABLES}
 
 
 def start(pipeline: LocalPipeline) -> None:
@@ -52,9 +51,58 @@ def test_full_pipeline_on_dms_parquet_with_a_schema_change_mid_stream(make_pipel
     assert_clean_equals_source(pipeline)
     listed = pipeline.aws("s3").list_objects_v2(Bucket=pipeline.app.raw_bucket, Prefix="dms/")["Contents"]
     assert listed and all(o["Key"].endswith(".parquet") for o in listed)
-    with sqlite3.connect(pipeline.source_db) as db:
-        scored = db.execute("SELECT count(*) FROM item WHERE i_eco_score IS NOT NULL").fetchone()[0]
+    [(scored,)] = pipeline.source_rows("SELECT count(*) FROM item WHERE i_eco_score IS NOT NULL")
     assert scored > 0
+
+
+def test_a_postgresql_source_through_ddl_a_killed_task_and_its_resume_ends_equal_to_the_source(
+    make_pipeline,
+) -> None:
+    """Given the pipeline replicating PostgreSQL through a logical replication slot (CSV files),
+    When a DBA adds a column and widens two types mid-stream (the schema file regenerated from the live
+    catalog), rows use them, the DMS task's source connection is killed while the workload runs (the task
+    fails, as DMS does) and the operator resumes the task,
+    Then the slot replays what was not yet written, the files after the DDL carry the new column, and every
+    clean table equals its source: nothing lost, a replayed change applied once."""
+    pipeline = make_pipeline()
+    assert pipeline.source_db.dialect == "postgresql"
+    start(pipeline)
+    changes = pipeline.run_workload(300, seed=41)
+    pipeline.wait_until_applied(timeout=420)
+
+    pipeline.add_column("item", "i_eco_score", "NUMERIC(5,2)")
+    pipeline.widen_column("item", "i_current_price", "NUMERIC(9,2)")
+    pipeline.widen_column("web_sales", "ws_quantity", "BIGINT")
+    changes += pipeline.execute_sql(
+        "UPDATE item SET i_eco_score = i_item_sk % 97 + 0.25, i_current_price = 1234567.89"
+        " WHERE i_item_sk % 3 = 0"
+    )
+    changes += pipeline.execute_sql(
+        "UPDATE web_sales SET ws_quantity = 3000000000 WHERE ws_order_number % 5 = 0"
+    )
+    changes += pipeline.run_workload(150, seed=42)
+
+    assert pipeline.kill_replication_connection() >= 1
+    changes += pipeline.run_workload(150, seed=43)  # committed while the task is down
+    dms = pipeline.aws("dms")
+    failed = wait_for(
+        lambda: replication.describe_task(dms, pipeline.task.arn)["Status"] == "failed", 60, 0.5
+    )
+    assert failed, replication.describe_task(dms, pipeline.task.arn)
+    pipeline.resume_replication()
+    changes += pipeline.run_workload(150, seed=44)
+    pipeline.wait_until_applied(timeout=480)
+
+    assert changes >= 1000
+    assert_clean_equals_source(pipeline)
+    s3 = pipeline.aws("s3")
+    keys = [
+        o["Key"]
+        for o in s3.list_objects_v2(Bucket=pipeline.app.raw_bucket, Prefix="dms/public/item/")["Contents"]
+    ]
+    newest = max((k for k in keys if "LOAD" not in k), key=lambda k: k.rsplit("/", 1)[-1])
+    header = s3.get_object(Bucket=pipeline.app.raw_bucket, Key=newest)["Body"].read().decode().splitlines()[0]
+    assert "i_eco_score" in header, header
 
 
 def wait_for(probe, timeout: float, every: float = 3.0):
@@ -150,7 +198,7 @@ def test_a_table_reloaded_during_cdc_ends_equal_to_its_source(make_pipeline) -> 
     pipeline.reload_tables("customer", "web_sales")
     pipeline.run_workload(150, seed=33)
     requested = wait_for(lambda: pipeline.reloads_pending(), 120)
-    assert requested and set(requested) <= {"main.customer", "main.web_sales"}, requested
+    assert requested and set(requested) <= {"public.customer", "public.web_sales"}, requested
     assert wait_for(lambda: not pipeline.reloads_pending() or None, 420) is not None, (
         pipeline.reloads_pending()
     )
@@ -199,7 +247,9 @@ def test_faults_retry_poison_file_and_poison_message(make_pipeline) -> None:
     pipeline.run_workload(200, seed=21)
     # A poison file (not a DMS CSV) in one table's folder, and a poison message (not an S3 event).
     s3.put_object(
-        Bucket=app.raw_bucket, Key=f"dms/main/item/{POISON_FILE}", Body=b'Op,"unterminated\n\x00\x01 garbage'
+        Bucket=app.raw_bucket,
+        Key=f"dms/{pipeline.source_schema}/item/{POISON_FILE}",
+        Body=b'Op,"unterminated\n\x00\x01 garbage',
     )
     if app.queue_url:
         sqs.send_message(
@@ -236,9 +286,8 @@ def test_faults_retry_poison_file_and_poison_message(make_pipeline) -> None:
 def test_a_failing_dms_task_fails_the_execution_with_a_clear_error(make_pipeline) -> None:
     pipeline = make_pipeline()
     # The task selects a table the source does not have: DMS fails it (FATAL_ERROR) at start.
-    with sqlite3.connect(pipeline.source_db) as db:
-        for table in replication.SOURCE_TABLES:
-            db.execute(f'ALTER TABLE "{table}" RENAME TO "old_{table}"')
+    for table in replication.SOURCE_TABLES:
+        pipeline.execute_sql(f'ALTER TABLE "{table}" RENAME TO "old_{table}"')
     start(pipeline)
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:

@@ -61,7 +61,7 @@ def source(server: str, request: pytest.FixtureRequest) -> Iterator[str]:
         db.execute(f"CREATE SCHEMA {SCHEMA}")
         db.execute(
             f"CREATE TABLE {SCHEMA}.customer (id integer PRIMARY KEY, name varchar(40), balance numeric(9,2),"
-            " seen timestamptz, note text)"
+            " seen timestamptz, note text, zip char(6) DEFAULT '123')"
         )
         db.execute(
             f"INSERT INTO {SCHEMA}.customer SELECT i, 'c' || i, i * 1.5, timestamptz '2026-01-01 08:00:00+02',"
@@ -245,10 +245,12 @@ def test_deletes_carry_the_key_updates_the_before_image_and_timestamptz_is_writt
     run.stop()
     load = [r for f in bucket.rows(f"dms/{SCHEMA}/customer/LOAD") for r in f]
     assert load[0]["seen"] == "2026-01-01 06:00:00.000000"
+    assert load[0]["zip"] == "123   "  # char(n) padded in LOAD as in CDC (a ::text cast would trim it)
     cdc = [r for f in bucket.rows(f"dms/{SCHEMA}/customer/2") for r in f]
     assert [(r["Op"], r["id"]) for r in cdc] == [("U", "50"), ("D", "2"), ("I", "9")]
     assert cdc[1]["name"] == "NULL" and cdc[1]["balance"] == "NULL"  # REPLICA IDENTITY DEFAULT: the key only
     assert cdc[2]["name"] == 'x,"y"' and cdc[2]["seen"] == "2026-03-01 12:00:00.500000"
+    assert cdc[0]["zip"] == "123   "
     assert_files_equal_source(bucket, server)
 
 

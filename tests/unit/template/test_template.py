@@ -442,6 +442,24 @@ def test_the_jobs_read_the_files_with_the_settings_dms_writes_them_with(template
         assert arguments["--csv_delimiter"] == {"Ref": "CsvDelimiter"}, name
 
 
+def test_the_refine_job_reads_the_clean_tables_of_the_configured_source_schema(template):
+    """Given the SourceSchema parameter (default public, PostgreSQL's), Then the refine job gets it as
+    --source_schema: the clean tables it joins are named <schema>_<table> after the DMS files' folder."""
+    parameter = template["Parameters"]["SourceSchema"]
+    assert parameter["Default"] == "public"
+    assert [
+        bool(re.fullmatch(parameter["AllowedPattern"], v)) for v in ("public", "dbo", "sales_2", "a b", "")
+    ] == [
+        True,
+        True,
+        True,
+        False,
+        False,
+    ]
+    arguments = template["Resources"]["RefineJob"]["Properties"]["DefaultArguments"]
+    assert arguments["--source_schema"] == {"Ref": "SourceSchema"}
+
+
 def test_glue_jobs_follow_the_argument_contract(template):
     """Given the four Glue jobs, Then each runs Glue 5.1 with Iceberg, its script and the library from
     the artifacts bucket, and the arguments docs/CONTRACTS.md names for it."""
