@@ -44,3 +44,14 @@ def lake_config(base_config, spark):
     """A LakeConfig whose clean and refined databases are new for this test."""
     number = next(_database_numbers)
     return replace(base_config, clean_database=f"clean_{number}", refined_database=f"refined_{number}")
+
+
+@pytest.fixture(scope="session")
+def postgres_socket_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """One embedded PostgreSQL 16 server (pgserver, `wal_level=logical`, a Unix socket only) for the run."""
+    from localaws.postgres import LocalPostgres
+
+    server = LocalPostgres(tmp_path_factory.mktemp("postgres") / "data")
+    address = server.start()
+    yield address.socket_dir
+    server.stop()

@@ -24,6 +24,16 @@ DIALECT_NAMES = {
 }
 
 
+def _type_text(column_type: Any, dialect: Any) -> str:
+    """A column's type as the catalog spells it; an enum as `enum` (PostgreSQL names its enum types freely,
+    and DMS writes their labels as text)."""
+    from sqlalchemy import Enum
+
+    if isinstance(column_type, Enum) and dialect.name == "postgresql":
+        return "enum"
+    return column_type.compile(dialect=dialect).lower()
+
+
 def reflect_schema(url: str, schemas: Sequence[str], tables: Sequence[str] = ()) -> dict[str, Any]:
     """Read columns, types and primary keys of every table in `schemas` from the live catalog."""
     from sqlalchemy import create_engine, inspect
@@ -43,7 +53,7 @@ def reflect_schema(url: str, schemas: Sequence[str], tables: Sequence[str] = ())
                 columns = [
                     {
                         "name": column["name"],
-                        "type": column["type"].compile(dialect=engine.dialect).lower(),
+                        "type": _type_text(column["type"], engine.dialect),
                         "nullable": bool(column.get("nullable", True)),
                     }
                     for column in inspector.get_columns(table, schema=reflect_from)

@@ -13,8 +13,12 @@ from pyspark.sql import types as T
 DIALECTS = ("mysql", "mssql", "postgresql", "sqlite")
 
 _NAME_AND_ARGS = re.compile(
-    r"^\s*([a-z_][a-z0-9_ ]*?)\s*(?:\(([^)]*)\))?\s*(unsigned|signed|zerofill)?\s*(?:zerofill)?\s*$"
+    r"^\s*([a-z_][a-z0-9_ ]*?)\s*(?:\(([^)]*)\))?\s*(unsigned|signed|zerofill)?\s*(?:zerofill)?\s*"
+    r"(with(?:out)? time zone)?\s*$"
 )
+# PostgreSQL's numeric without a precision holds any number; DMS maps it to NUMERIC(28,6) (rounding to six
+# decimals), so six decimals with the widest precision hold every value DMS writes.
+POSTGRES_UNCONSTRAINED_NUMERIC = T.DecimalType(38, 6)
 
 _INTEGERS: dict[str, T.DataType] = {
     "tinyint": T.IntegerType(),
@@ -76,6 +80,26 @@ _STRINGS = {
     "geometry",
     "geography",
     "point",
+    "line",
+    "lseg",
+    "box",
+    "path",
+    "polygon",
+    "circle",
+    "tsvector",
+    "tsquery",
+    "hstore",
+    "ltree",
+    "macaddr8",
+    "bit varying",
+    "varbit",
+    "pg_lsn",
+    "int4range",
+    "int8range",
+    "numrange",
+    "tsrange",
+    "tstzrange",
+    "daterange",
 }
 _BINARIES = {
     "binary",
@@ -112,6 +136,8 @@ def spark_type(source_type: str, dialect: str = "mysql") -> T.DataType:
     if not match:
         raise UnsupportedTypeError(f"can't read source type {source_type!r}")
     name, args, sign = match.group(1).strip(), match.group(2), match.group(3)
+    if match.group(4):  # PostgreSQL's `timestamp(3) with time zone`, `time(6) without time zone`
+        name = f"{name} {match.group(4)}"
     params = [p.strip() for p in args.split(",")] if args else []
 
     if dialect == "mssql" and name == "timestamp":
@@ -123,6 +149,8 @@ def spark_type(source_type: str, dialect: str = "mysql") -> T.DataType:
     if name in _INTEGERS:
         return _integer(name, unsigned=sign == "unsigned")
     if name in ("decimal", "numeric", "number", "dec"):
+        if dialect == "postgresql" and not params:
+            return POSTGRES_UNCONSTRAINED_NUMERIC
         return _decimal(params)
     if name == "float":
         return _float(params, dialect)
@@ -131,6 +159,8 @@ def spark_type(source_type: str, dialect: str = "mysql") -> T.DataType:
     if name in _BOOLEANS:
         if name == "bit" and dialect == "mysql" and params and params != ["1"]:
             return T.LongType()  # MySQL BIT(n>1) is a bit field, not a flag
+        if name == "bit" and dialect == "postgresql" and params and params != ["1"]:
+            return T.StringType()  # PostgreSQL bit(n>1) is a bit string: its text, '0101…', kept
         return T.BooleanType()
     if name in _DATES:
         return T.DateType()

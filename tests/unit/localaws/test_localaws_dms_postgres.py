@@ -27,7 +27,6 @@ from localaws_plugin.dms_postgres import (
 )
 from localaws_plugin.dms_replication import ReplicationRun, SourceSettings, TaskOptions
 
-from localaws.postgres import LocalPostgres
 from tests.unit.localaws.test_localaws_dms_replication import MAPPING, Bucket, wait_for
 
 SCHEMA = "sales"
@@ -42,12 +41,9 @@ BEFORE_IMAGES = {
 }
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    postgres = LocalPostgres(tmp_path_factory.mktemp("pg") / "data")
-    address = postgres.start()
-    yield address.socket_dir
-    postgres.stop()
+@pytest.fixture
+def server(postgres_socket_dir: str) -> str:
+    return postgres_socket_dir
 
 
 @pytest.fixture

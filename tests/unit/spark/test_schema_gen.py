@@ -38,3 +38,37 @@ def test_schema_file_is_generated_from_the_source_catalog(tmp_path):
             T.StructField("ws_sold_at", T.TimestampNTZType()),
         ]
     )
+
+
+def test_a_postgresql_catalog_gives_a_schema_file_every_type_of_which_maps(postgres_socket_dir):
+    """Given PostgreSQL columns a DBA really declares (an enum, timestamp(3) with and without time zone,
+    numeric without precision, tsvector, bit(8), an array),
+    When the schema file is generated from the live catalog,
+    Then every column maps to an Iceberg type (none stops the table as unsupported): the enum as text,
+    numeric as decimal(38,6) (DMS writes it as NUMERIC(28,6)), timestamptz as a UTC timestamp."""
+    import psycopg
+
+    with psycopg.connect(host=postgres_socket_dir, dbname="postgres", user="postgres", autocommit=True) as db:
+        db.execute("DROP SCHEMA IF EXISTS shop CASCADE")
+        db.execute("CREATE SCHEMA shop")
+        db.execute("CREATE TYPE shop.mood AS ENUM ('ok', 'sad')")
+        db.execute(
+            "CREATE TABLE shop.visit (id bigint PRIMARY KEY, mood shop.mood, at timestamp(3), seen timestamptz(6),"
+            " amount numeric, words tsvector, flags bit(8), tags text[], price numeric(9,2))"
+        )
+    url = f"postgresql+psycopg://postgres@/postgres?host={postgres_socket_dir}"
+    document = reflect_schema(url, ["shop"])
+    types = {c["name"]: c["type"] for c in document["tables"]["shop.visit"]["columns"]}
+    assert types["mood"] == "enum" and types["at"].startswith("timestamp(3)")
+    schema = SchemaFile.from_dict(document).find("shop", "visit").spark_schema()
+    assert {f.name: f.dataType for f in schema.fields} == {
+        "id": T.LongType(),
+        "mood": T.StringType(),
+        "at": T.TimestampNTZType(),
+        "seen": T.TimestampType(),
+        "amount": T.DecimalType(38, 6),
+        "words": T.StringType(),
+        "flags": T.StringType(),
+        "tags": T.StringType(),
+        "price": T.DecimalType(9, 2),
+    }
