@@ -6,6 +6,7 @@ must give exactly the source's rows, whatever was committed while the full load 
 
 from __future__ import annotations
 
+import random
 import struct
 import threading
 import time
@@ -353,3 +354,30 @@ def test_a_resume_after_the_slot_was_dropped_fails_with_the_reason_and_bad_endpo
 def test_the_local_server_runs_with_logical_decoding(server: str, tmp_path: Path) -> None:
     with connect(server) as db:
         assert db.execute("SHOW wal_level").fetchone()[0] == "logical"
+
+
+def test_an_unchanged_toasted_value_is_taken_from_replica_identity_full_and_never_made_up(
+    server: str, source: str
+) -> None:
+    """Given a text value too large to stay inline (TOASTed, out of the WAL when an UPDATE leaves it alone),
+    When another column of its row is updated under REPLICA IDENTITY FULL, Then the file carries the value
+    from the old row image; and under the default identity the task fails naming table, column and the fix,
+    rather than write a null the source never had."""
+    big = random.Random(7).randbytes(30_000).hex()  # 60 kB that compress badly: stored out of line
+    with connect(server) as db:
+        db.execute(f"UPDATE {SCHEMA}.customer SET note = %s WHERE id = 1", (big,))
+        db.execute(f"ALTER TABLE {SCHEMA}.customer REPLICA IDENTITY FULL")
+    bucket = Bucket()
+    run = make_run(server, source, bucket)
+    run.start()
+    wait_for(lambda: run.full_load_done and run.status == "running")
+    with connect(server) as db:
+        db.execute(f"UPDATE {SCHEMA}.customer SET name = 'full' WHERE id = 1")
+    wait_for(lambda: replay(bucket).get("1", {}).get("name") == "full")
+    assert replay(bucket)["1"]["note"] == big
+    with connect(server) as db:
+        db.execute(f"ALTER TABLE {SCHEMA}.customer REPLICA IDENTITY DEFAULT")
+        db.execute(f"UPDATE {SCHEMA}.customer SET name = 'default' WHERE id = 1")
+    wait_for(lambda: run.status == "failed")
+    assert "customer.note" in (run.last_failure_message or "")
+    assert "REPLICA IDENTITY FULL" in (run.last_failure_message or "")
