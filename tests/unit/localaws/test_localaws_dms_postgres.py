@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from localaws_plugin.dms_format import S3TargetSettings, TableMapping
+from localaws_plugin.dms_format import TableMapping
 from localaws_plugin.dms_postgres import (
     Begin,
     Commit,
@@ -28,7 +28,7 @@ from localaws_plugin.dms_postgres import (
 )
 from localaws_plugin.dms_replication import ReplicationRun, SourceSettings, TaskOptions
 
-from tests.unit.localaws.test_localaws_dms_replication import MAPPING, Bucket, wait_for
+from tests.unit.localaws.test_localaws_dms_replication import MAPPING, Bucket, s3_target, wait_for
 
 SCHEMA = "sales"
 BEFORE_IMAGES = {
@@ -74,26 +74,27 @@ def connect(socket_dir: str) -> psycopg.Connection:
 def make_run(
     socket_dir: str, slot: str, bucket: Bucket, migration_type: str = "full-load-and-cdc"
 ) -> ReplicationRun:
-    target = S3TargetSettings(
-        bucket_name="raw",
-        bucket_folder="dms",
-        include_op_for_full_load=True,
-        timestamp_column_name="dms_timestamp",
-        csv_null_value="NULL",
-        cdc_max_batch_interval_seconds=0.3,
-    )
     settings = SourceSettings.from_endpoint(
         "postgres", socket_dir, f"schemaName={SCHEMA};PluginName=pgoutput;slotName={slot}", engine="postgres"
     )
     return ReplicationRun(
         migration_type,
         settings,
-        target,
+        s3_target(),
         TableMapping.parse({"rules": [*MAPPING["rules"], BEFORE_IMAGES]}),
         TaskOptions(poll_seconds=0.1),
         bucket.put,
         bucket.delete_prefix,
     )
+
+
+def started_run(server: str, slot: str) -> tuple[Bucket, ReplicationRun]:
+    """A full-load-and-cdc task over the source, once its full load is done and CDC runs."""
+    bucket = Bucket()
+    run = make_run(server, slot, bucket)
+    run.start()
+    wait_for(lambda: run.full_load_done and run.status == "running")
+    return bucket, run
 
 
 def replay(bucket: Bucket, table: str = "customer") -> dict[str, dict[str, str]]:
@@ -228,10 +229,7 @@ def test_the_full_load_and_the_stream_meet_at_the_slots_consistent_point_under_c
 def test_deletes_carry_the_key_updates_the_before_image_and_timestamptz_is_written_in_utc(
     server: str, source: str
 ) -> None:
-    bucket = Bucket()
-    run = make_run(server, source, bucket)
-    run.start()
-    wait_for(lambda: run.full_load_done and run.status == "running")
+    bucket, run = started_run(server, source)
     with connect(server) as db:
         db.execute(f"UPDATE {SCHEMA}.customer SET id = 50, name = 'moved' WHERE id = 1")
         db.execute(f"DELETE FROM {SCHEMA}.customer WHERE id = 2")
@@ -254,10 +252,7 @@ def test_deletes_carry_the_key_updates_the_before_image_and_timestamptz_is_writt
 def test_columns_added_and_widened_mid_stream_start_new_files_with_the_new_header(
     server: str, source: str
 ) -> None:
-    bucket = Bucket()
-    run = make_run(server, source, bucket)
-    run.start()
-    wait_for(lambda: run.full_load_done and run.status == "running")
+    bucket, run = started_run(server, source)
     with connect(server) as db:
         db.execute(f"UPDATE {SCHEMA}.customer SET name = 'before' WHERE id = 1")
         db.execute(f"ALTER TABLE {SCHEMA}.customer ADD COLUMN tier varchar(10)")
@@ -274,10 +269,7 @@ def test_columns_added_and_widened_mid_stream_start_new_files_with_the_new_heade
 def test_a_reload_reads_the_table_at_a_fresh_consistent_point_and_the_stream_goes_on(
     server: str, source: str
 ) -> None:
-    bucket = Bucket()
-    run = make_run(server, source, bucket)
-    run.start()
-    wait_for(lambda: run.full_load_done and run.status == "running")
+    bucket, run = started_run(server, source)
     with connect(server) as db:
         db.execute(f"UPDATE {SCHEMA}.customer SET name = 'changed' WHERE id = 1")
         db.execute(f"DELETE FROM {SCHEMA}.customer WHERE id = 2")
@@ -334,10 +326,7 @@ def test_a_resume_after_the_slot_was_dropped_fails_with_the_reason_and_bad_endpo
 ) -> None:
     """A slot dropped while its task was stopped has lost the changes since: the resume fails and says so
     (the operator reloads the target), rather than resume from wherever a new slot would start."""
-    bucket = Bucket()
-    run = make_run(server, source, bucket)
-    run.start()
-    wait_for(lambda: run.full_load_done and run.status == "running")
+    _bucket, run = started_run(server, source)
     run.stop()
     with connect(server) as db:
         db.execute("SELECT pg_drop_replication_slot(%s)", (source,))
@@ -367,10 +356,7 @@ def test_an_unchanged_toasted_value_is_taken_from_replica_identity_full_and_neve
     with connect(server) as db:
         db.execute(f"UPDATE {SCHEMA}.customer SET note = %s WHERE id = 1", (big,))
         db.execute(f"ALTER TABLE {SCHEMA}.customer REPLICA IDENTITY FULL")
-    bucket = Bucket()
-    run = make_run(server, source, bucket)
-    run.start()
-    wait_for(lambda: run.full_load_done and run.status == "running")
+    bucket, run = started_run(server, source)
     with connect(server) as db:
         db.execute(f"UPDATE {SCHEMA}.customer SET name = 'full' WHERE id = 1")
     wait_for(lambda: replay(bucket).get("1", {}).get("name") == "full")

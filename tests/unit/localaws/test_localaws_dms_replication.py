@@ -57,10 +57,9 @@ class Bucket:
             return [list(csv.DictReader(io.StringIO(self.objects[k].decode()))) for k in keys]
 
 
-def make_run(
-    db: Path, bucket: Bucket, migration_type: str = "full-load-and-cdc", **options
-) -> ReplicationRun:
-    target = S3TargetSettings(
+def s3_target() -> S3TargetSettings:
+    """The raw bucket's target settings of these tests: CSV with a header, `NULL` for null, small batches."""
+    return S3TargetSettings(
         bucket_name="raw",
         bucket_folder="dms",
         include_op_for_full_load=True,
@@ -68,10 +67,15 @@ def make_run(
         csv_null_value="NULL",
         cdc_max_batch_interval_seconds=0.3,
     )
+
+
+def make_run(
+    db: Path, bucket: Bucket, migration_type: str = "full-load-and-cdc", **options
+) -> ReplicationRun:
     return ReplicationRun(
         migration_type,
         SourceSettings(str(db), "sales"),
-        target,
+        s3_target(),
         TableMapping.parse(MAPPING),
         TaskOptions(poll_seconds=0.1, **options),
         bucket.put,
