@@ -68,7 +68,11 @@ def _typed(value: Any, kind: Any) -> Any:
     if pa.types.is_timestamp(kind):
         return value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
     if pa.types.is_binary(kind):
-        return bytes(value) if not isinstance(value, str) else value.encode()
+        if isinstance(
+            value, str
+        ):  # the captures hand a BLOB over as hex digits (SQLite's hex(), bytea's \x…)
+            return bytes.fromhex(value.removeprefix("\\x"))
+        return bytes(value)
     return str(value)
 
 

@@ -12,7 +12,8 @@
   change within it. LOAD rows carry the consistent point's LSN with ordinal 0: every change the snapshot
   lacks has a higher sequence, every change it holds a lower one.
 - Values are PostgreSQL's text output (what pgoutput sends), in the full load too (`col::text`), so LOAD and
-  CDC files spell a value alike; `timestamptz` is written in UTC without an offset, as DMS writes it.
+  CDC files spell a value alike; `timestamptz` is written in UTC without an offset and `bytea` as upper-case
+  hex digits (without PostgreSQL's `\\x`), as DMS writes them.
 - A DELETE carries the replica identity: the key columns under the default identity (the other columns are
   null, as in DMS's files), the whole old row under REPLICA IDENTITY FULL. An UPDATE that leaves a TOASTed
   value unchanged does not carry it; without REPLICA IDENTITY FULL to take it from, the task fails and says so,
@@ -36,6 +37,7 @@ ORDINAL_DIGITS = 8
 ORDINAL_SPAN = 10**ORDINAL_DIGITS
 POSTGRES_EPOCH = datetime(2000, 1, 1)
 TIMESTAMPTZ_OID = 1184
+BYTEA_OID = 17
 PROTO_VERSION = "1"
 
 
@@ -465,6 +467,8 @@ def _text_of(column: str, declared: str) -> str:
     """A column as the full load reads it: PostgreSQL's text output, timestamptz in UTC without offset."""
     if declared == "timestamp with time zone":
         return f"to_char({_quote(column)} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
+    if declared == "bytea":
+        return f"upper(encode({_quote(column)}, 'hex'))"  # DMS writes a BLOB as hex digits
     if declared == "character" or declared.startswith("character("):
         return _quote(column)  # as stored, padded (a cast to text drops the padding pgoutput keeps)
     return f"{_quote(column)}::text"
@@ -488,6 +492,10 @@ def _captured(relation: Relation, change: RowChange, seq: int, committed_at: dat
         for column, type_oid in zip(columns, relation.type_oids, strict=True):
             if type_oid == TIMESTAMPTZ_OID:
                 row[column] = _utc_text(row[column])
+            elif type_oid == BYTEA_OID and isinstance(row[column], str):
+                row[column] = (
+                    row[column].removeprefix("\\x").upper()
+                )  # `\x00ff` → `00FF`, as DMS writes BLOBs
         return row
 
     old = as_dict(change.old) if change.old is not None else None
