@@ -60,9 +60,15 @@ class SourceDatabase:
 
             return SourceConnection(self, sqlite3.connect(self.location, isolation_level=None, timeout=120))
         import psycopg
+        from psycopg.types.string import TextLoader
 
         connection = psycopg.connect(self.location, autocommit=True)
         connection.execute("SET TimeZone = 'UTC'")
+        # JSON and arrays as PostgreSQL's text, which is what DMS writes for them (NCLOB), not parsed.
+        for (oid,) in connection.execute(
+            "SELECT oid FROM pg_type WHERE typcategory = 'A' OR typname IN ('json', 'jsonb')"
+        ).fetchall():
+            connection.adapters.register_loader(oid, TextLoader)
         return SourceConnection(self, connection)
 
     def __str__(self) -> str:

@@ -78,7 +78,7 @@ def check_table(
     """Compare one table on the columns the source has now (columns dropped on the source stay in
     Iceberg as nulls and are not compared)."""
     with SourceDatabase.of(source_db).connect() as db:
-        cursor = db.execute(f'SELECT * FROM "{spec.name}"')
+        cursor = db.execute(f'SELECT * FROM "{spec.source_schema}"."{spec.name}"')
         columns = [d[0].lower() for d in cursor.description]
         source = cursor.fetchall()
     clean_table = config.clean_table(spec.iceberg_name)
