@@ -149,9 +149,9 @@ def add_column(source: SourceDatabase, table: str, column: str, sql_type: str) -
         db.execute(f'ALTER TABLE "{table}" ADD COLUMN "{column}" {sql_type}')
 
 
-def source_endpoint(source: SourceDatabase, task_name: str) -> dict[str, Any]:
-    """The DMS source endpoint of `source`: PostgreSQL as DMS reads it (a logical replication slot named
-    after the task), or the local DMS's SQLite convention (DatabaseName = the file)."""
+def source_endpoint(source: SourceDatabase) -> dict[str, Any]:
+    """The DMS source endpoint of `source`: PostgreSQL as DMS reads it (a logical replication slot), or the
+    local DMS's SQLite convention (DatabaseName = the file)."""
     if source.dialect == "sqlite":
         return {
             "EngineName": "sqlite",
@@ -161,14 +161,14 @@ def source_endpoint(source: SourceDatabase, task_name: str) -> dict[str, Any]:
     from psycopg.conninfo import conninfo_to_dict
 
     connection = conninfo_to_dict(source.location)
-    slot = "".join(c if c.isalnum() else "_" for c in task_name.lower())
     return {
         "EngineName": "postgres",
         "ServerName": str(connection.get("host") or "localhost"),
         "Port": int(connection.get("port") or 5432),
         "DatabaseName": str(connection.get("dbname") or "postgres"),
         "Username": str(connection.get("user") or "postgres"),
-        "ExtraConnectionAttributes": f"schemaName={source.schema};PluginName=pgoutput;slotName={slot}",
+        # no slotName: the local DMS names the slot after the task (lake-demo → lake_demo)
+        "ExtraConnectionAttributes": f"schemaName={source.schema};PluginName=pgoutput",
     }
 
 
@@ -185,7 +185,7 @@ def create_replication_task(
     exists: `task_arn(resource_identifier)`."""
     name = identifier or f"lake-{uuid.uuid4().hex[:8]}"
     source = dms.create_endpoint(
-        EndpointIdentifier=f"{name}-source", EndpointType="source", **source_endpoint(source_db, name)
+        EndpointIdentifier=f"{name}-source", EndpointType="source", **source_endpoint(source_db)
     )["Endpoint"]["EndpointArn"]
     target = dms.create_endpoint(
         EndpointIdentifier=f"{name}-raw",

@@ -36,7 +36,7 @@ from typing import Any
 
 from lakehouse.dms_files import CsvFormat, cdc_file_name, change_seq, load_file_name, write_dms_csv
 
-from tools.source_db import SourceConnection, SourceDatabase, _sqlite_value
+from tools.source_db import SourceConnection, SourceDatabase
 
 Source = SourceDatabase | str | Path  # a SourceDatabase, or the path of an SQLite file
 
@@ -262,9 +262,6 @@ class WorkloadResult:
 
 def _money(value: float | Decimal) -> Decimal:
     return Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
-
-
-_db_value = _sqlite_value  # how values are stored in SQLite (decimals and dates as text)
 
 
 def _business_id(number: int) -> str:
