@@ -28,14 +28,22 @@ class Dataset:
     changes: int
     files: int = 200
     fmt: str = "csv"  # or "parquet": DMS's DataFormat
+    mix: str = "mixed"  # or "inserts": every change an insert of a new key (a serial key's table)
 
     @property
     def suffix(self) -> str:
         return "" if self.fmt == "csv" else f"-{self.fmt}"
 
     @property
+    def cdc_spec(self) -> CdcSpec:
+        if self.mix == "inserts":
+            return CdcSpec(self.rows, self.changes, self.files, delete_rate=0.0, insert_rate=1.0)
+        return CdcSpec(self.rows, self.changes, self.files)
+
+    @property
     def name(self) -> str:
-        return f"orders-{self.rows}-{self.changes}-{self.files}{self.suffix}"
+        mix = "" if self.mix == "mixed" else f"-{self.mix}"
+        return f"orders-{self.rows}-{self.changes}-{self.files}{mix}{self.suffix}"
 
     @property
     def load_raw(self) -> Path:
@@ -55,9 +63,7 @@ class Dataset:
     def cdc_files(self) -> list[Path]:
         folder = ensure_dataset(
             DATA / f"cdc-{self.name}",
-            lambda folder: write_cdc(
-                folder / "raw", CdcSpec(self.rows, self.changes, self.files), fmt=self.fmt
-            ),
+            lambda folder: write_cdc(folder / "raw", self.cdc_spec, fmt=self.fmt),
         )
         return sorted(
             p for p in (folder / "raw" / "bench" / NARROW).iterdir() if p.suffix in (".csv", ".parquet")

@@ -57,6 +57,14 @@ def _window_dedup() -> Any:
     return _patched(C, "last_change_per_key", last_change_per_key)
 
 
+def _merge_always() -> Any:
+    """The plan before the append path: every batch of a keyed table is a MERGE, even when each of its
+    keys is above the table's highest (pipeline._keys_all_new)."""
+    from lakehouse import pipeline
+
+    return _patched(pipeline, "_keys_all_new", lambda *args, **kwargs: False)
+
+
 def _shuffle_hash_hint() -> Any:
     """Hint the MERGE source `SHUFFLE_HASH`: the join builds a hash table of the batch and streams the
     target through it, instead of sorting both sides (a right outer join may build its right side)."""
@@ -128,6 +136,8 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
             elif knob == "bloom-any-size":
                 key = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
                 stack.enter_context(_spark_conf(spark, key, "0"))
+            elif knob == "merge-always":
+                stack.enter_context(_merge_always())
             elif knob == "shj":
                 stack.enter_context(_spark_conf(spark, "spark.sql.join.preferSortMergeJoin", "false"))
             elif knob == "no-aqe":

@@ -3,6 +3,7 @@
 
     .venv/bin/python bench/profile_cdc.py --rows 10000000
     .venv/bin/python bench/profile_cdc.py --rows 10000000 --variant dist-none+partitions-8
+    .venv/bin/python bench/profile_cdc.py --rows 10000000 --format parquet
 
 Uses the datasets and base snapshots of bench/run.py (run it once at that size first).
 """
@@ -63,17 +64,20 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=10_000_000)
     parser.add_argument("--files", type=int, default=200)
+    parser.add_argument("--format", default="csv", choices=("csv", "parquet"), help="DMS DataFormat")
     parser.add_argument("--variant", default="baseline")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--warmups", type=int, default=2, help="throw-away applies of the whole batch first")
     args = parser.parse_args(argv)
 
-    dataset = Dataset(args.rows, max(args.files, args.rows // 10), args.files)
+    dataset = Dataset(args.rows, max(args.files, args.rows // 10), args.files, args.format)
     lake = Lake(DATA / "warehouse", write_schema(DATA / "schema.json"), args.shuffle_partitions)
-    database = lake.database(args.rows)
+    database = lake.database(args.rows, args.format)
     table_dir = lake.table_dir(database, "orders")
     if not backup_dir(table_dir).exists():
-        raise SystemExit(f"no base snapshot for {args.rows} rows: run bench/run.py --rows {args.rows} first")
+        raise SystemExit(
+            f"no base snapshot for {args.rows} rows: run bench/run.py --rows {args.rows} --formats {args.format} first"
+        )
     EVENT_LOG.mkdir(parents=True, exist_ok=True)
     os.environ["LAKE_SPARK_DRIVER_MEMORY"] = "8g"
     os.environ["PYSPARK_SUBMIT_ARGS"] = (

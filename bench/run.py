@@ -10,7 +10,8 @@ Measured side by side on the same generated DMS files (bench/data/, cached):
 - perfile-job:    the per-file baseline: one job process per file (a Glue run per file), sampled
 - perfile-session: the same job in the same session, one apply per file, sampled
 - pyiceberg:      PyIceberg delete + upsert of the same changes in one transaction
-- full-load:      DMS CSV → Iceberg (full_load) vs the pyarrow CSV → Parquet floor, narrow and wide
+- full-load:      DMS LOAD files → a new Iceberg table (full_load) vs the pyarrow floor (the same files →
+                  zstd Parquet), narrow in each --formats, wide from CSV
 
 Each table is built once by our full load and restored to that snapshot before every measured run
 (its metadata folder is put back; data files are never deleted), so every run does the same work.
@@ -190,9 +191,7 @@ def build_base(spark, lake: Lake, dataset: Dataset, figures: list[Figure]) -> Pa
 
 def expected_rows(dataset: Dataset) -> int:
     """Rows after applying the batch, from the generator's ops and keys (no Iceberg involved)."""
-    from generate import CdcSpec
-
-    ops, keys = cdc_ops_and_keys(CdcSpec(dataset.rows, dataset.changes, dataset.files))
+    ops, keys = cdc_ops_and_keys(dataset.cdc_spec)
     frame = pa.table({"key": keys, "deleted": pa.array(ops == "D")})
     last = frame.group_by("key", use_threads=False).aggregate([("deleted", "last")])
     deleted = last["deleted_last"]
@@ -299,7 +298,8 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
             reset()
             apply_in_session(spark, lake, database, files, f"warmup{warmup}")
         for variant in args.variants:
-            figure = Figure(f"cdc-session [{variant}, {dataset.fmt}]", dataset.rows, n, "changes")
+            label = dataset.fmt if dataset.mix == "mixed" else f"{dataset.fmt}, {dataset.mix}"
+            figure = Figure(f"cdc-session [{variant}, {label}]", dataset.rows, n, "changes")
             for run in range(args.runs):
                 with session_patches(spark, variant):
 
@@ -390,50 +390,66 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
     reset()
 
 
-def arrow_floor(raw_folder: Path, out: Path, target: pa.Schema) -> int:
-    """The floor: pyarrow reads the same CSV (typed) and writes zstd Parquet, file by file."""
+def arrow_floor(raw_folder: Path, out: Path, target: pa.Schema, fmt: str = "csv") -> int:
+    """The floor: pyarrow reads the same LOAD files (CSV typed as it parses; Parquet cast to the table's
+    types, as DMS writes the change columns as text) and writes zstd Parquet, file by file."""
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     types = {f.name: f.type for f in target}
     rows = 0
-    for path in sorted(raw_folder.glob("LOAD*.csv")):
-        table = pacsv.read_csv(
-            path,
-            parse_options=pacsv.ParseOptions(newlines_in_values=True),
-            convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True),
-        )
+    for path in sorted(raw_folder.glob(f"LOAD*.{fmt}")):
+        if fmt == "parquet":
+            read = pq.read_table(path)
+            table = pa.table(
+                [read[name].cast(types[name]) if name in types else read[name] for name in read.column_names],
+                names=read.column_names,
+            )
+        else:
+            table = pacsv.read_csv(
+                path,
+                parse_options=pacsv.ParseOptions(newlines_in_values=True),
+                convert_options=pacsv.ConvertOptions(column_types=types, strings_can_be_null=True),
+            )
         pq.write_table(table, out / f"{path.stem}.parquet", compression="zstd")
         rows += table.num_rows
     return rows
 
 
 def measure_full_load(spark, lake: Lake, rows: int, args: argparse.Namespace, figures: list[Figure]) -> None:
+    """The full load of a new table (dropped before each run, outside the timing) against the pyarrow
+    floor on the same files: the narrow table in every format asked for, the wide one from CSV."""
     from lakehouse.pipeline import full_load
     from lakehouse.schema import SchemaFile
 
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
-    narrow = Dataset(rows, 0).load_raw
-    wide = wide_load_raw(rows)
-    for table, raw in ((NARROW, narrow), (WIDE, wide)):
-        database = "full_load"
+    loads = [(NARROW, fmt, Dataset(rows, 0, fmt=fmt).load_raw) for fmt in args.format_list]
+    if "csv" in args.format_list:
+        loads.append((WIDE, "csv", wide_load_raw(rows)))
+    for table, fmt, raw in loads:
+        database = "full_load" if fmt == "csv" else f"full_load_{fmt}"
         qualified = f"{SOURCE_SCHEMA}.{table}"
         config = lake.config(database)
+        clean = f"lake.{database}.{SOURCE_SCHEMA}_{table}"
+
+        def drop(clean: str = clean) -> None:
+            spark.sql(f"DROP TABLE IF EXISTS {clean} PURGE")
 
         def load(config=config, raw: Path = raw, qualified: str = qualified):
-            return full_load(spark, config, schema, str(raw), [qualified], reload=True)
+            return full_load(spark, config, schema, str(raw), [qualified])
 
-        load()  # warm-up: creates the table and warms the JVM
-        figure = Figure(f"full-load [{table}]", rows, rows, "rows")
+        drop()
+        load()  # warm-up: the same work once, to warm the JVM
+        figure = Figure(f"full-load [{table}, {fmt}]", rows, rows, "rows")
         for _ in range(args.runs):
-            report = timed(figure, load)
+            report = timed(figure, load, drop)
             if report.failed or report.totals()["inserted_or_updated"] != rows:
                 raise RuntimeError(f"full load of {qualified}: {report.to_dict()}")
         figures.append(figure)
         target = _arrow_schema(schema.tables[qualified])
-        floor = Figure(f"arrow-floor [{table}]", rows, rows, "rows")
+        floor = Figure(f"arrow-floor [{table}, {fmt}]", rows, rows, "rows")
         for _ in range(args.runs):
-            timed(floor, lambda raw=raw, table=table, target=target: arrow_floor(
-                raw / SOURCE_SCHEMA / table, DATA / "arrow-floor" / table, target
+            timed(floor, lambda raw=raw, table=table, target=target, fmt=fmt: arrow_floor(
+                raw / SOURCE_SCHEMA / table, DATA / "arrow-floor" / f"{table}-{fmt}", target, fmt
             ))  # fmt: skip
         figures.append(floor)
 
@@ -505,6 +521,11 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--change-ratio", type=float, default=0.1, help="changes per batch / table rows")
     parser.add_argument("--files", type=int, default=200, help="CDC files per batch")
     parser.add_argument("--formats", default="csv", help="comma list of DMS DataFormats: csv, parquet")
+    parser.add_argument(
+        "--mix",
+        default="mixed",
+        help="comma list of CDC batches: mixed (10%% D, 15%% I, 75%% U), inserts (new keys)",
+    )
     parser.add_argument("--full-load-rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--warmups", type=int, default=2, help="throw-away applies before cdc-session")
@@ -528,6 +549,8 @@ def main(argv: Sequence[str]) -> int:
         args.rows, args.files, args.full_load_rows = [20_000], 20, 20_000
         args.runs, args.sample, args.pyiceberg_runs = 1, 2, 1
     args.parts = {p.strip() for p in args.only.split(",") if p.strip()}
+    args.format_list = [f.strip() for f in args.formats.split(",") if f.strip()]
+    args.mix_list = [m.strip() for m in args.mix.split(",") if m.strip()]
     args.variants = [v.strip() for v in args.variants.split(",") if v.strip()]
     unknown = args.parts - set(ALL_PARTS)
     if unknown:
@@ -541,10 +564,12 @@ def main(argv: Sequence[str]) -> int:
     spark = spark_session(lake, args.driver_memory)
     try:
         for rows in args.rows if args.parts - {"full-load"} else []:
-            for fmt in (f.strip() for f in args.formats.split(",") if f.strip()):
-                dataset = Dataset(rows, max(args.files, int(rows * args.change_ratio)), args.files, fmt)
-                print(f"CDC: {dataset.name}", flush=True)
-                measure_cdc(spark, lake, dataset, args, figures)
+            for fmt in args.format_list:
+                for mix in args.mix_list:
+                    changes = max(args.files, int(rows * args.change_ratio))
+                    dataset = Dataset(rows, changes, args.files, fmt, mix)
+                    print(f"CDC: {dataset.name}", flush=True)
+                    measure_cdc(spark, lake, dataset, args, figures)
         if "full-load" in args.parts:
             print(f"full load: {args.full_load_rows} rows", flush=True)
             measure_full_load(spark, lake, args.full_load_rows, args, figures)

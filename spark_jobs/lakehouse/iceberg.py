@@ -224,6 +224,25 @@ def merge_changes(
         spark.catalog.dropTempView(view)
 
 
+def key_upper_bound(spark: SparkSession, table: str, column: str) -> tuple[bool, Any]:
+    """The largest value of `column` a data file of the table's current snapshot may hold, from the
+    files' column metrics (rows deleted since still count: a bound never below the true maximum).
+    Returns (known, bound): (True, None) for a table without data files; (False, None) when a file
+    lacks the metric (metrics mode none, or the column was added after the file was written)."""
+    bound = F.col(f"readable_metrics.{quote(column)}.upper_bound")
+    row = (
+        spark.table(f"{table}.data_files")
+        .agg(
+            F.count(F.when(bound.isNull() & (F.col("record_count") > 0), 1)).alias("unknown"),
+            F.max(bound).alias("upper"),
+        )
+        .first()
+    )
+    if row is None or row["unknown"]:
+        return False, None
+    return True, row["upper"]
+
+
 def append_rows(spark: SparkSession, table: str, rows: DataFrame, properties: dict[str, str]) -> None:
     target = spark.table(table).schema
     aligned = rows.select(

@@ -40,6 +40,7 @@ from lakehouse.iceberg import (
     current_snapshot_id,
     ensure_namespace,
     evolve_schema,
+    key_upper_bound,
     merge_changes,
     replace_table,
     snapshot_properties,
@@ -631,6 +632,7 @@ def _apply_keyed(
     key = [k.lower() for k in spec.primary_key]
     tombstones = run.state.tombstones_of(spec.qualified_name)
     outcomes: list[Observation] = []  # one per typing of the batch (a widening types it again)
+    append_key = _integral_key(spark, table, key)
 
     def latest_changes(typed: DataFrame, usable: Column) -> DataFrame:
         outcome = Observation(f"outcome_{spec.iceberg_name}_{len(outcomes)}")
@@ -642,12 +644,14 @@ def _apply_keyed(
             tombstones.withColumnRenamed("key", KEY).withColumnRenamed("tomb_seq", TOMB_SEQ), KEY, "left"
         )
         buried = (F.col(C.OP) != "D") & F.col(TOMB_SEQ).isNotNull() & (F.col(C.SEQ) < F.col(TOMB_SEQ))
-        return latest.observe(
-            outcome,
+        figures = [
             F.count(F.when(~buried & (F.col(C.OP) == "D"), 1)).alias("deletes"),
             F.count(F.when(~buried & (F.col(C.OP) != "D"), 1)).alias("upserts"),
             F.count(F.when(buried, 1)).alias("buried"),
-        ).where(~buried)
+        ]
+        if append_key is not None:
+            figures.append(F.min(quote(append_key)).cast("string").alias("lowest_key"))
+        return latest.observe(outcome, *figures).where(~buried)
 
     batch = _typed_batch(run, spec, table, raw, floor, report, latest_changes)
     counts = outcomes[-1].get
@@ -666,7 +670,31 @@ def _apply_keyed(
         )
         run.state.bury(spec.qualified_name, deletes, run.report.run_id)
     report.schema_changes += evolve_schema(spark, table, batch.types)
+    if append_key is not None and _keys_all_new(spark, table, append_key, counts.get("lowest_key")):
+        # No key of the batch can be in the table: the MERGE would insert every upsert and match nothing.
+        log.info("%s: every key of the batch is above the table's highest; appending", table)
+        append_rows(spark, table, batch.product.where(F.col(C.OP) != "D"), properties)
+        return
     merge_changes(spark, table, batch.product, key, properties, order_column=CHANGE_SEQ_COLUMN)
+
+
+def _integral_key(spark: SparkSession, table: str, key: Sequence[str]) -> str | None:
+    """The table's key column if the key is one integer column (its file metrics bound it exactly)."""
+    if len(key) != 1:
+        return None
+    fields = {f.name: f.dataType for f in spark.table(table).schema.fields}
+    is_integral = isinstance(fields.get(key[0]), T.ByteType | T.ShortType | T.IntegerType | T.LongType)
+    return key[0] if is_integral else None
+
+
+def _keys_all_new(spark: SparkSession, table: str, column: str, lowest: str | None) -> bool:
+    """Whether the batch's lowest key is above every key the table's data files may hold: then the
+    batch (inserts of new keys, typically a serial key's table) is an append, no scan of the table.
+    A table whose files lack the key's metrics is never assumed so."""
+    if lowest is None:
+        return False
+    known, highest = key_upper_bound(spark, table, column)
+    return known and (highest is None or int(lowest) > int(highest))
 
 
 def _apply_without_key(

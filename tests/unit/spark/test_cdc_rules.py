@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from lakehouse.pipeline import apply_cdc, full_load
@@ -177,6 +178,60 @@ def test_the_merge_filters_the_target_by_the_batch_keys_and_changes_nothing_else
         (6, "row 6", Decimal("6.00")),
         (7, "g", Decimal("7.00")),
     ]
+
+
+def last_operation(spark, name: str) -> str:
+    return spark.sql(f"SELECT operation FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+
+
+def test_a_batch_whose_keys_are_all_new_is_appended_and_the_rules_still_hold(spark, lake_config, dms):
+    """Given keys 1..3 loaded,
+    When a batch inserts 4 and 5, updates missing key 6, and inserts then deletes 7 (all above the table's
+    highest key), then a late file carries an insert of 7 older than its delete and an insert of 9, then a
+    batch replays an older insert of 5 and inserts 8,
+    Then the first two batches commit as appends (no MERGE), the third as a MERGE, and the table is what
+    the rules give: 7 stays deleted, 5 keeps its newer values, 6, 8 and 9 are in, every file is recorded."""
+    load(spark, lake_config, dms, [(1, "a", 1), (2, "b", 2), (3, "c", 3)])
+    name = table(lake_config)
+    new_keys = dms.cdc(
+        CUSTOMER,
+        COLUMNS,
+        [
+            ("I", (4, "d", 4)),
+            ("I", (5, "e", 5)),
+            ("U", (6, "f from update", 6)),
+            ("I", (7, "g", 7)),
+            ("D", (7, None, None)),
+        ],
+        seqs=[10, 11, 12, 13, 14],
+    )
+    operations = []
+    late = dms.cdc(
+        CUSTOMER, COLUMNS, [("I", (7, "g, older than its delete", 70)), ("I", (9, "i", 9))], seqs=[13, 16]
+    )
+    replay = dms.cdc(
+        CUSTOMER, COLUMNS, [("I", (5, "e replayed, older", 50)), ("I", (8, "h", 8))], seqs=[9, 15]
+    )
+    for run_id, batch in (("new-keys", new_keys), ("late", late), ("replay", replay)):
+        report = apply_cdc(spark, lake_config, SCHEMA, manifest(batch, run_id=run_id))
+        assert not report.failed, report.failed
+        operations.append(last_operation(spark, name))
+
+    assert operations == ["append", "append", "overwrite"]
+    assert rows_of(spark, name) == [
+        (1, "a", Decimal("1.00")),
+        (2, "b", Decimal("2.00")),
+        (3, "c", Decimal("3.00")),
+        (4, "d", Decimal("4.00")),
+        (5, "e", Decimal("5.00")),
+        (6, "f from update", Decimal("6.00")),
+        (8, "h", Decimal("8.00")),
+        (9, "i", Decimal("9.00")),
+    ]
+    recorded = spark.sql(f"SELECT summary['dms.applied-files'] AS files FROM {name}.snapshots").collect()
+    assert sorted(f for r in recorded if r.files for f in json.loads(r.files)) == sorted(
+        Path(p).name for p in (new_keys, late, replay)
+    )
 
 
 def test_primary_key_change_through_before_image_moves_the_row(spark, lake_config, dms):
