@@ -57,6 +57,21 @@ def _window_dedup() -> Any:
     return _patched(C, "last_change_per_key", last_change_per_key)
 
 
+def _cache_cdc() -> Any:
+    """Keep a CDC batch's first pass in Spark's columnar cache, as the full load does, instead of a local
+    checkpoint (rejected: 15.9 vs 10.0 s at 10M rows, bench/RESULTS.md §7)."""
+    from lakehouse import pipeline
+
+    return _patched(pipeline, "_checkpointed", pipeline._cached)
+
+
+def _checkpoint_load() -> Any:
+    """The full load's first pass kept as a local checkpoint (rows as objects), as before the cache."""
+    from lakehouse import pipeline
+
+    return _patched(pipeline, "_cached", pipeline._checkpointed)
+
+
 def _merge_always() -> Any:
     """The plan before the append path: every batch of a keyed table is a MERGE, even when each of its
     keys is above the table's highest (pipeline._keys_all_new)."""
@@ -136,6 +151,10 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
             elif knob == "bloom-any-size":
                 key = "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold"
                 stack.enter_context(_spark_conf(spark, key, "0"))
+            elif knob == "cache-cdc":
+                stack.enter_context(_cache_cdc())
+            elif knob == "checkpoint-load":
+                stack.enter_context(_checkpoint_load())
             elif knob == "merge-always":
                 stack.enter_context(_merge_always())
             elif knob == "shj":

@@ -1,8 +1,10 @@
-"""Where a full load spends its time: the same LOAD files read (1) as raw text, (2) typed and
-validated, both into Spark's `noop` sink, then (3) the whole `full_load` into Iceberg; task-CPU seconds
-from the Spark event log for each, so the pieces can be told apart on a shared machine.
+"""Where a full load spends its time: the same LOAD files read (1) as DMS wrote them, (2) typed and
+validated, both into Spark's `noop` sink, (3) copied by Spark as they are into a new Iceberg table (Spark's
+own floor: no typing, no checks), then (4) the whole `full_load` of a new table; task-CPU seconds from the
+Spark event log for each, so the pieces can be told apart on a shared machine.
 
     .venv/bin/python bench/profile_full_load.py --rows 1000000 --table wide_sales
+    .venv/bin/python bench/profile_full_load.py --rows 10000000 --format parquet
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
 
 from datasets import DATA, Dataset, wide_load_raw  # noqa: E402
+from experiments import session_patches  # noqa: E402
 from generate import NARROW, SOURCE_SCHEMA, WIDE, write_schema  # noqa: E402
 from profile_cdc import stages  # noqa: E402
 from run import Lake  # noqa: E402
@@ -30,10 +33,16 @@ def main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--table", choices=(NARROW, WIDE), default=NARROW)
+    parser.add_argument("--format", choices=("csv", "parquet"), default="csv", help="DMS DataFormat")
+    parser.add_argument("--variant", default="baseline", help="see bench/experiments.py")
     parser.add_argument("--runs", type=int, default=2, help="timed runs of each piece (the last is profiled)")
     args = parser.parse_args(argv)
 
-    raw = Dataset(args.rows, 0).load_raw if args.table == NARROW else wide_load_raw(args.rows)
+    if args.table == WIDE and args.format != "csv":
+        parser.error("the wide table's LOAD files are CSV only")
+    raw = (
+        Dataset(args.rows, 0, fmt=args.format).load_raw if args.table == NARROW else wide_load_raw(args.rows)
+    )
     lake = Lake(DATA / "warehouse", write_schema(DATA / "schema.json"), 4)
     EVENT_LOG.mkdir(parents=True, exist_ok=True)
     os.environ["LAKE_SPARK_DRIVER_MEMORY"] = "8g"
@@ -45,30 +54,49 @@ def main(argv: Sequence[str]) -> int:
     from lakehouse.schema import SchemaFile
     from lakehouse.session import build_session
 
-    config = lake.config("full_load")
+    config = lake.config("profile_full_load")
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
     qualified = f"{SOURCE_SCHEMA}.{args.table}"
     spec = schema.tables[qualified]
     spark = build_session(config, "profile-full-load")
     app = spark.sparkContext.applicationId
     folder = raw / SOURCE_SCHEMA / args.table
-    files = [parse_dms_key(p.as_uri(), p.stat().st_size) for p in sorted(folder.glob("LOAD*.csv"))]
+    files = [parse_dms_key(p.as_uri(), p.stat().st_size) for p in sorted(folder.glob(f"LOAD*.{args.format}"))]
 
     def frames():
         pipeline = _Pipeline(spark, config, schema, ApplyOptions(), "profile", "full-load")
         return pipeline.read_typed(spec, files, TableReport(spec.qualified_name))
 
+    clean = config.clean_table(spec.iceberg_name)
+    copy = config.clean_table("spark_copy")
+
+    def new_table_load() -> object:
+        spark.sql(f"DROP TABLE IF EXISTS {clean} PURGE")
+        spark.catalog.clearCache()
+        with session_patches(spark, args.variant):
+            return full_load(spark, config, schema, str(raw), [qualified])
+
+    def spark_copy() -> None:
+        read = spark.read.parquet if args.format == "parquet" else spark.read.option("header", "true").csv
+        read(*(f.uri for f in files)).writeTo(copy).using("iceberg").tableProperty(
+            "write.parquet.compression-codec", "zstd"
+        ).createOrReplace()
+
+    read_as_written = (
+        "read Parquet (noop sink)" if args.format == "parquet" else "read CSV as text (noop sink)"
+    )
     pieces: dict[str, Callable[[], object]] = {
-        "read CSV as text (noop sink)": lambda: frames()[0].write.format("noop").mode("overwrite").save(),
+        read_as_written: lambda: frames()[0].write.format("noop").mode("overwrite").save(),
         "read + type + validate (noop sink)": lambda: (
             frames()[1].write.format("noop").mode("overwrite").save()
         ),
-        "full_load into Iceberg": lambda: full_load(
-            spark, config, schema, str(raw), [qualified], reload=True
-        ),
+        "Spark copies the files into Iceberg as they are": spark_copy,
+        "full_load of a new table": new_table_load,
     }
-    full_load(spark, config, schema, str(raw), [qualified], reload=True)  # warm-up: table, JVM, JIT
-    print(f"{qualified}, {args.rows:,} rows, {len(files)} LOAD files; load {os.getloadavg()[0]:.2f}")
+    new_table_load()  # warm-up: table, JVM, JIT
+    print(
+        f"{qualified}, {args.rows:,} rows, {len(files)} {args.format} LOAD files, variant {args.variant}; load {os.getloadavg()[0]:.2f}"
+    )
     print("| piece | wall s (runs) | task CPU s (last run) | stages over 0.1 s of task time |")
     print("| --- | --- | ---: | --- |")
     for name, piece in pieces.items():

@@ -282,6 +282,7 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
     per_file = n // len(files)
 
     def reset() -> None:
+        spark.catalog.clearCache()  # what a variant kept of an earlier run (it reads the tables)
         restore(table_dir)
         refreshed(spark, table)
 

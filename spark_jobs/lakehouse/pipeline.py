@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -514,6 +515,7 @@ def _typed_batch(
     report: TableReport,
     build: Callable[[DataFrame, Column], DataFrame],
     replacing: bool = False,
+    keep: Callable[[DataFrame], DataFrame] | None = None,
 ) -> _Batch:
     """Type the batch and run its first pass: `build(typed, usable)` makes the product to checkpoint from
     the records that are `usable` (valid, newer than the floor) while the batch's figures are observed.
@@ -530,7 +532,7 @@ def _typed_batch(
             newer = F.col(C.SEQ).isNull() | (F.col(C.SEQ) > F.lit(str(floor)).cast(C.SEQ_TYPE))
         observation = Observation(f"batch_{spec.iceberg_name}_{id(typed)}")
         observed = typed.observe(observation, *_batch_figures(usable, newer))
-        product = build(observed, usable & newer).localCheckpoint(eager=True)
+        product = (keep or _checkpointed)(build(observed, usable & newer))
         figures = observation.get
         if "records" not in figures:  # metrics not delivered: count instead (one more pass)
             figures = typed.agg(*_batch_figures(usable, newer)).first().asDict()
@@ -538,6 +540,7 @@ def _typed_batch(
         wider = _widened(types, figures["widen"])
         if not wider:
             break
+        product.unpersist()
         log.warning("%s: values need wider types: %s; typing the batch again", spec.qualified_name, wider)
         types = types | wider
     else:
@@ -564,6 +567,22 @@ def _typed_batch(
     if figures["newest"] is not None:
         report.newest_commit_ts = figures["newest"].isoformat()
     return _Batch(typed, product, figures, types)
+
+
+def _checkpointed(frame: DataFrame) -> DataFrame:
+    """The batch's first pass, run now and kept: its figures decide what is committed, and the commit
+    reads the kept rows instead of reading and typing the files again. A CDC batch (one row per key) is
+    kept as a local checkpoint: its MERGE then plans on a plain scan (runtime Bloom filter included)."""
+    return frame.localCheckpoint(eager=True)
+
+
+def _cached(frame: DataFrame) -> DataFrame:
+    """A full load's first pass kept in Spark's columnar cache: every row of the table passes through it,
+    and a local checkpoint keeps rows as objects (10M rows: 20 s and 4 s of GC, against 11 s and 1 s
+    here; bench/RESULTS.md §7). The caller unpersists it after its commit."""
+    kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    kept.count()
+    return kept
 
 
 def _layout_and_types(
@@ -841,8 +860,34 @@ def _load_table(
         raise ValueError(f"{spec.qualified_name}: none of its {len(files)} LOAD file(s) could be read")
     has_rows = exists and spark.table(table).limit(1).count() > 0
     batch = _typed_batch(
-        run, spec, table, raw, None, report, lambda typed, usable: typed.where(usable), replacing=True
+        run,
+        spec,
+        table,
+        raw,
+        None,
+        report,
+        lambda typed, usable: typed.where(usable),
+        replacing=True,
+        keep=_cached,
     )
+    try:
+        _replace_with_load(run, spec, table, found, files, has_rows, batch, report)
+    finally:
+        batch.product.unpersist()
+
+
+def _replace_with_load(
+    run: _Pipeline,
+    spec: TableSpec,
+    table: str,
+    found: list[tuple[DmsFile, datetime | None]],
+    files: list[DmsFile],
+    has_rows: bool,
+    batch: _Batch,
+    report: TableReport,
+) -> None:
+    """Commit a (re)load's rows and its facts (table properties, snapshot summary) in one replace."""
+    spark = run.spark
     rows = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     figures = batch.figures
     started_at = min([t for t in (figures["oldest"], *(m for _, m in found)) if t is not None], default=None)

@@ -118,6 +118,28 @@ def test_a_column_dropped_on_the_source_stays_and_is_null_for_changes_without_it
 # ------------------------------------------------------------------------------------ stale schema file
 
 
+def test_a_full_load_with_values_beyond_a_stale_type_widens_and_keeps_nothing_cached(spark, lake_config, dms):
+    """Given a schema file still saying `id int, amount decimal(10,2)` and LOAD files holding a bigint id
+    and a wider amount,
+    When the table is fully loaded (its first pass is kept in Spark's cache, and typed twice),
+    Then the columns are widened, every row is loaded exactly, and no cached data outlives the load."""
+    stale = schema_of(
+        {ORDERS: (["id"], [("id", "int"), ("note", "varchar(40)"), ("amount", "decimal(10,2)")])}
+    )
+    dms.load(ORDERS, COLUMNS, [(1, "a", "1.50"), (5_000_000_000, "big id", "123456789012345.67")])
+
+    report = full_load(spark, lake_config, stale, str(dms.root))
+
+    assert not report.failed, report.failed
+    fields = {f.name: f.dataType.simpleString() for f in spark.table(orders(lake_config)).schema.fields}
+    assert (fields["id"], fields["amount"]) == ("bigint", "decimal(17,2)")
+    assert rows_of(spark, orders(lake_config)) == [
+        (1, "a", d("1.50")),
+        (5_000_000_000, "big id", Decimal("123456789012345.67")),
+    ]
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
 def test_values_beyond_their_stale_declared_type_widen_the_column_instead_of_being_lost(
     spark, lake_config, dms
 ):
