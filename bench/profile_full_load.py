@@ -35,6 +35,7 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--table", choices=(NARROW, WIDE), default=NARROW)
     parser.add_argument("--format", choices=("csv", "parquet"), default="csv", help="DMS DataFormat")
     parser.add_argument("--variant", default="baseline", help="see bench/experiments.py")
+    parser.add_argument("--load-only", action="store_true", help="time only the full_load piece")
     parser.add_argument("--runs", type=int, default=2, help="timed runs of each piece (the last is profiled)")
     args = parser.parse_args(argv)
 
@@ -93,6 +94,8 @@ def main(argv: Sequence[str]) -> int:
         "Spark copies the files into Iceberg as they are": spark_copy,
         "full_load of a new table": new_table_load,
     }
+    if args.load_only:
+        pieces = {name: piece for name, piece in pieces.items() if piece is new_table_load}
     new_table_load()  # warm-up: table, JVM, JIT
     print(
         f"{qualified}, {args.rows:,} rows, {len(files)} {args.format} LOAD files, variant {args.variant}; load {os.getloadavg()[0]:.2f}"
