@@ -19,13 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-import boto3
 from localstack.aws.api import CommonServiceException, RequestContext, handler
 from localstack.services.plugins import ServiceLifecycleHook
 
-from localaws_plugin import settings
+from localaws_plugin import host_runs, settings
+from localaws_plugin.host_runs import error_message_from_stderr  # noqa: F401 - this module's API before
 
 LOG = logging.getLogger(__name__)
 
@@ -45,7 +44,6 @@ GLUE_ONLY_ARGUMENTS = {
     "--auto-scale-within-microbatch",
 }
 GLUE_ONLY_PREFIXES = ("--enable-", "--continuous-log-")
-ERROR_MESSAGE_LINES = 12
 TERMINAL_STATES = {"SUCCEEDED", "FAILED", "STOPPED", "TIMEOUT", "ERROR"}
 
 
@@ -64,12 +62,6 @@ def script_arguments(
             continue
         argv += [name, value]
     return argv
-
-
-def error_message_from_stderr(stderr_text: str, returncode: int) -> str:
-    lines = [line for line in stderr_text.splitlines() if line.strip()]
-    tail = "\n".join(lines[-ERROR_MESSAGE_LINES:])
-    return tail[-4000:] or f"script exited with status {returncode}"
 
 
 @dataclass
@@ -231,24 +223,8 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
             run.error_message = f"{type(error).__name__}: {error}"
             self._finish(run, "FAILED")
 
-    def _s3(self, run: JobRun) -> Any:
-        return boto3.client(
-            "s3",
-            endpoint_url=settings.endpoint_url(),
-            region_name=run.region,
-            aws_access_key_id=run.account_id,
-            aws_secret_access_key="test",
-        )
-
     def _download(self, run: JobRun, uri: str, target_dir: Path) -> Path:
-        parsed = urlparse(uri)
-        if parsed.scheme in ("", "file"):
-            return Path(parsed.path)
-        if parsed.scheme not in ("s3", "s3a"):
-            raise ValueError(f"unsupported script location {uri}")
-        target = target_dir / Path(parsed.path).name
-        self._s3(run).download_file(parsed.netloc, parsed.path.lstrip("/"), str(target))
-        return target
+        return host_runs.download(host_runs.s3_client(run.region, run.account_id), uri, target_dir)
 
     def _prepare(self, run: JobRun, run_dir: Path) -> list[str]:
         default_arguments = dict(run.job.get("DefaultArguments") or {})
@@ -258,13 +234,7 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
         for uri in filter(None, (merged.get("--extra-py-files") or "").split(",")):
             python_path.append(str(self._download(run, uri.strip(), run_dir)))
         run.job["_python_path"] = python_path
-        local_overrides = {
-            "--catalog_type": "hadoop",
-            "--warehouse": settings.warehouse(),
-            "--s3_endpoint_url": settings.endpoint_url(),
-        }
-        if "--refined_location" in merged:  # the hadoop catalog rejects a custom table location
-            local_overrides["--refined_location"] = ""  # empty: the refine job's catalog default
+        local_overrides = host_runs.local_overrides(merged)
         return [
             settings.host_python(),
             str(script),
@@ -272,55 +242,34 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
         ]
 
     def _run_process(self, run: JobRun, run_dir: Path, command: list[str]) -> None:
-        env = settings.host_process_base_env()
-        env.update(
-            {
-                "AWS_ENDPOINT_URL": settings.endpoint_url(),
-                "AWS_ACCESS_KEY_ID": run.account_id,
-                "AWS_SECRET_ACCESS_KEY": "test",
-                "AWS_DEFAULT_REGION": run.region,
-                "AWS_REGION": run.region,
-                "PYTHONPATH": ":".join(run.job.get("_python_path", [])),
-                "PYSPARK_PYTHON": settings.host_python(),
-                "GLUE_JOB_NAME": run.job_name,
-                "GLUE_JOB_RUN_ID": run.run_id,
-                "PYTHONUNBUFFERED": "1",
-            }
+        env = host_runs.script_environment(
+            run.region,
+            run.account_id,
+            run.job.get("_python_path", []),
+            {"GLUE_JOB_NAME": run.job_name, "GLUE_JOB_RUN_ID": run.run_id},
         )
         timeout_seconds = int(run.job.get("Timeout") or 2880) * 60
-        with (run_dir / "stdout.log").open("wb") as out, (run_dir / "stderr.log").open("wb") as err:
-            run.process = subprocess.Popen(
-                command,
-                cwd=run_dir,
-                env=env,
-                stdout=out,
-                stderr=err,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-            LOG.info("Glue job run %s of %s: %s", run.run_id, run.job_name, " ".join(command))
-            try:
-                returncode = run.process.wait(timeout=timeout_seconds)
-            except subprocess.TimeoutExpired:
-                self._kill_group(run.process)
-                run.error_message = f"Job run timed out after {timeout_seconds // 60} minutes"
-                self._finish(run, "TIMEOUT")
-                return
+        run.process = host_runs.start_script(command, run_dir, env)
+        LOG.info("Glue job run %s of %s: %s", run.run_id, run.job_name, " ".join(command))
+        try:
+            returncode = run.process.wait(timeout=timeout_seconds)
+        except subprocess.TimeoutExpired:
+            self._kill_group(run.process)
+            run.error_message = f"Job run timed out after {timeout_seconds // 60} minutes"
+            self._finish(run, "TIMEOUT")
+            return
         if run.stop_requested:
             self._kill_group(run.process)
             self._finish(run, "STOPPED")
         elif returncode == 0:
             self._finish(run, "SUCCEEDED")
         else:
-            stderr_text = (run_dir / "stderr.log").read_text(errors="replace")
-            run.error_message = error_message_from_stderr(stderr_text, returncode)
+            run.error_message = host_runs.stderr_message(run_dir, returncode)
             self._finish(run, "FAILED")
 
     @staticmethod
     def _kill_group(process: subprocess.Popen) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+        host_runs.kill_group(process)
 
     @staticmethod
     def _finish(run: JobRun, state: str) -> None:

@@ -40,3 +40,10 @@ def dms() -> Service:
     from localaws_plugin.dms_provider import DmsReplicationProvider
 
     return moto_backed_service("dms", DmsReplicationProvider())
+
+
+@aws_provider(api="emr-serverless")
+def emr_serverless() -> Service:
+    from localaws_plugin.emr_serverless_provider import EmrServerlessJobRunsProvider
+
+    return moto_backed_service("emr-serverless", EmrServerlessJobRunsProvider())
