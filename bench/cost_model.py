@@ -20,6 +20,14 @@ Freshness = a file's landing → the end of the run that applied it.
 
 Local seconds stand in for Glue seconds: this machine's 2 cores are fewer than 2 G.1X workers (8 vCPU), so the
 Glue figures should be no worse, but that is an assumption, not a measurement.
+
+Engines (issue 17, SparkEngine): the batched schedule priced on AWS Glue and on EMR Serverless, same workers
+(Glue G.1X = 4 vCPU, 16 GB = 1 DPU; EMR Serverless workers of 4 vCPU, 16 GB). Glue bills DPU-hours per second
+with a 1-minute minimum per run, its start-up included; EMR Serverless bills each worker's vCPU-hours and
+GB-hours per second with a 1-minute minimum per worker, from when the worker is ready (its start-up delays the
+run, unbilled), and pre-initialized workers for as long as the application is started (a CDC loop every
+`--loop-wait-seconds` keeps it started all day: auto-stop needs an idle timeout of quiet). Ephemeral storage
+(20 GB free per worker) is not counted. List prices, us-east-1, x86, as of 2026-11-24 (`PRICES`).
 """
 
 from __future__ import annotations
@@ -34,6 +42,13 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "data" / "results"
 MINIMUM_BILLED_SECONDS = 60.0
+
+# On-demand list prices, us-east-1, x86 (aws.amazon.com/glue/pricing, aws.amazon.com/emr/pricing), 2026-11-24.
+PRICES = {
+    "glue_usd_per_dpu_hour": 0.44,
+    "emr_serverless_usd_per_vcpu_hour": 0.052624,
+    "emr_serverless_usd_per_gb_hour": 0.0057785,
+}
 
 
 @dataclass(frozen=True)
@@ -95,26 +110,122 @@ def per_file(scenario: Scenario, cost: RunCost, price: float) -> Outcome:
     return _outcome(scenario, billed, files * changes_per_file, files, [seconds] * files, price)
 
 
-def batched(scenario: Scenario, cost: RunCost, price: float) -> Outcome:
+def schedule(
+    scenario: Scenario, cost: RunCost, start_seconds: float
+) -> tuple[list[float], list[float], float]:
+    """The state machine's loop over a day: each run's seconds (its start-up included), each file's
+    freshness (landed → applied), and the changes applied."""
     horizon = scenario.hours * 3600
     changes_per_file = scenario.rate * scenario.file_interval / scenario.tables
     spacing = scenario.file_interval / scenario.tables
     landed = [i * spacing for i in range(1, int(horizon / spacing) + 1)]
-    clock, next_file, runs, billed, applied = 0.0, 0, 0, 0.0, 0
+    clock, next_file, applied = 0.0, 0, 0
+    durations: list[float] = []
     fresh: list[float] = []
     while next_file < len(landed):
         queued = [t for t in landed[next_file : next_file + scenario.max_files_per_run] if t <= clock]
         if not queued:
             clock += scenario.loop_wait
             continue
-        seconds = scenario.glue_start + cost.seconds(len(queued) * changes_per_file)
+        seconds = start_seconds + cost.seconds(len(queued) * changes_per_file)
         clock += seconds
         fresh.extend(clock - t for t in queued)
         next_file += len(queued)
         applied += len(queued)
-        runs += 1
-        billed += _billed(seconds, scenario.dpus)
-    return _outcome(scenario, billed, applied * changes_per_file, runs, fresh, price)
+        durations.append(seconds)
+    return durations, fresh, applied * changes_per_file
+
+
+def batched(scenario: Scenario, cost: RunCost, price: float) -> Outcome:
+    durations, fresh, changes = schedule(scenario, cost, scenario.glue_start)
+    billed = sum(_billed(seconds, scenario.dpus) for seconds in durations)
+    return _outcome(scenario, billed, changes, len(durations), fresh, price)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """How one Spark engine runs and bills a CDC run of the batched schedule."""
+
+    name: str
+    usd_per_hour: float  # every worker of one run together, while it runs
+    start_seconds: float  # from the start request to the script running
+    start_billed: bool  # Glue bills its start-up; EMR Serverless bills a worker once it is ready
+    workers: int = 1  # EMR Serverless bills its 1-minute minimum per worker: the same for all of a run's
+    idle_usd_per_hour: float = 0.0  # pre-initialized workers, billed while the application is started
+
+
+def glue_engine(dpus: float, start_seconds: float, usd_per_dpu_hour: float = PRICES["glue_usd_per_dpu_hour"]):
+    return Engine("Glue", dpus * usd_per_dpu_hour, start_seconds, start_billed=True)
+
+
+def emr_serverless_engine(
+    workers: int,
+    vcpu: float,
+    memory_gb: float,
+    start_seconds: float,
+    pre_initialized_workers: int = 0,
+    usd_per_vcpu_hour: float = PRICES["emr_serverless_usd_per_vcpu_hour"],
+    usd_per_gb_hour: float = PRICES["emr_serverless_usd_per_gb_hour"],
+) -> Engine:
+    worker_hour = vcpu * usd_per_vcpu_hour + memory_gb * usd_per_gb_hour
+    name = (
+        f"EMR Serverless, {pre_initialized_workers} pre-initialized"
+        if pre_initialized_workers
+        else ("EMR Serverless")
+    )
+    return Engine(
+        name,
+        workers * worker_hour,
+        start_seconds,
+        start_billed=False,
+        workers=workers,
+        idle_usd_per_hour=pre_initialized_workers * worker_hour,
+    )
+
+
+@dataclass(frozen=True)
+class EngineDay:
+    engine: str
+    runs: int
+    usd_per_day: float
+    usd_per_million: float
+    freshness_p50: float
+    freshness_p95: float
+
+
+def engine_day(scenario: Scenario, cost: RunCost, engine: Engine) -> EngineDay:
+    """A day of the batched schedule on `engine`. A pre-initialized pool is billed all day: runs come at
+    least every loop, so the application never idles long enough to auto-stop (its pool runs the runs, which
+    cost nothing more unless they need more workers than the pool holds; here they never do)."""
+    durations, fresh, changes = schedule(scenario, cost, engine.start_seconds)
+    usd = engine.idle_usd_per_hour * scenario.hours
+    if not engine.idle_usd_per_hour:
+        unbilled = 0.0 if engine.start_billed else engine.start_seconds
+        usd += sum(max(MINIMUM_BILLED_SECONDS, s - unbilled) for s in durations) * engine.usd_per_hour / 3600
+    quantiles = statistics.quantiles(fresh, n=20, method="inclusive") if len(fresh) > 1 else fresh * 19
+    return EngineDay(
+        engine.name,
+        len(durations),
+        usd,
+        usd * 1_000_000 / changes,
+        statistics.median(fresh),
+        quantiles[18],
+    )
+
+
+def engines_markdown(rows: Sequence[tuple[Scenario, Sequence[EngineDay]]]) -> str:
+    names = [day.engine for day in rows[0][1]]
+    lines = [
+        "| changes/s | tables | " + " | ".join(f"{n}: USD/day, per 1M, fresh p50/p95" for n in names) + " |",
+        "| ---: | ---: | " + " | ".join("---:" for _ in names) + " |",
+    ]
+    for scenario, days in rows:
+        cells = [
+            f"{d.usd_per_day:,.2f}, {d.usd_per_million:,.3f}, {d.freshness_p50:.0f}/{d.freshness_p95:.0f} s"
+            for d in days
+        ]
+        lines.append(f"| {scenario.rate:,.0f} | {scenario.tables} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def from_results(path: Path) -> tuple[RunCost, dict[str, object]]:
@@ -167,6 +278,27 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--dpus", type=float, default=2, help="CdcNumberOfWorkers * DPU per worker (G.1X: 1)")
     parser.add_argument("--glue-start-seconds", type=float, default=10, help="Glue start-up billed per run")
     parser.add_argument("--price-per-dpu-hour", type=float, default=0.44, help="USD (us-east-1 list price)")
+    engines = parser.add_argument_group("engines: the batched schedule on Glue and on EMR Serverless")
+    engines.add_argument(
+        "--emr-workers", type=int, default=2, help="driver + executors of a run (4 vCPU each)"
+    )
+    engines.add_argument("--emr-vcpu", type=float, default=4, help="vCPU per EMR Serverless worker")
+    engines.add_argument("--emr-memory-gb", type=float, default=16, help="GB per EMR Serverless worker")
+    engines.add_argument(
+        "--emr-start-seconds", type=float, default=60, help="EMR Serverless run start without a warm pool"
+    )
+    engines.add_argument(
+        "--emr-warm-start-seconds",
+        type=float,
+        default=5,
+        help="EMR Serverless run start from pre-initialized workers",
+    )
+    engines.add_argument(
+        "--price-per-vcpu-hour", type=float, default=PRICES["emr_serverless_usd_per_vcpu_hour"], help="USD"
+    )
+    engines.add_argument(
+        "--price-per-gb-hour", type=float, default=PRICES["emr_serverless_usd_per_gb_hour"], help="USD"
+    )
     args = parser.parse_args(argv)
 
     source: dict[str, object] = {}
@@ -195,6 +327,29 @@ def main(argv: Sequence[str]) -> int:
         rows.append((scenario, per_file(scenario, cost, args.price_per_dpu_hour),
                      batched(scenario, cost, args.price_per_dpu_hour)))  # fmt: skip
     print(markdown(rows))
+
+    on = [
+        glue_engine(args.dpus, args.glue_start_seconds, args.price_per_dpu_hour),
+        emr_serverless_engine(
+            args.emr_workers, args.emr_vcpu, args.emr_memory_gb, args.emr_start_seconds,
+            usd_per_vcpu_hour=args.price_per_vcpu_hour, usd_per_gb_hour=args.price_per_gb_hour,
+        ),
+        emr_serverless_engine(
+            args.emr_workers, args.emr_vcpu, args.emr_memory_gb, args.emr_warm_start_seconds,
+            pre_initialized_workers=args.emr_workers,
+            usd_per_vcpu_hour=args.price_per_vcpu_hour, usd_per_gb_hour=args.price_per_gb_hour,
+        ),
+    ]  # fmt: skip
+    print(
+        f"\nengines (batched): Glue {args.dpus:g} DPU at {args.price_per_dpu_hour} USD/DPU-h, start "
+        f"{args.glue_start_seconds:.0f} s billed; EMR Serverless {args.emr_workers} x ({args.emr_vcpu:g} vCPU, "
+        f"{args.emr_memory_gb:g} GB) at {args.price_per_vcpu_hour} USD/vCPU-h + {args.price_per_gb_hour} "
+        f"USD/GB-h, start {args.emr_start_seconds:.0f} s (warm pool {args.emr_warm_start_seconds:.0f} s) "
+        f"unbilled; {MINIMUM_BILLED_SECONDS:.0f} s minimum per run / per worker"
+    )
+    print(
+        engines_markdown([(scenario, [engine_day(scenario, cost, e) for e in on]) for scenario, _, _ in rows])
+    )
     return 0
 
 

@@ -33,6 +33,12 @@ TASK_ARN_PARAMETERS = ("ReplicationTaskArn", "DmsTaskArn", "DmsReplicationTaskAr
 ENVIRONMENT_PARAMETERS = ("EnvironmentName", "Environment", "Env", "Stage")
 CSV_NULL_PARAMETERS = ("CsvNullValue", "DmsCsvNullValue")
 VERIFY_CATALOG = "local_glue"  # the demo's own Spark catalog name over the local Glue warehouse
+# SparkEngine=emr-serverless on the local AWS. The template requires the application's image (Python 3.11 on
+# AWS); the local EMR Serverless never pulls it: it runs the entry points with the project's Python.
+EMR_SERVERLESS_PARAMETERS = {
+    "SparkEngine": "emr-serverless",
+    "EmrImageUri": "000000000000.dkr.ecr.us-east-1.amazonaws.com/dms-iceberg-lake-spark:local",
+}
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class AppHandles:
     full_load_job_name: str
     queue_url: str | None = None
     dead_letter_queue_url: str | None = None
+    emr_application_id: str | None = None  # SparkEngine=emr-serverless
     outputs: Mapping[str, str] = field(default_factory=dict)
     resources: Mapping[str, str] = field(default_factory=dict)
 
@@ -80,6 +87,7 @@ class AppHandles:
             full_load_job_name=required("FullLoadJobName", "FullLoadJob"),
             queue_url=pick("QueueUrl", "RawFilesQueueUrl", "RawFilesQueue"),
             dead_letter_queue_url=pick("DeadLetterQueueUrl", "RawFilesDeadLetterQueueUrl", "DeadLetterQueue"),
+            emr_application_id=pick("EmrApplicationId", "EmrApplication"),
             outputs=outputs,
             resources=resources,
         )
@@ -408,6 +416,17 @@ class LocalPipeline:
                 return run
             time.sleep(2.0)
         raise TimeoutError(f"{job_name} still running after {timeout:.0f}s")
+
+    def emr_job_runs(self) -> list[dict[str, Any]]:
+        """The EMR Serverless application's job runs, newest first (SparkEngine=emr-serverless; else none)."""
+        assert self.app is not None
+        if not self.app.emr_application_id:
+            return []
+        emr = self.aws("emr-serverless")
+        runs: list[dict[str, Any]] = []
+        for page in emr.get_paginator("list_job_runs").paginate(applicationId=self.app.emr_application_id):
+            runs += page["jobRuns"]
+        return runs
 
     def run_reports(self) -> list[dict[str, Any]]:
         """The CDC runs' reports (`manifests/reports/<run_id>.json`), oldest first."""

@@ -1,4 +1,5 @@
-"""The one SparkSession factory: a local warehouse or the AWS Glue Data Catalog."""
+"""The one SparkSession factory: a local warehouse, or the AWS Glue Data Catalog (on AWS Glue and on EMR
+Serverless alike: `--catalog_type glue` means the catalog, not the engine)."""
 
 from __future__ import annotations
 
@@ -52,7 +53,9 @@ def iceberg_runtime_jar() -> str:
 
 
 def catalog_conf(config: LakeConfig) -> dict[str, str]:
-    """Spark settings of the Iceberg catalog. Glue: GlueCatalog + S3FileIO; local: a hadoop warehouse."""
+    """Spark settings of the Iceberg catalog. Glue: GlueCatalog + S3FileIO; local: a hadoop warehouse.
+    On EMR Serverless the same settings also go on the spark-submit line (tools/asl_engine.py derives them
+    from this function), where the Iceberg extensions must be before the session exists."""
     prefix = f"spark.sql.catalog.{config.catalog_name}"
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
@@ -84,7 +87,8 @@ def _absolute(location: str) -> str:
 def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSession:
     """Return the SparkSession for `config`. On Glue our script creates the session (it never makes a
     GlueContext first), so the Iceberg extensions and catalog are set at creation; if a session exists
-    already, the catalog settings are applied at run time (catalogs load lazily)."""
+    already, the catalog settings are applied at run time (catalogs load lazily). On EMR Serverless the run's
+    spark-submit carries the same settings: the builder finds them set, with the same values."""
     if config.catalog_type == "glue":
         builder = SparkSession.builder.appName(app_name)
         for key, value in catalog_conf(config).items():
