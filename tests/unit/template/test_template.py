@@ -11,36 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+
+from tools.asl_engine import load_template
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATE = REPO / "template.yaml"
 ASL = REPO / "statemachine" / "pipeline.asl.json"
 
 
-class _CfnLoader(yaml.SafeLoader):
-    pass
-
-
-def _tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-    name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
-    if isinstance(node, yaml.ScalarNode):
-        value: Any = loader.construct_scalar(node)
-        if suffix == "GetAtt":
-            value = value.split(".", 1)
-    elif isinstance(node, yaml.SequenceNode):
-        value = loader.construct_sequence(node, deep=True)
-    else:
-        value = loader.construct_mapping(node, deep=True)
-    return {name: value}
-
-
-_CfnLoader.add_multi_constructor("!", _tag)
-
-
 @pytest.fixture(scope="module")
 def template() -> dict[str, Any]:
-    return yaml.load(TEMPLATE.read_text(), Loader=_CfnLoader)
+    return load_template(TEMPLATE)
 
 
 @pytest.fixture(scope="module")
