@@ -11,10 +11,8 @@ local catalog overrides the local Glue gives its runs (host_runs.local_overrides
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
-import os
 import secrets
 import signal
 import subprocess
@@ -59,8 +57,7 @@ class EmrServerlessJobRunsProvider(ServiceLifecycleHook):
             for run in runs.values():
                 if run.process and run.process.poll() is None:
                     run.cancel_requested = True
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(run.process.pid, signal.SIGKILL)  # the script and its Spark JVM
+                    host_runs.signal_group(run.process)
 
     @staticmethod
     def _application(context: RequestContext, application_id: str) -> Any:
@@ -153,8 +150,7 @@ class EmrServerlessJobRunsProvider(ServiceLifecycleHook):
             run.cancel_requested = True
             run.move_to("CANCELLING")
             if run.process and run.process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(run.process.pid, signal.SIGTERM)
+                host_runs.signal_group(run.process, signal.SIGTERM)
         return {"applicationId": run.application_id, "jobRunId": run.run_id}
 
     # running --------------------------------------------------------------------------------------------

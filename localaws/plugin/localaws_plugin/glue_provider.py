@@ -6,11 +6,8 @@ Step Functions' `glue:startJobRun.sync`, which polls GetJobRun, sees RUNNING the
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import secrets
-import signal
 import subprocess
 import threading
 import time
@@ -24,7 +21,6 @@ from localstack.aws.api import CommonServiceException, RequestContext, handler
 from localstack.services.plugins import ServiceLifecycleHook
 
 from localaws_plugin import host_runs, settings
-from localaws_plugin.host_runs import error_message_from_stderr  # noqa: F401 - this module's API before
 
 LOG = logging.getLogger(__name__)
 
@@ -119,8 +115,7 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
             for run in runs.values():
                 if run.process and run.process.poll() is None:
                     run.stop_requested = True
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(run.process.pid, signal.SIGKILL)  # the script and its Spark JVM
+                    host_runs.signal_group(run.process)
 
     def _job(self, context: RequestContext, job_name: str) -> dict[str, Any]:
         from moto.glue.models import glue_backends
@@ -254,22 +249,18 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
         try:
             returncode = run.process.wait(timeout=timeout_seconds)
         except subprocess.TimeoutExpired:
-            self._kill_group(run.process)
+            host_runs.kill_group(run.process)
             run.error_message = f"Job run timed out after {timeout_seconds // 60} minutes"
             self._finish(run, "TIMEOUT")
             return
         if run.stop_requested:
-            self._kill_group(run.process)
+            host_runs.kill_group(run.process)
             self._finish(run, "STOPPED")
         elif returncode == 0:
             self._finish(run, "SUCCEEDED")
         else:
             run.error_message = host_runs.stderr_message(run_dir, returncode)
             self._finish(run, "FAILED")
-
-    @staticmethod
-    def _kill_group(process: subprocess.Popen) -> None:
-        host_runs.kill_group(process)
 
     @staticmethod
     def _finish(run: JobRun, state: str) -> None:

@@ -98,9 +98,14 @@ def start_script(command: list[str], run_dir: Path, env: dict[str, str]) -> subp
         )
 
 
-def kill_group(process: subprocess.Popen) -> None:
+def signal_group(process: subprocess.Popen, signal_number: int = signal.SIGKILL) -> None:
+    """Signal the script and its Spark JVM (the process group start_script made), if still there."""
     with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
+        os.killpg(process.pid, signal_number)
+
+
+def kill_group(process: subprocess.Popen) -> None:
+    signal_group(process)
     process.wait()
 
 
