@@ -1,16 +1,17 @@
-"""Lambda: report the DMS task's full-load progress to the state machine."""
+"""Lambda: report the DMS task's full-load progress (action `progress`), or check it still runs during CDC
+(action `health`), to the state machine."""
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from progress import describe_task, task_progress
+from progress import check_full_load, describe_task, task_health, task_progress
 from pydantic import BaseModel
 
 DEFAULT_TASK_ARN = os.environ.get("DMS_TASK_ARN", "")
@@ -23,6 +24,7 @@ dms = boto3.client("dms")
 
 class ProgressRequest(BaseModel):
     task_arn: str | None = None
+    action: Literal["progress", "health"] = "progress"
 
 
 @logger.inject_lambda_context
@@ -33,7 +35,11 @@ def handler(request: ProgressRequest, context: LambdaContext) -> dict[str, Any]:
     task_arn = request.task_arn or DEFAULT_TASK_ARN
     if not task_arn:
         raise ValueError("no DMS task: pass task_arn or set DMS_TASK_ARN")
-    progress = task_progress(describe_task(dms, task_arn))
+    if request.action == "health":
+        health = task_health(describe_task(dms, task_arn))
+        logger.info("DMS task health", extra=health.as_dict())
+        return health.as_dict()
+    progress = check_full_load(dms, task_progress(describe_task(dms, task_arn)))
     metrics.add_metric(
         name="FullLoadProgressPercent", unit=MetricUnit.Percent, value=progress.full_load_percent
     )

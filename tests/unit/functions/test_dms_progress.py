@@ -85,6 +85,7 @@ def test_handler_reads_the_task_named_in_the_event(aws, load_handler):
         "tables_loaded",
         "tables_loading",
         "tables_queued",
+        "tables_errored",
     }
 
 
