@@ -18,6 +18,12 @@
   null, as in DMS's files), the whole old row under REPLICA IDENTITY FULL. An UPDATE that leaves a TOASTed
   value unchanged does not carry it; without REPLICA IDENTITY FULL to take it from, the task fails and says so,
   rather than write a null the source never had.
+- What AWS DMS loses from PostgreSQL is lost here too, each with a warning naming table and LSN: TRUNCATE is
+  never written; an UPDATE or DELETE of a table without a primary key comes out marked `lost` (dropped by the
+  run unless `LOCALAWS_DMS_LENIENT=1`) unless the table has REPLICA IDENTITY FULL, DMS's documented workaround.
+  Under the default identity PostgreSQL itself refuses such a statement while the table is in the publication;
+  REPLICA IDENTITY USING INDEX lets it through, and DMS, which needs a primary key, ignores it. An UPDATE that
+  moves a primary key is written, with the old key as before-image, as DMS writes it to an S3 target.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -247,6 +253,8 @@ class PostgresSource:
         self._export: tuple[Any, str, int] | None = None  # (replication connection, snapshot, consistent LSN)
         self._known_columns: dict[str, list[str]] = {}
         self._transaction_ends: list[tuple[int, int]] = []  # (last seq of a transaction, its end LSN)
+        self._index_identity_has_key: dict[int, bool] = {}  # REPLICA IDENTITY USING INDEX: has a primary key?
+        self._truncates_reported: set[int] = set()  # commit LSNs of TRUNCATEs already warned about
 
     def close(self) -> None:
         self._release_export()
@@ -419,6 +427,8 @@ class PostgresSource:
             message = decode_message(bytes(data))
             if isinstance(message, Relation):
                 relations[message.oid] = message
+                if message.replica_identity == "i" and message.schema == settings.schema:
+                    self._index_identity_has_key[message.oid] = bool(self.primary_key(message.table))
             elif isinstance(message, Begin):
                 begin, ordinal = message, 0
             elif isinstance(message, Commit):
@@ -426,8 +436,20 @@ class PostgresSource:
                     self._note_transaction_end(change_seq(begin.final_lsn, ordinal), message.end_lsn)
                 begin = None
             elif isinstance(message, Truncate):
-                names = [relations[o].table for o in message.relation_oids if o in relations]
-                LOG.warning("DMS capture: TRUNCATE of %s is not replicated (as DMS for PostgreSQL)", names)
+                names = [
+                    f"{relations[o].schema}.{relations[o].table}"
+                    for o in message.relation_oids
+                    if o in relations and relations[o].schema == settings.schema
+                ]
+                at = begin.final_lsn if begin is not None else 0
+                if names and at not in self._truncates_reported:
+                    self._truncates_reported.add(at)
+                    LOG.warning(
+                        "DMS capture: TRUNCATE of %s at LSN %s dropped, as AWS DMS drops it (it does not capture"
+                        " TRUNCATE from PostgreSQL): the lake keeps the rows; reload the table",
+                        ", ".join(names),
+                        format_lsn(at),
+                    )
             elif isinstance(message, RowChange):
                 if begin is None:
                     raise SourceError("pgoutput: a change outside a transaction")
@@ -435,7 +457,27 @@ class PostgresSource:
                 if relation.schema != settings.schema:
                     continue
                 ordinal += 1
-                yield _captured(relation, message, change_seq(begin.final_lsn, ordinal), begin.commit_time)
+                seq = change_seq(begin.final_lsn, ordinal)
+                captured = _captured(relation, message, seq, begin.commit_time)
+                if message.op != "I" and not self._has_key(relation):
+                    identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}[relation.replica_identity]
+                    captured = replace(
+                        captured,
+                        lost=f"{relation.schema}.{relation.table} has no primary key (REPLICA IDENTITY {identity}):"
+                        " AWS DMS ignores UPDATE and DELETE of such a table unless it has REPLICA IDENTITY FULL",
+                    )
+                yield captured
+
+    def _has_key(self, relation: Relation) -> bool:
+        """Whether DMS can identify a row of this table: a primary key, or REPLICA IDENTITY FULL."""
+        if relation.replica_identity == "f":
+            return True
+        if relation.replica_identity == "i":
+            return self._index_identity_has_key.get(relation.oid, False)
+        return relation.replica_identity == "d" and bool(relation.key_columns)
+
+    def describe_position(self, seq: int) -> str:
+        return f"LSN {format_lsn(seq // ORDINAL_SPAN)}"
 
     def _note_transaction_end(self, last_seq: int, end_lsn: int) -> None:
         if not self._transaction_ends or self._transaction_ends[-1][0] < last_seq:
@@ -448,6 +490,7 @@ class PostgresSource:
         if not confirmed:
             return
         self._transaction_ends = [(last, end) for last, end in self._transaction_ends if last > up_to_seq]
+        self._truncates_reported = {lsn for lsn in self._truncates_reported if change_seq(lsn, 0) > up_to_seq}
         self.connection.execute(
             "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
             (self.settings.slot, format_lsn(max(confirmed))),

@@ -12,6 +12,10 @@ Table reloads (`ReloadTables` while CDC runs), as DMS does them for an S3 target
 TargetTablePrepMode DROP_AND_CREATE: the CDC changes captured so far are written first, the table's folder
 is emptied (its LOAD and CDC files deleted), then the table is read again into LOAD files numbered from 1;
 the table statistics say "Full load", then "Table completed" with the reload's FullLoadStart/EndTime.
+
+What AWS DMS loses is lost: a source marks each change AWS DMS would not deliver (`CapturedChange.lost`), and
+the run drops it with a warning naming table and position, unless the task is lenient (`LOCALAWS_DMS_LENIENT=1`
+in the emulator's environment, or the task setting `"LocalAws": {"Lenient": true}`), which writes it as before.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
+from localaws_plugin import settings as emulator_settings
 from localaws_plugin.dms_format import (
     ChangeRow,
     FileLayout,
@@ -55,6 +60,7 @@ class CaptureSource(Protocol):
     def snapshot(self, table: str) -> tuple[int, list[str], list[tuple]]: ...
     def changes_after(self, seq: int) -> list[CapturedChange]: ...
     def prune(self, up_to_seq: int) -> None: ...
+    def describe_position(self, seq: int) -> str: ...
 
 
 PutObject = Callable[[str, str, bytes], None]
@@ -170,14 +176,17 @@ def _slot_name(identifier: str) -> str:
 class TaskOptions:
     poll_seconds: float = 0.5
     max_rows_per_load_file: int | None = None
+    lenient: bool = field(default_factory=emulator_settings.dms_lenient)  # write what AWS DMS drops
 
     @classmethod
     def from_task_settings(cls, settings: dict[str, Any]) -> TaskOptions:
         local = settings.get("LocalAws") or {}
         max_rows = local.get("MaxRowsPerLoadFile")
+        lenient = local.get("Lenient")
         return cls(
             poll_seconds=float(local.get("PollSeconds", 0.5)),
             max_rows_per_load_file=int(max_rows) if max_rows else None,
+            lenient=emulator_settings.dms_lenient() if lenient is None else bool(lenient),
         )
 
 
@@ -475,6 +484,8 @@ class ReplicationRun:
             changes = source.changes_after(position)
             if changes:
                 position = changes[-1].seq
+                changes = self._delivered(source, changes)
+            if changes:
                 pending += [c for c in changes if c.table in self.table_statistics]
                 pending_bytes += sum(len(str(c.values)) for c in changes)
                 oldest_pending = oldest_pending or time.monotonic()
@@ -493,6 +504,27 @@ class ReplicationRun:
                 _record_position_and_prune(source, id(self), position)
             if stopping:
                 return
+
+    def _delivered(self, source: CaptureSource, changes: list[CapturedChange]) -> list[CapturedChange]:
+        """The changes AWS DMS would deliver: those a source marks `lost` are dropped, each with a warning,
+        unless the task is lenient."""
+        if self.options.lenient:
+            return changes
+        kept = []
+        for change in changes:
+            if change.lost is None:
+                kept.append(change)
+            elif change.table in self.table_statistics:
+                LOG.warning(
+                    "DMS capture: %s of %s.%s at %s dropped, as AWS DMS drops it: %s (LOCALAWS_DMS_LENIENT=1"
+                    " writes it)",
+                    {"I": "INSERT", "U": "UPDATE", "D": "DELETE"}[change.op],
+                    self.source_settings.schema,
+                    change.table,
+                    source.describe_position(change.seq),
+                    change.lost,
+                )
+        return kept
 
     def _write_cdc_files(self, source: CaptureSource, changes: list[CapturedChange]) -> None:
         """One file per table and column set (a schema change starts a new file), in change order."""

@@ -4,6 +4,10 @@ The triggers record op, commit time and the row as JSON (the new image; the old 
 one as before-image for updates). Sequence numbers come from an AUTOINCREMENT key: monotonic, never reused.
 Triggers name the columns they copy, so after `ALTER TABLE … ADD COLUMN` they are rebuilt (the capture
 compares each table's columns every cycle).
+
+The triggers see every change, more than AWS DMS delivers from the database SQLite stands in for: an UPDATE or
+DELETE of a table without a primary key comes out marked `lost` (AWS DMS ignores them for PostgreSQL), and the
+replication run drops it unless the emulator is lenient (`LOCALAWS_DMS_LENIENT=1`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class CapturedChange:
     committed_at: datetime
     values: dict[str, Any]
     before_image: dict[str, Any]
+    lost: str | None = None  # why AWS DMS would not deliver this change (the run drops it unless lenient)
 
 
 def _quote(identifier: str) -> str:
@@ -169,12 +174,16 @@ class SqliteSource:
             self.connection.execute("COMMIT")
         return position, columns, rows
 
+    def describe_position(self, seq: int) -> str:
+        return f"change-log seq {seq}"
+
     def changes_after(self, seq: int, limit: int = 50000) -> list[CapturedChange]:
         rows = self.connection.execute(
             f"SELECT seq, table_name, op, committed_at, row_json, before_json FROM {CHANGES_TABLE}"
             " WHERE seq > ? ORDER BY seq LIMIT ?",
             (seq, limit),
         ).fetchall()
+        keyless = {t for t in {row[1] for row in rows if row[2] in ("U", "D")} if not self.primary_key(t)}
         return [
             CapturedChange(
                 seq=row[0],
@@ -183,6 +192,11 @@ class SqliteSource:
                 committed_at=parse_sqlite_time(row[3]),
                 values=json.loads(row[4]),
                 before_image=json.loads(row[5]) if row[5] else {},
+                lost=(
+                    f"{row[1]} has no primary key: AWS DMS ignores UPDATE and DELETE of such a table"
+                    if row[1] in keyless and row[2] in ("U", "D")
+                    else None
+                ),
             )
             for row in rows
         ]

@@ -29,6 +29,12 @@ def glue_max_parallel_runs() -> int:
     return int(os.environ.get("LOCALAWS_GLUE_MAX_PARALLEL_RUNS") or 2)
 
 
+def dms_lenient() -> bool:
+    """`LOCALAWS_DMS_LENIENT=1`: the local DMS also writes the changes AWS DMS drops (UPDATE and DELETE of a
+    table without a primary key), as it did before; by default it drops them as AWS does, with a warning."""
+    return os.environ.get("LOCALAWS_DMS_LENIENT", "").strip().lower() in ("1", "true", "yes", "on")
+
+
 def host_process_base_env() -> dict[str, str]:
     """What a host process inherits from LocalStack's environment: paths and locale, not LocalStack's config."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "SPARK_HOME", "TZ", "USER")
