@@ -244,6 +244,8 @@ def test_the_emr_job_role_has_the_glue_roles_data_access_and_nothing_glue_only(t
         "ReadWriteZones",
         "CatalogOfOurDatabases",
         "LakeFormationDataAccess",
+        "RawAuditMetrics",  # the raw zone audit (FilesRecovered) runs in either engine
+        "RawAuditReEnqueuesLostFiles",
     }
     for sid, statement in emr.items():
         if sid == "WriteRunReports":

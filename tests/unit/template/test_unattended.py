@@ -34,7 +34,14 @@ def _published_metrics() -> set[str]:
         names |= set(re.findall(r'(?:add_metric|single_metric)\(name="(\w+)"', text))
         names |= set(re.findall(r'"(\w+)":\s*(?:_count|max|seconds|float)', text))
         names |= set(re.findall(r'values\["(\w+)"\]', text))
-    return names
+    return names | set(_job_metrics())
+
+
+def _job_metrics() -> dict[str, str]:
+    """Metric names a Spark job publishes itself (the raw zone audit: put_metric_data), with its service."""
+    text = (REPO / "spark_jobs" / "lakehouse" / "raw_audit.py").read_text()
+    service = re.findall(r'^METRICS_SERVICE = "([\w-]+)"', text, re.MULTILINE)[0]
+    return dict.fromkeys(re.findall(r'"(\w+)":\s*report\.', text), service)
 
 
 # ---------------------------------------------------------------- 1. one pipeline at a time
@@ -224,6 +231,7 @@ WATCHED = {
     "freshness": ("DmsIcebergLake", "LagSeconds"),
     "poison file events": ("AWS/SQS", "ApproximateNumberOfMessagesVisible"),
     "reload failures": ("DmsIcebergLake", "ReloadRunsFailed"),
+    "CDC files whose event was lost, re-enqueued by the raw zone audit": ("DmsIcebergLake", "FilesRecovered"),
 }
 
 
@@ -250,7 +258,7 @@ def test_every_alarm_watches_a_metric_someone_publishes(template):
     services = {
         f["Properties"]["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
         for f in _resources(template, "AWS::Serverless::Function").values()
-    }
+    } | set(_job_metrics().values())
     for name, alarm in _resources(template, "AWS::CloudWatch::Alarm").items():
         for metric in _alarm_metrics(alarm["Properties"]):
             if metric["Namespace"] == namespace:
