@@ -1,7 +1,12 @@
 """Acknowledge an applied batch: its manifest moves from `pending/` to `done/`; what the run did is published.
 
 This is the only step that retires a batch, and it runs only after the Glue CDC run succeeded; a
-failed run leaves the manifest pending, and the next drain returns it first.
+failed run leaves the manifest pending, and the next drain returns it first. It does not trust that: it
+refuses (RunNotAppliedError) a batch whose own input says it was not applied (the Glue run's JobRunState
+is not SUCCEEDED, the run report holds an error or a failed table). And it is fenced like the drain: it
+retires only while its execution holds the pipeline lease, and only the version of the manifest the drain
+handed out (`manifest_etag`): a manifest changed since (a drain that lost the lease wrote into it) is not
+retired (LeaseLostError), its files are applied by a later run.
 
 The CDC job writes its run report to `<prefix>/reports/<run_id>.json` (docs/CONTRACTS.md); its totals become
 metrics: ChangesApplied, QuarantinedRecords, QuarantinedFiles and LagSeconds (now minus the newest applied
@@ -19,6 +24,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 MISSING = ("NoSuchKey", "404", "NotFound")
+CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 RUN_ID_PATTERN = r"^\d{8}T\d{12}Z-[0-9a-f]{8}$"
 # The reports of a full load (named after the execution) and of a table reload (the reloads step's run id).
 # (Execution names hold no white space, slash or backslash.)
@@ -28,6 +34,57 @@ DPU_PER_WORKER = {"G.025X": 0.25, "G.1X": 1.0, "G.2X": 2.0, "G.4X": 4.0, "G.8X":
 
 class ManifestNotPendingError(RuntimeError):
     """The manifest is neither pending nor acknowledged: it was never drained."""
+
+
+class LeaseLostError(RuntimeError):
+    """The execution does not hold the pipeline lease, or the manifest is not the version handed out."""
+
+
+class RunNotAppliedError(RuntimeError):
+    """The acknowledge's own input says the batch was not (entirely) applied: it is not retired."""
+
+
+def lease_holder(s3: Any, bucket: str, lease_key: str) -> str:
+    """The execution the pipeline lease names; missing or corrupt is a LeaseLostError naming the object."""
+    where = f"s3://{bucket}/{lease_key}"
+    try:
+        body = s3.get_object(Bucket=bucket, Key=lease_key)["Body"].read()
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            raise LeaseLostError(f"no pipeline lease at {where}") from None
+        raise
+    try:
+        lease = json.loads(body)
+    except ValueError as error:
+        raise LeaseLostError(f"the pipeline lease {where} is corrupt (not JSON: {error})") from None
+    if not isinstance(lease, dict) or not isinstance(lease.get("holder"), str) or not lease["holder"]:
+        raise LeaseLostError(f"the pipeline lease {where} is corrupt (no holder): {body[:200]!r}")
+    return str(lease["holder"])
+
+
+def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> None:
+    holder = lease_holder(s3, bucket, lease_key)
+    if holder != execution_arn:
+        raise LeaseLostError(f"the pipeline lease is held by {holder}, not {execution_arn}: nothing retired")
+
+
+def not_applied(report: dict[str, Any] | None, job_run_state: str | None) -> str:
+    """Why the run did not apply its batch, by the acknowledge's input; "" when nothing says so."""
+    if job_run_state is not None and job_run_state != "SUCCEEDED":
+        return f"the CDC job run ended {job_run_state}"
+    if report is None:
+        return ""
+    if report.get("error"):
+        return f"the run report has an error: {str(report['error'])[:500]}"
+    tables = report.get("tables")
+    failed = (
+        [str(t.get("table")) for t in tables if isinstance(t, dict) and t.get("error")]
+        if isinstance(tables, list)
+        else []
+    )
+    if failed:
+        return f"the run report has failed tables: {', '.join(sorted(failed))[:500]}"
+    return ""
 
 
 def done_key(pending_key: str) -> str:
@@ -42,19 +99,70 @@ def check_manifest_key(manifest_key: str, run_id: str, prefix: str = "manifests"
         raise ManifestNotPendingError(f"{manifest_key} is not the pending manifest of run {run_id}")
 
 
-def acknowledge(s3: Any, bucket: str, pending_key: str) -> dict[str, Any]:
-    """Copy to done/, then delete from pending/. Idempotent: a retry after the move finds done/."""
+def acknowledge(
+    s3: Any,
+    bucket: str,
+    pending_key: str,
+    manifest_etag: str,
+    lease: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    """Copy to done/, then delete from pending/, both only while `lease` (lease key, execution ARN) is held
+    and the manifest is the version `manifest_etag` handed out. Idempotent: a retry after the move finds
+    done/."""
     target = done_key(pending_key)
+
+    def fence() -> None:
+        if lease is not None:
+            check_lease(s3, bucket, lease[0], lease[1])
+
+    fence()
     try:
-        s3.copy_object(Bucket=bucket, Key=target, CopySource={"Bucket": bucket, "Key": pending_key})
+        current = s3.get_object(Bucket=bucket, Key=pending_key)
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") not in MISSING:
             raise
         if _exists(s3, bucket, target):
             return {"acknowledged": target, "already": True}
         raise ManifestNotPendingError(f"s3://{bucket}/{pending_key} does not exist") from None
-    s3.delete_object(Bucket=bucket, Key=pending_key)
+    body, etag = current["Body"].read(), str(current["ETag"])
+    if etag.strip('"') != manifest_etag.strip('"'):
+        raise LeaseLostError(
+            f"s3://{bucket}/{pending_key} changed since the drain handed it out (ETag {etag}, handed out"
+            f" {manifest_etag}): files the run did not read may be in it; not retired"
+        )
+    s3.put_object(Bucket=bucket, Key=target, Body=body, ContentType="application/json")
+    fence()
+    try:
+        delete_if_unchanged(s3, bucket, pending_key, etag)
+    except LeaseLostError:
+        s3.delete_object(Bucket=bucket, Key=target)  # the pending one stays: not retired
+        raise
     return {"acknowledged": target, "already": False}
+
+
+def delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> None:
+    """As functions/queue_drain/drain.py delete_if_unchanged: DeleteObject If-Match, or where S3 does not
+    implement it (LocalStack answers 501) the ETag read again just before an unconditional delete."""
+    try:
+        s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
+        return
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        if code in CONFLICT:
+            raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not retired") from None
+        if code in MISSING:
+            return
+        if code not in ("NotImplemented", "501"):
+            raise
+    try:
+        current = s3.head_object(Bucket=bucket, Key=key)["ETag"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            return
+        raise
+    if current != etag:
+        raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not retired")
+    s3.delete_object(Bucket=bucket, Key=key)
 
 
 def _exists(s3: Any, bucket: str, key: str) -> bool:
@@ -101,6 +209,8 @@ def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
             _count(totals, "quarantined_records"), _count(report, "run_quarantined_records")
         ),
         "QuarantinedFiles": max(_count(totals, "quarantined_files"), _count(report, "run_quarantined_files")),
+        # Changes skipped as older than the row's (re)load or delete: a bogus change sequence freezes rows.
+        "ChangesIgnoredAsOlder": _count(totals, "ignored_older"),
     }
     newest = report.get("newest_commit_ts")
     if isinstance(newest, str) and newest:
@@ -111,6 +221,16 @@ def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
         moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
         values["LagSeconds"] = max((now - moment).total_seconds(), 0.0)
     return values
+
+
+def tables_ignoring_older(report: dict[str, Any]) -> dict[str, int]:
+    """The tables of a run report that skipped changes as older, with how many."""
+    tables = report.get("tables") if isinstance(report.get("tables"), list) else []
+    return {
+        str(t.get("table")): _count(t, "ignored_older")
+        for t in tables
+        if isinstance(t, dict) and _count(t, "ignored_older") > 0
+    }
 
 
 def load_report_metrics(report: dict[str, Any]) -> dict[str, float]:

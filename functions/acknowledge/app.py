@@ -11,12 +11,15 @@ import boto3
 from ack import (
     LOAD_REPORT_PATTERN,
     RUN_ID_PATTERN,
+    RunNotAppliedError,
     acknowledge,
     check_manifest_key,
     load_report_metrics,
+    not_applied,
     read_report,
     report_metrics,
     run_cost,
+    tables_ignoring_older,
 )
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
@@ -26,6 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 ARTIFACTS_BUCKET = os.environ.get("ARTIFACTS_BUCKET", "")
 MANIFEST_PREFIX = os.environ.get("MANIFEST_PREFIX", "manifests")
+LEASE_KEY = os.environ.get("LEASE_KEY", "locks/pipeline-lease.json")
+EXECUTION_ARN = r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$"
 UNITS = {"LagSeconds": MetricUnit.Seconds, "CdcRunSeconds": MetricUnit.Seconds}
 
 logger = Logger()
@@ -43,14 +48,18 @@ class GlueRun(BaseModel):
     MaxCapacity: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     NumberOfWorkers: int | None = Field(default=None, ge=0)
     WorkerType: str | None = None
+    JobRunState: str | None = None  # SUCCEEDED after glue:startJobRun.sync; anything else is refused
 
 
 class AcknowledgeRequest(BaseModel):
-    """A CDC batch to retire (`manifest_key`, `run_id`), or a full load or reload whose report to publish
+    """A CDC batch to retire (`manifest_key`, `run_id`, the `manifest_etag` the drain handed out, the
+    `execution_arn` that must hold the lease), or a full load or reload whose report to publish
     (`load_run_id`)."""
 
     manifest_key: str | None = None
     run_id: str | None = Field(default=None, pattern=RUN_ID_PATTERN)
+    manifest_etag: str | None = Field(default=None, min_length=1, max_length=200)
+    execution_arn: str | None = Field(default=None, pattern=EXECUTION_ARN)
     file_count: int = Field(default=0, ge=0)
     glue_run: GlueRun | None = None
     load_run_id: str | None = Field(default=None, pattern=LOAD_REPORT_PATTERN)
@@ -60,6 +69,10 @@ class AcknowledgeRequest(BaseModel):
         batch = self.manifest_key is not None and self.run_id is not None
         if batch == (self.load_run_id is not None):
             raise ValueError("either manifest_key and run_id (a CDC batch) or load_run_id (a load), not both")
+        if batch and (self.manifest_etag is None or self.execution_arn is None):
+            raise ValueError(
+                "a CDC batch is retired only with its manifest_etag and the execution_arn holding the lease"
+            )
         return self
 
 
@@ -70,14 +83,25 @@ class AcknowledgeRequest(BaseModel):
 def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, Any]:
     if request.load_run_id is not None:
         return publish_load_report(request.load_run_id)
-    assert request.manifest_key is not None and request.run_id is not None  # the model says so
+    # the model says so
+    assert request.manifest_key and request.run_id and request.manifest_etag and request.execution_arn
     check_manifest_key(request.manifest_key, request.run_id, MANIFEST_PREFIX)
-    result = acknowledge(s3, ARTIFACTS_BUCKET, request.manifest_key)
-    metrics.add_metric(name="FilesApplied", unit=MetricUnit.Count, value=request.file_count)
     report, why_not = read_report(s3, ARTIFACTS_BUCKET, f"{MANIFEST_PREFIX}/reports/{request.run_id}.json")
+    refusal = not_applied(report, request.glue_run.JobRunState if request.glue_run else None)
+    if refusal:
+        raise RunNotAppliedError(f"batch {request.run_id} not retired: {refusal}")
+    result = acknowledge(
+        s3, ARTIFACTS_BUCKET, request.manifest_key, request.manifest_etag, (LEASE_KEY, request.execution_arn)
+    )
+    metrics.add_metric(name="FilesApplied", unit=MetricUnit.Count, value=request.file_count)
     published = report_metrics(report, datetime.now(UTC)) if report is not None else {}
     if report is None:
         logger.warning("run report not published", extra={"run_id": request.run_id, "reason": why_not})
+    elif published.get("ChangesIgnoredAsOlder"):
+        logger.warning(
+            "changes skipped as older than the rows' (re)load or delete",
+            extra={"run_id": request.run_id, "tables": tables_ignoring_older(report)},
+        )
     if request.glue_run is not None:
         published |= run_cost(request.glue_run.model_dump())
     for name, value in published.items():

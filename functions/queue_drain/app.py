@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3
@@ -11,7 +12,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from drain import DrainLimits, Locations, check_lease, drain
+from drain import DrainFence, DrainLimits, Locations, drain, oldest_moved_aside_days
 from pydantic import BaseModel, Field
 
 LOCATIONS = Locations(
@@ -60,7 +61,8 @@ def alarm_moved_aside(moved: dict[str, str]) -> None:
 @metrics.log_metrics
 @event_parser(model=DrainRequest)
 def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
-    check_lease(s3, LOCATIONS.artifacts_bucket, LEASE_KEY, request.execution_arn)
+    # Fenced without reserved concurrency: the lease, the newest drain of this execution, manifest versions.
+    fence = DrainFence(s3, LOCATIONS.artifacts_bucket, LEASE_KEY, request.execution_arn, LOCATIONS.claim_key)
     remaining_seconds = context.get_remaining_time_in_millis() / 1000
     limits = DrainLimits(
         max_files=request.max_files or DEFAULT_LIMITS.max_files,
@@ -73,10 +75,13 @@ def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
         max_manifest_attempts=DEFAULT_LIMITS.max_manifest_attempts,
         on_stuck_batch=DEFAULT_LIMITS.on_stuck_batch,
     )
-    result = drain(s3, sqs, LOCATIONS, limits, on_moved_aside=alarm_moved_aside)
+    result = drain(s3, sqs, LOCATIONS, limits, on_moved_aside=alarm_moved_aside, fence=fence)
     metrics.add_metric(name="FilesDrained", unit=MetricUnit.Count, value=result["file_count"])
     metrics.add_metric(name="PoisonMessages", unit=MetricUnit.Count, value=result.get("poison_messages", 0))
     metrics.add_metric(name="ReloadFilesRecorded", unit=MetricUnit.Count, value=result.get("reload_files", 0))
     metrics.add_metric(name="ReloadsPending", unit=MetricUnit.Count, value=len(result["reloads_pending"]))
+    # Alarmed near TombstoneRetentionDays: a batch requeued after it would bring deleted rows back.
+    oldest = oldest_moved_aside_days(s3, LOCATIONS, datetime.now(UTC))
+    metrics.add_metric(name="OldestMovedAsideBatchAgeDays", unit=MetricUnit.Count, value=oldest)
     logger.info("drained", extra=result)
     return result

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
-from urllib.parse import unquote_plus
+from urllib.parse import unquote, unquote_plus
 
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
 from botocore.exceptions import ClientError
@@ -101,7 +101,14 @@ class Locations:
         return f"{self.manifest_prefix}/reloads/"
 
     def reload_key(self, table: str) -> str:
-        return f"{self.reloads_prefix}{table}.json"
+        """The reload request of `schema.table`, the name encoded (`encode_name`): any name DMS can write
+        makes one key, and the key gives the name back."""
+        return f"{self.reloads_prefix}{encode_name(table)}.json"
+
+    @property
+    def claim_key(self) -> str:
+        """The drain that may write: the newest invocation (`DrainFence`)."""
+        return f"{self.manifest_prefix}/drain-claim.json"
 
     @property
     def full_load_marker_key(self) -> str:
@@ -142,10 +149,52 @@ class DmsFile:
         return f"{self.schema}.{self.table}"
 
 
+# How `detail.object.key` of an EventBridge "Object Created" event encodes the key (docs/CONTRACTS.md, "Object
+# keys in events"). It is NOT the rule of S3 event *notifications* (form-URL-encoding: a space is `+`, a `+` is
+# `%2B`, AWS's notification-content-structure page), and the sources disagree on what it is:
+# - a recorded real event (S3 → EventBridge, 2023) carries `raw/health-check/2023-08-08T14:03:40.532432.zip`: the
+#   `:` a notification encodes as `%3A` is left as is; issue 26 reports a space as `%20` and a `+` left as is,
+#   i.e. percent-encoding of a URL path (RFC 3986), where `+` is a literal plus;
+# - LocalStack 2026.3 (services/s3/notifications.py, EventBridgeNotifier) sends `urllib.parse.quote(key)`:
+#   a space is `%20`, a `+` is `%2B`; percent-decoding restores the key;
+# - moto 5.2 (s3/notifications.py) sends the key unencoded (a literal `%` stays `%`);
+# - Powertools' S3EventBridgeNotificationObject.key applies unquote_plus, the notification rule, which turns a
+#   literal `+` into a space: the bug of issue 26 (`plus+sign` recorded as `plus sign`).
+# So the key is percent-decoded with `+` kept literal (`decode_key`), which is right for AWS's path encoding
+# and LocalStack's; and because the sources disagree, the drain does not trust one rule blindly: it asks the raw
+# bucket which reading exists (`key_readings`, in this order), and a key that exists under none of them is a
+# poison message (dead-letter queue, with the keys tried), never a batch entry naming a missing file.
 def decode_key(encoded: str) -> str:
-    """The object key of an S3 event notification: form-URL-encoded by S3 (a space is `+`, a `+` is
-    `%2B`), so `+` must become a space before the percent escapes are decoded."""
-    return unquote_plus(encoded, errors="strict")
+    """The object key of an EventBridge S3 event: percent-escapes decoded (UTF-8), `+` kept as a plus."""
+    return unquote(encoded, errors="strict")
+
+
+def key_readings(encoded: str) -> list[str]:
+    """The keys an event's `detail.object.key` may stand for, most likely first: percent-decoded (AWS,
+    LocalStack), as sent (moto sends it unencoded), form-decoded (the notification rule). Duplicates and
+    readings that are not UTF-8 are left out."""
+    readings: list[str] = []
+    for decode in (decode_key, str, lambda text: unquote_plus(text, errors="strict")):
+        try:
+            key = decode(encoded)
+        except UnicodeDecodeError:
+            continue
+        if key not in readings:
+            readings.append(key)
+    return readings
+
+
+def encode_name(name: str) -> str:
+    """A table name as one S3 key segment, reversibly: every UTF-8 byte outside [A-Za-z0-9._-] as %XX
+    (so `sales.a,b` is `sales.a%2Cb`, ` x` is `%20x`); `decode_name` gives the name back."""
+    return "".join(c if _NAME_SAFE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+
+
+def decode_name(segment: str) -> str:
+    return unquote(segment, errors="strict")
+
+
+_NAME_SAFE = re.compile(r"[A-Za-z0-9._-]")
 
 
 def _size(value: float | None) -> int:
@@ -180,9 +229,16 @@ def dms_layout(key: str, raw_prefix: str) -> tuple[str, str, Literal["load", "cd
     return folders[0], folders[1], kind
 
 
-def parse_file_event(body: str, raw_bucket: str = "", raw_prefix: str = "dms") -> DmsFile:
+ObjectExists = Callable[[str, str], bool]
+
+
+def parse_file_event(
+    body: str, raw_bucket: str = "", raw_prefix: str = "dms", exists: ObjectExists | None = None
+) -> DmsFile:
     """The DMS file an EventBridge "Object Created" event (as the rule delivers it) names. Anything else,
-    or anything malformed, raises PoisonMessageError with the reason."""
+    or anything malformed, raises PoisonMessageError with the reason. With `exists` (bucket, key -> bool),
+    the key is the first of its readings (`key_readings`) that exists, and an event whose object exists
+    under none is poison too."""
     try:
         event = S3EventNotificationEventBridgeModel.model_validate_json(body)
     except Exception as error:  # any parse failure (type, depth, size) is this message's fault alone
@@ -192,10 +248,21 @@ def parse_file_event(body: str, raw_bucket: str = "", raw_prefix: str = "dms") -
     bucket = event.detail.bucket.name
     if raw_bucket and bucket != raw_bucket:
         raise PoisonMessageError(f"bucket {bucket!r} is not the raw bucket {raw_bucket!r}")
-    try:
-        key = decode_key(event.detail.object.key)
-    except UnicodeDecodeError as error:
-        raise PoisonMessageError(f"object key is not URL-encoded UTF-8: {error}") from None
+    encoded = event.detail.object.key
+    readings = key_readings(encoded)
+    if not readings:
+        raise PoisonMessageError(f"object key {encoded[:300]!r} is not URL-encoded UTF-8")
+    if exists is None:
+        key = readings[0]
+    else:
+        found = next((reading for reading in readings if exists(bucket, reading)), None)
+        if found is None:
+            raise PoisonMessageError(
+                f"no object s3://{bucket}/{readings[0]} (the event's key {encoded[:300]!r}; tried"
+                f" {readings[1:] or 'no other reading'}): removed since (a table reload removes its old"
+                " files: nothing to apply) or never there"
+            )
+        key = found
     schema, table, kind = dms_layout(key, raw_prefix)
     if not schema:
         raise PoisonMessageError(
@@ -246,13 +313,23 @@ def read_manifest(document: bytes, key: str) -> Manifest:
         if key.rsplit("/", 1)[-1] != f"{run_id}.json":
             raise ValueError(f"run_id {run_id} does not match the key")
         if not isinstance(files, list) or not all(
-            isinstance(f, dict) and isinstance(f.get("uri"), str) for f in files
+            isinstance(f, dict) and isinstance(f.get("uri"), str) and _is_count(f.get("size", 0))
+            for f in files
         ):
-            raise ValueError("files is not a list of {uri, …}")
-        attempts = int(data.get("attempts", 1))
-        return Manifest(run_id, str(data.get("created_at", "")), files, attempts)
+            raise ValueError("files is not a list of {uri, size (a byte count), …}")
+        attempts = data.get("attempts", 1)
+        if not _is_count(attempts):
+            raise ValueError(f"attempts {attempts!r} is not a count")
+        created_at = data.get("created_at", "")
+        if created_at:
+            datetime.fromisoformat(str(created_at).replace("Z", "+00:00"))  # ValueError: not ISO-8601
+        return Manifest(run_id, str(created_at), files, attempts)
     except Exception as error:
         raise CorruptManifestError(f"{type(error).__name__}: {error}") from None
+
+
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def pending_manifests(s3: Any, where: Locations) -> list[str]:
@@ -269,16 +346,95 @@ def new_run_id(now: datetime) -> str:
     return f"{now:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:8]}"
 
 
-def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> None:
-    """Fencing: only the execution holding the pipeline lease may drain."""
+def lease_holder(s3: Any, bucket: str, lease_key: str) -> str:
+    """The execution the pipeline lease names. A missing or corrupt lease object (empty, not JSON, not an
+    object, no holder) is a LeaseLostError that names the object: nobody provably holds the lease."""
+    where = f"s3://{bucket}/{lease_key}"
     try:
-        lease = json.loads(s3.get_object(Bucket=bucket, Key=lease_key)["Body"].read())
+        body = s3.get_object(Bucket=bucket, Key=lease_key)["Body"].read()
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in MISSING:
-            raise LeaseLostError(f"no pipeline lease at s3://{bucket}/{lease_key}") from None
+            raise LeaseLostError(f"no pipeline lease at {where}") from None
         raise
-    if lease.get("holder") != execution_arn:
-        raise LeaseLostError(f"the pipeline lease is held by {lease.get('holder')}, not {execution_arn}")
+    try:
+        lease = json.loads(body)
+    except ValueError as error:
+        raise LeaseLostError(f"the pipeline lease {where} is corrupt (not JSON: {error})") from None
+    if not isinstance(lease, dict) or not isinstance(lease.get("holder"), str) or not lease["holder"]:
+        raise LeaseLostError(f"the pipeline lease {where} is corrupt (no holder): {body[:200]!r}")
+    return str(lease["holder"])
+
+
+def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> None:
+    """Fencing: only the execution holding the pipeline lease may drain."""
+    holder = lease_holder(s3, bucket, lease_key)
+    if holder != execution_arn:
+        raise LeaseLostError(f"the pipeline lease is held by {holder}, not {execution_arn}")
+
+
+CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
+
+
+@dataclass
+class DrainFence:
+    """What makes a drain's writes safe without reserved concurrency (issue 27). Before each write the drain
+    checks that its execution still holds the pipeline lease and that it is still the newest drain of that
+    execution (`claim`: a retry of the drain racing the original takes over, the original stops), and every
+    write of a pending manifest is conditional on the version it read (created with If-None-Match, rewritten
+    with If-Match on its ETag), so a drain whose manifest was resumed by a successor cannot write into it.
+    Any of these failing is a LeaseLostError: the drain writes nothing more."""
+
+    s3: Any
+    bucket: str
+    lease_key: str
+    execution_arn: str
+    claim_key: str
+    drain_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def claim(self, now: datetime) -> None:
+        check_lease(self.s3, self.bucket, self.lease_key, self.execution_arn)
+        document = {"execution_arn": self.execution_arn, "drain_id": self.drain_id, "claimed_at": _iso(now)}
+        _put_json(self.s3, self.bucket, self.claim_key, document)
+
+    def check(self) -> None:
+        check_lease(self.s3, self.bucket, self.lease_key, self.execution_arn)
+        try:
+            claim = json.loads(self.s3.get_object(Bucket=self.bucket, Key=self.claim_key)["Body"].read())
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in MISSING:
+                claim = {}
+            else:
+                raise
+        except ValueError:
+            claim = {}
+        if not isinstance(claim, dict) or claim.get("drain_id") != self.drain_id:
+            raise LeaseLostError(
+                f"another drain took over s3://{self.bucket}/{self.claim_key} (a retried or concurrent drain of"
+                f" {self.execution_arn}): this one writes nothing more"
+            )
+
+
+def put_manifest(s3: Any, bucket: str, key: str, document: dict[str, Any], etag: str | None) -> str:
+    """Create (`etag` None: If-None-Match) or rewrite (If-Match `etag`) a pending manifest; its new ETag.
+    A lost condition is a LeaseLostError: another drain created or changed it meanwhile."""
+    condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+    try:
+        response = s3.put_object(
+            Bucket=bucket,
+            Key=key,
+            Body=json.dumps(document).encode(),
+            ContentType="application/json",
+            **condition,
+        )
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        if code in CONFLICT or (etag is not None and code in MISSING):
+            raise LeaseLostError(
+                f"s3://{bucket}/{key} was {'created' if etag is None else 'changed or removed'} by another drain"
+                f" ({code}): this one writes nothing more"
+            ) from None
+        raise
+    return str(response["ETag"])
 
 
 def drain(
@@ -289,25 +445,32 @@ def drain(
     now: datetime | None = None,
     *,
     on_moved_aside: MovedAsideReporter = _ignore_moved_aside,
+    fence: DrainFence | None = None,
 ) -> dict[str, Any]:
     """Return the batch to apply next: a pending manifest if one exists, else a new one drained from
     the queue (up to the limits), or `has_work: false` when the queue is empty. A pending manifest moved
-    aside on the way is passed to `on_moved_aside` at once (and listed in the result's `moved_aside`)."""
+    aside on the way is passed to `on_moved_aside` at once (and listed in the result's `moved_aside`).
+    With a `fence` (the Lambda always passes one), each write first checks it (`DrainFence`)."""
     moment = now or datetime.now(UTC)
     moved_aside: list[dict[str, str]] = []
+    check = fence.check if fence is not None else _unfenced
+    if fence is not None:
+        fence.claim(moment)
 
     def report_moved_aside(moved: dict[str, str]) -> None:
         moved_aside.append(moved)
         on_moved_aside(moved)
 
     for key in pending_manifests(s3, where):
-        resumed = _resume(s3, where, limits, key, report_moved_aside)
+        resumed = _resume(s3, where, limits, key, report_moved_aside, check)
         if resumed is not None:
             return resumed | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
 
     manifest = Manifest(new_run_id(moment), moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
     key = where.pending_key(manifest.run_id)
+    etag: str | None = None  # the manifest's version as this drain last wrote it
     full_load_started = _full_load_started(s3, where)
+    exists = _object_exists(s3) if where.raw_bucket else None
     deadline = time.monotonic() + limits.time_budget_seconds
     counts = {"poison_messages": 0, "skipped_full_load": 0, "duplicates": 0, "reload_files": 0}
     while len(manifest.files) < limits.max_files and manifest.total_bytes < limits.max_bytes:
@@ -323,14 +486,16 @@ def drain(
         ).get("Messages", [])
         if not page:
             break
-        sorted_page = _sort_page(sqs, where, page, manifest, limits, full_load_started)
+        sorted_page = _sort_page(sqs, where, page, manifest, limits, full_load_started, exists)
         for name in counts:
             counts[name] += getattr(sorted_page, name)
         # Recorded durably first (reload requests, manifest); only then may the messages leave the queue.
+        if sorted_page.reloads or sorted_page.files:
+            check()
         _record_reloads(s3, where, sorted_page.reloads, moment)
         if sorted_page.files:
             manifest.files.extend(sorted_page.files)
-            _put_json(s3, where.artifacts_bucket, key, manifest.to_dict())
+            etag = put_manifest(s3, where.artifacts_bucket, key, manifest.to_dict(), etag)
         if sorted_page.leaving:
             _delete(sqs, where.queue_url, sorted_page.leaving)
         if sorted_page.released:
@@ -339,16 +504,65 @@ def drain(
     extra = counts | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
     if not manifest.files:
         return {"has_work": False, "file_count": 0} | extra
-    return _result(where, key, manifest, resumed=False) | extra
+    return _result(where, key, manifest, resumed=False, etag=etag) | extra
+
+
+def _unfenced() -> None:
+    """No fence: tests of the manifest logic alone (the Lambda always fences)."""
+
+
+def _object_exists(s3: Any) -> ObjectExists:
+    def exists(bucket: str, key: str) -> bool:
+        try:
+            s3.head_object(Bucket=bucket, Key=key)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in MISSING:
+                return False
+            raise  # 403, throttling: the drain fails (and is retried), the message is not judged
+        return True
+
+    return exists
+
+
+def delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> None:
+    """Delete `key` only while its ETag is `etag` (DeleteObject If-Match); a changed object is a
+    LeaseLostError. Where S3 does not implement conditional deletes (LocalStack 2026.3 answers 501), the
+    ETag is read again just before an unconditional delete."""
+    try:
+        s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
+        return
+    except ClientError as error:
+        code = str(error.response.get("Error", {}).get("Code", ""))
+        if code in CONFLICT:
+            raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not deleted") from None
+        if code in MISSING:
+            return
+        if code not in ("NotImplemented", "501"):
+            raise
+    try:
+        current = s3.head_object(Bucket=bucket, Key=key)["ETag"]
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            return
+        raise
+    if current != etag:
+        raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not deleted")
+    s3.delete_object(Bucket=bucket, Key=key)
 
 
 def _resume(
-    s3: Any, where: Locations, limits: DrainLimits, key: str, report_moved_aside: MovedAsideReporter
+    s3: Any,
+    where: Locations,
+    limits: DrainLimits,
+    key: str,
+    report_moved_aside: MovedAsideReporter,
+    check: Callable[[], None] = _unfenced,
 ) -> dict[str, Any] | None:
     """Hand out a pending manifest again (one more attempt), or move it aside when it is corrupt or was
     handed out `max_manifest_attempts` times (None: look at the next one)."""
     try:
-        body = s3.get_object(Bucket=where.artifacts_bucket, Key=key)["Body"].read()
+        current = s3.get_object(Bucket=where.artifacts_bucket, Key=key)
+        body, etag = current["Body"].read(), str(current["ETag"])
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in MISSING:
             return None  # acknowledged meanwhile
@@ -360,11 +574,13 @@ def _resume(
     else:
         if manifest.attempts < limits.max_manifest_attempts:
             manifest.attempts += 1
-            _put_json(s3, where.artifacts_bucket, key, manifest.to_dict())
-            return _result(where, key, manifest, resumed=True)
+            check()
+            etag = put_manifest(s3, where.artifacts_bucket, key, manifest.to_dict(), etag)
+            return _result(where, key, manifest, resumed=True, etag=etag)
         reason = f"its CDC run failed {manifest.attempts} times"
     if limits.on_stuck_batch == "stop":
         raise StuckBatchError(f"s3://{where.artifacts_bucket}/{key}: {reason}; policy is to stop")
+    check()
     target = where.failed_key(key.rsplit("/", 1)[-1])
     s3.put_object(
         Bucket=where.artifacts_bucket,
@@ -372,7 +588,7 @@ def _resume(
         Body=body,
         Metadata={"reason": reason[:1000].encode("ascii", "replace").decode()},
     )
-    s3.delete_object(Bucket=where.artifacts_bucket, Key=key)
+    delete_if_unchanged(s3, where.artifacts_bucket, key, etag)
     report_moved_aside({"manifest_key": key, "failed_key": target, "reason": reason})
     return None
 
@@ -394,39 +610,91 @@ def _full_load_started(s3: Any, where: Locations) -> datetime | None:
 
 
 def reloads_pending(s3: Any, where: Locations) -> list[str]:
-    """Tables with a reload request not yet applied."""
+    """Tables with a reload request not yet applied (names decoded from their keys)."""
     tables = []
     for page in s3.get_paginator("list_objects_v2").paginate(
         Bucket=where.artifacts_bucket, Prefix=where.reloads_prefix
     ):
-        tables += [
-            item["Key"][len(where.reloads_prefix) : -len(".json")]
-            for item in page.get("Contents", [])
-            if item["Key"].endswith(".json")
-        ]
+        for item in page.get("Contents", []):
+            segment = item["Key"][len(where.reloads_prefix) :]
+            if segment.endswith(".json") and "/" not in segment:
+                try:
+                    tables.append(decode_name(segment[: -len(".json")]))
+                except UnicodeDecodeError:
+                    tables.append(segment[: -len(".json")])  # not ours; the reloads function sets it aside
     return sorted(tables)
 
 
+class CorruptReloadRequestError(ValueError):
+    pass
+
+
+def read_reload_request(document: bytes, key: str, table: str) -> dict[str, Any]:
+    """A reload request as the drain writes it (`table`, `files`, ISO-8601 `first_seen`/`last_seen`, a
+    count `attempts`); anything else raises CorruptReloadRequestError naming the object."""
+    try:
+        request = json.loads(document)
+        if not isinstance(request, dict):
+            raise ValueError(f"a JSON {type(request).__name__}, not an object")
+        if request.get("table", table) != table:
+            raise ValueError(f"names table {request.get('table')!r}, its key {table!r}")
+        files = request.get("files", [])
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise ValueError("files is not a list of URIs")
+        for name in ("first_seen", "last_seen", "last_attempt_at"):
+            if request.get(name) is not None:
+                datetime.fromisoformat(str(request[name]).replace("Z", "+00:00"))
+        if not _is_count(request.get("attempts", 0)):
+            raise ValueError(f"attempts {request.get('attempts')!r} is not a count")
+    except Exception as error:
+        raise CorruptReloadRequestError(
+            f"reload request {key} is corrupt: {type(error).__name__}: {error}"
+        ) from None
+    return request
+
+
 def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: datetime) -> None:
-    """Add LOAD files to their table's reload request (created at the first one)."""
+    """Add LOAD files to their table's reload request (created at the first one; written conditionally on
+    the version read). A corrupt request is kept aside under `reloads-failed/` and replaced by a new one:
+    the reload it asked for is still done, by the new request."""
     by_table: dict[str, list[DmsFile]] = {}
     for found in files:
         by_table.setdefault(found.qualified_table, []).append(found)
     for table, found in by_table.items():
         key = where.reload_key(table)
+        etag: str | None = None
+        fresh = {"version": 1, "table": table, "recorded_at": _iso(now), "files": [], "attempts": 0}
+        request: dict[str, Any] = fresh
         try:
-            request = json.loads(s3.get_object(Bucket=where.artifacts_bucket, Key=key)["Body"].read())
+            current = s3.get_object(Bucket=where.artifacts_bucket, Key=key)
+            body, etag = current["Body"].read(), str(current["ETag"])
+            request = read_reload_request(body, key, table)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") not in MISSING:
                 raise
-            request = {"version": 1, "table": table, "recorded_at": _iso(now), "files": [], "attempts": 0}
+        except CorruptReloadRequestError as error:
+            aside = f"{where.manifest_prefix}/reloads-failed/{key.rsplit('/', 1)[-1][: -len('.json')]}.{_iso(now)}.json"
+            s3.put_object(
+                Bucket=where.artifacts_bucket,
+                Key=aside,
+                Body=body,
+                Metadata={"reason": str(error)[:1000].encode("ascii", "replace").decode()},
+            )
+            request = fresh
+        request["table"] = table
         times = [f.created for f in found]
         known = [request.get("first_seen"), request.get("last_seen")]
-        times += [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in known if isinstance(t, str)]
+        times += [
+            _aware(datetime.fromisoformat(t.replace("Z", "+00:00"))) for t in known if isinstance(t, str)
+        ]
         request["files"] = sorted(set(request.get("files", [])) | {f.uri for f in found})
         request["first_seen"] = _iso(min(times))
         request["last_seen"] = _iso(max(times))
-        _put_json(s3, where.artifacts_bucket, key, request)
+        put_manifest(s3, where.artifacts_bucket, key, request, etag)
+
+
+def _aware(moment: datetime) -> datetime:
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
 def _iso(moment: datetime) -> str:
@@ -455,6 +723,7 @@ def _sort_page(
     manifest: Manifest,
     limits: DrainLimits,
     full_load_started: datetime | None,
+    exists: ObjectExists | None = None,
 ) -> SortedPage:
     """Split a received page: files for the manifest, LOAD files of reloads, messages that may leave the
     queue (those, poison sent to the DLQ, files of the initial full load, duplicates) and, from the first
@@ -465,7 +734,9 @@ def _sort_page(
     seen = manifest.uris
     for index, message in enumerate(page):
         try:
-            found = parse_file_event(message["Body"], where.raw_bucket, where.raw_prefix)
+            found = parse_file_event(message["Body"], where.raw_bucket, where.raw_prefix, exists)
+        except ClientError:
+            raise  # S3 failed to answer whether the object exists: not this message's fault
         except Exception as error:  # one bad message never fails the drain: it goes to the DLQ
             reason = (
                 str(error) if isinstance(error, PoisonMessageError) else f"{type(error).__name__}: {error}"
@@ -517,8 +788,11 @@ def _receive_count(message: dict[str, Any]) -> int:
         return 1
 
 
-def _result(where: Locations, key: str, manifest: Manifest, resumed: bool) -> dict[str, Any]:
+def _result(
+    where: Locations, key: str, manifest: Manifest, resumed: bool, etag: str | None
+) -> dict[str, Any]:
     return {
+        "manifest_etag": etag,  # the version handed out: the acknowledge retires exactly that one
         "has_work": True,
         "resumed": resumed,
         "run_id": manifest.run_id,
@@ -563,3 +837,28 @@ def _to_dead_letter_queue(sqs: Any, where: Locations, message: dict[str, Any], r
         MessageDeduplicationId=message["MessageId"],
         MessageAttributes={"reason": {"DataType": "String", "StringValue": reason[:1000] or "unknown"}},
     )
+
+
+def oldest_moved_aside_days(s3: Any, where: Locations, now: datetime) -> float:
+    """Age in days of the oldest batch moved aside (`failed/`), from its run id (when it was drained): its
+    changes are at least that old. Requeued after `TombstoneRetentionDays`, its deletes would be older than
+    the tombstones that keep a deleted row from coming back; 0 when there is none."""
+    oldest: datetime | None = None
+    for page in s3.get_paginator("list_objects_v2").paginate(
+        Bucket=where.artifacts_bucket, Prefix=where.failed_key("")
+    ):
+        for item in page.get("Contents", []):
+            drained = run_id_time(item["Key"].rsplit("/", 1)[-1].removesuffix(".json"))
+            if drained is not None and (oldest is None or drained < oldest):
+                oldest = drained
+    return 0.0 if oldest is None else max((now - oldest).total_seconds() / 86400, 0.0)
+
+
+def run_id_time(run_id: str) -> datetime | None:
+    """When the drain created the batch `run_id` (`new_run_id`), or None for another name."""
+    if not RUN_ID_PATTERN.match(run_id):
+        return None
+    try:
+        return datetime.strptime(run_id[:22], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
+    except ValueError:
+        return None

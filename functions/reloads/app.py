@@ -11,11 +11,10 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from pydantic import BaseModel, Field
-from reloads import Store, check, done, failed
+from reloads import TABLE_NAME, Store, check, done, failed
 
 STORE = Store(os.environ.get("ARTIFACTS_BUCKET", ""), os.environ.get("MANIFEST_PREFIX", "manifests"))
 DMS_TASK_ARN = os.environ.get("DMS_TASK_ARN", "")
-TABLE = r"^[^/\s,]+\.[^/\s,]+$"
 
 logger = Logger()
 tracer = Tracer()
@@ -24,7 +23,8 @@ s3 = boto3.client("s3")
 dms = boto3.client("dms")
 
 
-TableName = Annotated[str, Field(pattern=TABLE)]
+# Every name the drain can write (commas, spaces, unicode: reload-request keys and --tables encode them).
+TableName = Annotated[str, Field(pattern=TABLE_NAME, max_length=1024)]
 
 
 class ReloadsRequest(BaseModel):
@@ -52,5 +52,10 @@ def handler(request: ReloadsRequest, context: LambdaContext) -> dict[str, Any]:
         result = failed(s3, STORE, request.tables, request.error)
         metrics.add_metric(name="ReloadRunsFailed", unit=MetricUnit.Count, value=1)
         logger.error("reload run failed", extra=result | {"error": request.error[:2000]})
+    for aside in result.get("set_aside", []):
+        logger.error("corrupt reload request set aside", extra=aside)
+    metrics.add_metric(
+        name="ReloadRequestsSetAside", unit=MetricUnit.Count, value=len(result.get("set_aside", []))
+    )
     logger.info(f"reloads {request.action}", extra=result)
     return result

@@ -1,7 +1,10 @@
 """Table reloads during CDC: wait for DMS to finish (re)loading a table, then have it applied, then retire it.
 
 The drain records each LOAD file it sees during CDC as a reload request of its table
-(`<prefix>/reloads/<schema>.<table>.json`: the files, when S3 first and last saw one). Here:
+(`<prefix>/reloads/<encoded schema.table>.json`, the name percent-encoded outside [A-Za-z0-9._-] and carried
+exactly as `table` in the body: the files, when S3 first and last saw one). A corrupt request (not a JSON
+object, a time that is not ISO-8601, a count that is not one, a name its key does not give) is set aside
+under `<prefix>/reloads-failed/` and reported (alarmed) while the others proceed. Here:
 - `check`: which requests DMS has finished: the table's statistics say "Table completed" with a
   FullLoadEndTime at or after the newest LOAD file of the request (that load wrote them all). "Table error"
   is reported with DMS's reason (alarmed; the request stays). A request whose full-load run failed waits
@@ -14,10 +17,12 @@ The drain records each LOAD file it sees during CDC as a reload request of its t
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 from botocore.exceptions import ClientError
 
@@ -26,6 +31,19 @@ COMPLETED = "Table completed"
 ERRORED = ("Table error", "Error")
 BACKOFF_FIRST = timedelta(minutes=5)
 BACKOFF_MAX = timedelta(hours=6)
+# The qualified names the drain can write (schema and table as DMS names its folders: no `/`, no control
+# characters; spark_jobs/lakehouse/names.py check_source_name), which this function's requests accept.
+TABLE_NAME = r"^[^/\x00-\x1f\x7f]+\.[^/\x00-\x1f\x7f]+$"
+_NAME_SAFE = re.compile(r"[A-Za-z0-9._-]")
+
+
+def encode_name(name: str) -> str:
+    """As functions/queue_drain/drain.py encode_name (a test keeps the two equal)."""
+    return "".join(c if _NAME_SAFE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+
+
+class CorruptRequestError(ValueError):
+    pass
 
 
 @dataclass(frozen=True)
@@ -38,7 +56,10 @@ class Store:
         return f"{self.prefix}/reloads/"
 
     def key(self, table: str) -> str:
-        return f"{self.reloads_prefix}{table}.json"
+        return f"{self.reloads_prefix}{encode_name(table)}.json"
+
+    def aside_key(self, key: str, now: datetime) -> str:
+        return f"{self.prefix}/reloads-failed/{key[len(self.reloads_prefix) : -len('.json')]}.{iso(now)}.json"
 
     def report_uri(self, run_id: str) -> str:
         return f"s3://{self.bucket}/{self.prefix}/reports/{run_id}.json"
@@ -63,28 +84,78 @@ def backoff(attempts: int) -> timedelta:
     return min(BACKOFF_FIRST * 2 ** (attempts - 1), BACKOFF_MAX)
 
 
-def read_requests(s3: Any, store: Store) -> dict[str, dict[str, Any]]:
+def read_requests(
+    s3: Any, store: Store, set_aside: list[dict[str, str]], now: datetime
+) -> dict[str, dict[str, Any]]:
+    """The requests by table; a corrupt one is moved to `reloads-failed/` and appended to `set_aside`."""
     requests: dict[str, dict[str, Any]] = {}
     for page in s3.get_paginator("list_objects_v2").paginate(
         Bucket=store.bucket, Prefix=store.reloads_prefix
     ):
         for item in page.get("Contents", []):
-            if not item["Key"].endswith(".json"):
+            key = item["Key"]
+            if not key.endswith(".json") or "/" in key[len(store.reloads_prefix) :]:
                 continue
-            table = item["Key"][len(store.reloads_prefix) : -len(".json")]
-            request = _read(s3, store, table)
+            try:
+                table = unquote(key[len(store.reloads_prefix) : -len(".json")], errors="strict")
+                request = _read_key(s3, store, key, table)
+            except CorruptRequestError as error:
+                set_aside.append(_set_aside(s3, store, key, str(error), now))
+                continue
             if request is not None:
                 requests[table] = request
     return requests
 
 
-def _read(s3: Any, store: Store, table: str) -> dict[str, Any] | None:
+def check_request(request: Any, key: str, table: str) -> dict[str, Any]:
+    """A reload request as the drain writes it; anything else is a CorruptRequestError naming the object."""
     try:
-        return json.loads(s3.get_object(Bucket=store.bucket, Key=store.key(table))["Body"].read())
+        if not re.match(TABLE_NAME, table):
+            raise ValueError(f"{table!r} is not a schema.table name")
+        if not isinstance(request, dict):
+            raise ValueError(f"a JSON {type(request).__name__}, not an object")
+        if request.get("table", table) != table:
+            raise ValueError(f"names table {request.get('table')!r}, its key {table!r}")
+        for name in ("first_seen", "last_seen", "last_attempt_at"):
+            if request.get(name) is not None:
+                parse_time(request[name])
+        attempts = request.get("attempts", 0)
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+            raise ValueError(f"attempts {attempts!r} is not a count")
+    except (ValueError, TypeError) as error:
+        raise CorruptRequestError(f"reload request {key} is corrupt: {error}") from None
+    return request
+
+
+def _read_key(s3: Any, store: Store, key: str, table: str) -> dict[str, Any] | None:
+    try:
+        body = s3.get_object(Bucket=store.bucket, Key=key)["Body"].read()
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in MISSING:
             return None
         raise
+    try:
+        request = json.loads(body)
+    except ValueError as error:
+        raise CorruptRequestError(f"reload request {key} is corrupt: not JSON ({error})") from None
+    return check_request(request, key, table)
+
+
+def _read(s3: Any, store: Store, table: str) -> dict[str, Any] | None:
+    return _read_key(s3, store, store.key(table), table)
+
+
+def _set_aside(s3: Any, store: Store, key: str, reason: str, now: datetime) -> dict[str, str]:
+    target = store.aside_key(key, now)
+    s3.copy_object(
+        Bucket=store.bucket,
+        Key=target,
+        CopySource={"Bucket": store.bucket, "Key": key},
+        Metadata={"reason": reason[:1000].encode("ascii", "replace").decode()},
+        MetadataDirective="REPLACE",
+    )
+    s3.delete_object(Bucket=store.bucket, Key=key)
+    return {"request_key": key, "set_aside_key": target, "reason": reason}
 
 
 def table_statistics(dms: Any, task_arn: str) -> dict[str, dict[str, Any]]:
@@ -119,13 +190,16 @@ class CheckResult:
     waiting: list[dict[str, str]] = field(default_factory=list)
     errored: list[dict[str, str]] = field(default_factory=list)
     checked: dict[str, str] = field(default_factory=dict)  # table -> last_seen of the request checked
+    set_aside: list[dict[str, str]] = field(default_factory=list)  # corrupt requests moved aside
 
     def as_dict(self, store: Store, now: datetime) -> dict[str, Any]:
         run_id = f"reload-{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
         return {
             "ready": self.ready,
             "has_ready": bool(self.ready),
-            "tables_argument": ",".join(self.ready),
+            # The full-load job's --tables as a JSON array: names keep commas and spaces exactly.
+            "tables_argument": json.dumps(self.ready, ensure_ascii=False),
+            "set_aside": self.set_aside,
             "run_id": run_id,
             "report_uri": store.report_uri(run_id),
             "waiting": self.waiting,
@@ -136,8 +210,8 @@ class CheckResult:
 
 def check(s3: Any, dms: Any, store: Store, task_arn: str, now: datetime | None = None) -> dict[str, Any]:
     moment = now or datetime.now(UTC)
-    requests = read_requests(s3, store)
     result = CheckResult()
+    requests = read_requests(s3, store, result.set_aside, moment)
     if not requests:
         return result.as_dict(store, moment)
     statistics = table_statistics(dms, task_arn)
@@ -168,10 +242,14 @@ def check(s3: Any, dms: Any, store: Store, task_arn: str, now: datetime | None =
     return result.as_dict(store, moment)
 
 
-def done(s3: Any, store: Store, checked: dict[str, str]) -> dict[str, list[str]]:
-    retired, kept = [], []
+def done(s3: Any, store: Store, checked: dict[str, str], now: datetime | None = None) -> dict[str, Any]:
+    retired, kept, set_aside = [], [], []
     for table, last_seen in sorted(checked.items()):
-        request = _read(s3, store, table)
+        try:
+            request = _read(s3, store, table)
+        except CorruptRequestError as error:
+            set_aside.append(_set_aside(s3, store, store.key(table), str(error), now or datetime.now(UTC)))
+            continue
         if request is None:
             retired.append(table)  # a retried retire
         elif str(request.get("last_seen", "")) != last_seen:
@@ -179,16 +257,20 @@ def done(s3: Any, store: Store, checked: dict[str, str]) -> dict[str, list[str]]
         else:
             s3.delete_object(Bucket=store.bucket, Key=store.key(table))
             retired.append(table)
-    return {"retired": retired, "kept": kept}
+    return {"retired": retired, "kept": kept, "set_aside": set_aside}
 
 
 def failed(
     s3: Any, store: Store, tables: list[str], error: str, now: datetime | None = None
 ) -> dict[str, Any]:
     moment = now or datetime.now(UTC)
-    recorded = []
+    recorded, set_aside = [], []
     for table in tables:
-        request = _read(s3, store, table)
+        try:
+            request = _read(s3, store, table)
+        except CorruptRequestError as error:
+            set_aside.append(_set_aside(s3, store, store.key(table), str(error), moment))
+            continue
         if request is None:
             continue
         request["attempts"] = int(request.get("attempts", 0)) + 1
@@ -207,4 +289,4 @@ def failed(
                 "retry_at": iso(moment + backoff(request["attempts"])),
             }
         )
-    return {"recorded": recorded}
+    return {"recorded": recorded, "set_aside": set_aside}

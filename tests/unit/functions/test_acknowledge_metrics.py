@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from tests.unit.functions.conftest import FakeContext, event
+from tests.unit.functions.conftest import FakeContext, event, hold_pipeline_lease
 
 ARTIFACTS = "dev-artifacts"
 RUN_ID = "20261122T101010123456Z-3f2a9c1d"
@@ -21,7 +21,8 @@ def ack_app(aws, load_handler):
     s3.create_bucket(Bucket=ARTIFACTS)
     s3.put_object(
         Bucket=ARTIFACTS, Key=PENDING, Body=json.dumps({"version": 1, "run_id": RUN_ID, "files": []})
-    )
+    )  # its ETag is the manifest_etag of events/acknowledge.json
+    hold_pipeline_lease(ARTIFACTS, event("acknowledge.json")["execution_arn"])
     return load_handler("acknowledge", ARTIFACTS_BUCKET=ARTIFACTS)
 
 

@@ -87,7 +87,11 @@ def test_a_pending_manifest_is_returned_again_until_acknowledged(queues, drain_a
     assert queue_depth(sqs, queue_url) == 1
 
     ack = load_handler("acknowledge", ARTIFACTS_BUCKET=ARTIFACTS)
-    request = event("acknowledge.json") | {"manifest_key": first["manifest_key"], "run_id": first["run_id"]}
+    request = event("acknowledge.json") | {
+        "manifest_key": first["manifest_key"],
+        "run_id": first["run_id"],
+        "manifest_etag": again["manifest_etag"],  # the version handed out last
+    }
     assert ack.handler(request, FakeContext())["already"] is False
     assert ack.handler(request, FakeContext())["already"] is True  # a retried acknowledge is harmless
     done = first["manifest_key"].replace("/pending/", "/done/")

@@ -87,7 +87,7 @@ def test_only_tables_dms_finished_reloading_after_their_load_files_are_ready(rel
 
     assert (
         result["ready"] == ["sales.item"]
-        and result["tables_argument"] == "sales.item"
+        and result["tables_argument"] == '["sales.item"]'  # JSON: the full-load job keeps names exactly
         and result["has_ready"]
     )
     assert result["checked"] == {"sales.item": "2026-11-22T10:31:00.000000Z"}
@@ -108,7 +108,7 @@ def test_done_retires_the_checked_requests_idempotently_but_keeps_a_newer_reload
     first = reloads_app.handler({"action": "done", "checked": checked}, FakeContext())
     second = reloads_app.handler({"action": "done", "checked": checked}, FakeContext())
 
-    assert first == {"retired": ["sales.item"], "kept": ["sales.customer"]}
+    assert first == {"retired": ["sales.item"], "kept": ["sales.customer"], "set_aside": []}
     assert second == first
     assert stored("sales.item") is None and stored("sales.customer") is not None
 
