@@ -368,7 +368,7 @@ def test_an_empty_queue_waits_then_loops_and_a_long_history_rolls_over(asl):
         "SecondsPath": "$.config.loop_wait_seconds",
         "Next": "CheckHistory",
     }
-    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "DrainQueue"
+    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "CheckDmsTask"
     assert _route(asl, "RollOver?", {"history": {"value": {"rollover": True}}})[-1] == "StartNextExecution"
     assert states[states["StartNextExecution"]["Next"]]["Type"] == "Succeed"
 
@@ -586,7 +586,7 @@ def test_maintenance_runs_every_n_batches_and_a_failure_never_stops_cdc(
     assert path[-1] == "CheckHistory"
     assert state["loop"] == {"batches": 100, "since_refine": 2, "since_maintenance": after}
     assert asl["States"]["RunMaintenance"]["Parameters"]["JobName"] == "${MaintenanceJobName}"
-    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "DrainQueue"
+    assert _route(asl, "RollOver?", {"history": {"value": {"rollover": False}}})[-1] == "CheckDmsTask"
 
 
 def test_the_runbook_says_when_skip_full_load_is_safe(asl):
