@@ -254,7 +254,7 @@ class PostgresSource:
         self._known_columns: dict[str, list[str]] = {}
         self._transaction_ends: list[tuple[int, int]] = []  # (last seq of a transaction, its end LSN)
         self._index_identity_has_key: dict[int, bool] = {}  # REPLICA IDENTITY USING INDEX: has a primary key?
-        self._truncates_reported: set[int] = set()  # commit LSNs of TRUNCATEs already warned about
+        self._truncates_reported: set[tuple[int, tuple[int, ...]]] = set()  # (commit LSN, tables) warned
 
     def close(self) -> None:
         self._release_export()
@@ -442,8 +442,8 @@ class PostgresSource:
                     if o in relations and relations[o].schema == settings.schema
                 ]
                 at = begin.final_lsn if begin is not None else 0
-                if names and at not in self._truncates_reported:
-                    self._truncates_reported.add(at)
+                if names and (at, message.relation_oids) not in self._truncates_reported:
+                    self._truncates_reported.add((at, message.relation_oids))
                     LOG.warning(
                         "DMS capture: TRUNCATE of %s at LSN %s dropped, as AWS DMS drops it (it does not capture"
                         " TRUNCATE from PostgreSQL): the lake keeps the rows; reload the table",
@@ -490,7 +490,7 @@ class PostgresSource:
         if not confirmed:
             return
         self._transaction_ends = [(last, end) for last, end in self._transaction_ends if last > up_to_seq]
-        self._truncates_reported = {lsn for lsn in self._truncates_reported if change_seq(lsn, 0) > up_to_seq}
+        self._truncates_reported = {t for t in self._truncates_reported if change_seq(t[0], 0) > up_to_seq}
         self.connection.execute(
             "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
             (self.settings.slot, format_lsn(max(confirmed))),

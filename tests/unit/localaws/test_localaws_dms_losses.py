@@ -79,10 +79,11 @@ def logged_lsns(messages: list[str]) -> list[int]:
 def test_a_truncate_on_postgresql_writes_no_change_and_is_reported_once_with_table_and_lsn(
     postgres_socket_dir: str, slot: str, lenient: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Given a running task over `sales.customer` (one row loaded),
-    When the source truncates the table, then inserts a row,
-    Then the CDC files hold the insert alone (AWS DMS does not capture TRUNCATE from PostgreSQL: the lake keeps
-    the truncated row), lenient or not, and one warning names the table and the TRUNCATE's LSN."""
+    """Given a running task over four tables (one row each loaded),
+    When the source truncates them (two TRUNCATEs in one transaction, then one of two tables), then inserts a
+    row into one,
+    Then the CDC files hold that insert alone (AWS DMS does not capture TRUNCATE from PostgreSQL: the lake keeps
+    the truncated rows), lenient or not, and each TRUNCATE gets one warning naming its tables and its LSN."""
     caplog.set_level(logging.WARNING)
     bucket = Bucket()
     run = make_postgres_run(postgres_socket_dir, slot, bucket)
@@ -90,7 +91,10 @@ def test_a_truncate_on_postgresql_writes_no_change_and_is_reported_once_with_tab
     wait_for(lambda: run.full_load_done and run.status == "running")
     before = current_lsn(postgres_socket_dir)
     with connect(postgres_socket_dir) as db:
-        db.execute(f"TRUNCATE {SCHEMA}.customer")
+        with db.transaction():
+            db.execute(f"TRUNCATE {SCHEMA}.customer")
+            db.execute(f"TRUNCATE {SCHEMA}.full_row")
+        db.execute(f"TRUNCATE {SCHEMA}.indexed, {SCHEMA}.keyless")
     after = current_lsn(postgres_socket_dir)
     with connect(postgres_socket_dir) as db:
         db.execute(f"INSERT INTO {SCHEMA}.customer (id, note) VALUES (9, 'after')")
@@ -98,11 +102,16 @@ def test_a_truncate_on_postgresql_writes_no_change_and_is_reported_once_with_tab
     run.stop()
     assert run.status == "stopped", run.last_failure_message
     assert cdc_output(bucket, "customer") == [("I", "9", "after")]
+    for table in ("keyless", "indexed", "full_row"):
+        assert cdc_output(bucket, table) == []
     reported = warnings_about(caplog, "TRUNCATE")
-    assert len(reported) == 1, reported
-    assert f"{SCHEMA}.customer" in reported[0]
-    [lsn] = logged_lsns(reported)
-    assert before <= lsn <= after
+    assert [re.sub(r"^DMS capture: TRUNCATE of (.*) at LSN .*", r"\1", m) for m in reported] == [
+        f"{SCHEMA}.customer",
+        f"{SCHEMA}.full_row",
+        f"{SCHEMA}.indexed, {SCHEMA}.keyless",
+    ]
+    first, second, third = logged_lsns(reported)
+    assert before <= first == second < third <= after
 
 
 def test_update_and_delete_of_a_table_without_a_primary_key_are_dropped_while_inserts_flow(
