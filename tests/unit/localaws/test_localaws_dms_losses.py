@@ -199,3 +199,27 @@ def test_the_sqlite_source_drops_update_and_delete_of_a_table_without_a_primary_
         if lenient
         else ["UPDATE of sales.keyless at change-log seq 2", "DELETE of sales.keyless at change-log seq 3"]
     )
+
+
+def test_a_primary_key_update_is_written_with_the_old_key_as_before_image_lenient_or_not(
+    postgres_socket_dir: str, slot: str, lenient: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not a loss, and pinned so it does not become one: "AWS DMS ignores an attempt to update a primary key
+    segment" (its PostgreSQL limits) is about applying to a database target; to an S3 target DMS writes the
+    update, the new key in the row and the old one in the pk-only before-image column (an AWS answer on
+    re:Post shows `U,30004,66,11,30004,1`), which the CDC job needs to delete the old key.
+    Given a running task with the BI_ rule, When a row's key is updated, Then one U record carries the new key
+    and BI_id the old one, and nothing is reported dropped."""
+    caplog.set_level(logging.WARNING)
+    bucket = Bucket()
+    run = make_postgres_run(postgres_socket_dir, slot, bucket)
+    run.start()
+    wait_for(lambda: run.full_load_done and run.status == "running")
+    with connect(postgres_socket_dir) as db:
+        db.execute(f"UPDATE {SCHEMA}.customer SET id = 50, note = 'moved' WHERE id = 1")
+    wait_for(lambda: cdc_output(bucket, "customer"))
+    run.stop()
+    assert run.status == "stopped", run.last_failure_message
+    records = [r for f in bucket.rows(f"dms/{SCHEMA}/customer/2") for r in f]
+    assert [(r["Op"], r["id"], r["note"], r["BI_id"]) for r in records] == [("U", "50", "moved", "1")]
+    assert warnings_about(caplog, "dropped") == []
