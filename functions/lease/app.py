@@ -1,4 +1,5 @@
-"""Lambda: acquire the pipeline lease for the calling execution (one pipeline at a time)."""
+"""Lambda: acquire the pipeline lease for the calling execution (one pipeline at a time), and stop the job
+runs of other executions still going (fencing: docs/CONTRACTS.md)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,14 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from lease import acquire
+from lease import acquire, stop_other_runs
 from pydantic import BaseModel, Field, model_validator
 
 ARTIFACTS_BUCKET = os.environ.get("ARTIFACTS_BUCKET", "")
 LEASE_KEY = os.environ.get("LEASE_KEY", "locks/pipeline-lease.json")
+# the pipeline's Spark jobs (comma list) and, with SparkEngine=emr-serverless, its application
+GLUE_JOB_NAMES = [n.strip() for n in os.environ.get("GLUE_JOB_NAMES", "").split(",") if n.strip()]
+EMR_APPLICATION_ID = os.environ.get("EMR_APPLICATION_ID", "")
 EXECUTION_ARN = r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[^\s:]+:[^\s:]{1,80}$"
 
 logger = Logger()
@@ -23,6 +27,8 @@ tracer = Tracer()
 metrics = Metrics()
 s3 = boto3.client("s3")
 sfn = boto3.client("stepfunctions")
+glue = boto3.client("glue")
+emr = boto3.client("emr-serverless") if EMR_APPLICATION_ID else None
 
 
 class LeaseRequest(BaseModel):
@@ -50,6 +56,9 @@ def handler(request: LeaseRequest, context: LambdaContext) -> dict[str, Any]:
     decision = acquire(
         s3, sfn, ARTIFACTS_BUCKET, LEASE_KEY, request.execution_arn, request.previous_execution
     )
+    decision = stop_other_runs(decision, glue, GLUE_JOB_NAMES, emr, EMR_APPLICATION_ID)
+    if decision.stopping_runs:
+        logger.warning("job runs of other executions still going: stopping them", extra=decision.as_dict())
     metrics.add_metric(name="LeaseRefused", unit=MetricUnit.Count, value=0 if decision.acquired else 1)
     logger.info("pipeline lease", extra=decision.as_dict() | {"execution_arn": request.execution_arn})
     return decision.as_dict()

@@ -10,13 +10,20 @@ The lease is one S3 object naming the execution that holds it. An execution acqu
 in the last two cases by a compare-and-swap on the object's ETag (If-Match), so two executions taking
 over from the same dead holder cannot both win. Liveness is asked of Step Functions, not guessed from a
 timeout: a RUNNING execution keeps its lease however long its CDC run takes, and a dead one never blocks.
+
+Fencing (docs/CONTRACTS.md, "Fencing"): the document carries an `epoch`, incremented at every acquisition
+that changes the holder. Every job run the state machine starts carries the holder and the epoch, and checks
+them right before each of its commits (spark_jobs/lakehouse/fence.py). The check leaves the window of one
+commit; this side closes it: an execution that holds the lease stops every Spark job run of the pipeline
+still going that it did not start itself (a stopped execution's runs go on) and says so
+(`old_runs_running`): the state machine waits and asks again until none is left, before it starts its own.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -26,27 +33,51 @@ MISSING = ("NoSuchKey", "404", "NotFound")
 LOST_RACE = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
+ACTIVE_GLUE_STATES = ("STARTING", "RUNNING", "STOPPING", "WAITING")
+ACTIVE_EMR_STATES = ["SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED", "CANCELLING"]
+HOLDER_ARGUMENT = "--lease_holder"
+RUNS_LOOKED_AT = 200  # per job, newest first: a job allows one run at a time, an active run is among them
+
+
 @dataclass(frozen=True)
 class LeaseDecision:
     acquired: bool
     holder: str
     reason: str
+    epoch: int = 0
+    # job runs of other executions still going (being stopped): the holder starts none of its own before
+    stopping_runs: tuple[str, ...] = ()
 
     def as_dict(self) -> dict[str, Any]:
-        return {"acquired": self.acquired, "holder": self.holder, "reason": self.reason}
+        return {
+            "acquired": self.acquired,
+            "holder": self.holder,
+            "reason": self.reason,
+            "epoch": self.epoch,
+            "old_runs_running": bool(self.stopping_runs),
+            "stopping_runs": list(self.stopping_runs),
+        }
 
 
 def _code(error: ClientError) -> str:
     return str(error.response.get("Error", {}).get("Code", ""))
 
 
-def _document(execution_arn: str, now: datetime, taken_from: str | None) -> bytes:
+def _document(execution_arn: str, now: datetime, taken_from: str | None, epoch: int) -> bytes:
     body = {
         "holder": execution_arn,
         "acquired_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         "taken_from": taken_from,
+        "epoch": epoch,
     }
     return json.dumps(body).encode()
+
+
+def _epoch(document: dict[str, Any]) -> int:
+    try:
+        return int(document.get("epoch") or 0)
+    except (TypeError, ValueError):
+        return 0
 
 
 def rollover_successor_name(predecessor_arn: str) -> str:
@@ -85,15 +116,18 @@ def acquire(
 ) -> LeaseDecision:
     moment = now or datetime.now(UTC)
     try:
-        s3.put_object(Bucket=bucket, Key=key, Body=_document(execution_arn, moment, None), IfNoneMatch="*")
-        return LeaseDecision(True, execution_arn, "the lease was free")
+        s3.put_object(Bucket=bucket, Key=key, Body=_document(execution_arn, moment, None, 1), IfNoneMatch="*")
+        return LeaseDecision(True, execution_arn, "the lease was free", 1)
     except ClientError as error:
         if _code(error) not in LOST_RACE:
             raise
     current = s3.get_object(Bucket=bucket, Key=key)
-    holder = str(json.loads(current["Body"].read()).get("holder", ""))
+    document = json.loads(current["Body"].read())
+    holder, epoch = str(document.get("holder", "")), _epoch(document)
     if holder == execution_arn:
-        return LeaseDecision(True, holder, "this execution holds the lease already (a retried acquire)")
+        return LeaseDecision(
+            True, holder, "this execution holds the lease already (a retried acquire)", epoch
+        )
     names_the_holder = bool(holder) and previous_execution == holder
     if names_the_holder and is_rollover_successor(execution_arn, holder):
         reason = f"handed over by {holder}"
@@ -106,17 +140,88 @@ def acquire(
                     f"; {execution_arn} names it as previous_execution but is not its rollover successor"
                     f" (an execution of the same state machine named {rollover_successor_name(holder)})"
                 )
-            return LeaseDecision(False, holder, refusal)
+            return LeaseDecision(False, holder, refusal, epoch)
         reason = f"taken over from {holder or 'nobody'} ({status})"
     try:
         s3.put_object(
-            Bucket=bucket, Key=key, Body=_document(execution_arn, moment, holder), IfMatch=current["ETag"]
+            Bucket=bucket,
+            Key=key,
+            Body=_document(execution_arn, moment, holder, epoch + 1),
+            IfMatch=current["ETag"],
         )
     except ClientError as error:
         if _code(error) not in LOST_RACE:
             raise
-        winner = str(json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read()).get("holder", ""))
+        won = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        winner = str(won.get("holder", ""))
         return LeaseDecision(
-            winner == execution_arn, winner, f"another execution took the lease first: {winner}"
+            winner == execution_arn, winner, f"another execution took the lease first: {winner}", _epoch(won)
         )
-    return LeaseDecision(True, execution_arn, reason)
+    return LeaseDecision(True, execution_arn, reason, epoch + 1)
+
+
+def stop_other_runs(
+    decision: LeaseDecision,
+    glue: Any,
+    job_names: list[str],
+    emr: Any = None,
+    emr_application_id: str = "",
+) -> LeaseDecision:
+    """For a holder: stop every active job run of the pipeline's Glue jobs (and EMR Serverless application)
+    that this execution did not start, i.e. whose `--lease_holder` argument names another execution or is
+    absent (a run the previous version of the state machine started, or one started by hand: none may
+    commit beside the holder); the decision lists those still going. A run already STOPPING/CANCELLING is
+    listed, not stopped again. Asked again until none is left (the state machine waits in between)."""
+    if not decision.acquired:
+        return decision
+    going = [*_stop_glue_runs(glue, job_names, decision.holder)]
+    if emr is not None and emr_application_id:
+        going += _cancel_emr_runs(emr, emr_application_id, decision.holder)
+    return replace(decision, stopping_runs=tuple(going))
+
+
+def _stop_glue_runs(glue: Any, job_names: list[str], holder: str) -> list[str]:
+    going: list[str] = []
+    for job in job_names:
+        runs: list[dict[str, Any]] = []
+        request: dict[str, Any] = {"JobName": job, "MaxResults": 50}
+        while len(runs) < RUNS_LOOKED_AT:
+            page = glue.get_job_runs(**request)
+            runs += page.get("JobRuns", [])
+            if not page.get("NextToken"):
+                break
+            request["NextToken"] = page["NextToken"]
+        others = [
+            run
+            for run in runs
+            if run.get("JobRunState") in ACTIVE_GLUE_STATES
+            and (run.get("Arguments") or {}).get(HOLDER_ARGUMENT) != holder
+        ]
+        to_stop = [run["Id"] for run in others if run.get("JobRunState") != "STOPPING"]
+        if to_stop:
+            glue.batch_stop_job_run(JobName=job, JobRunIds=to_stop)
+        going += [
+            f"glue {job} {run['Id']} ({run.get('JobRunState')}; started under "
+            f"{(run.get('Arguments') or {}).get(HOLDER_ARGUMENT) or 'no lease'})"
+            for run in others
+        ]
+    return going
+
+
+def _cancel_emr_runs(emr: Any, application_id: str, holder: str) -> list[str]:
+    going: list[str] = []
+    listed = emr.list_job_runs(applicationId=application_id, states=ACTIVE_EMR_STATES, maxResults=50)
+    for summary in listed.get("jobRuns", []):
+        run = emr.get_job_run(applicationId=application_id, jobRunId=summary["id"])["jobRun"]
+        arguments = list(run.get("jobDriver", {}).get("sparkSubmit", {}).get("entryPointArguments", []))
+        started_under = next(
+            (arguments[i + 1] for i, a in enumerate(arguments[:-1]) if a == HOLDER_ARGUMENT), None
+        )
+        if started_under == holder:
+            continue
+        if run.get("state") != "CANCELLING":
+            emr.cancel_job_run(applicationId=application_id, jobRunId=run["jobRunId"])
+        going.append(
+            f"emr-serverless {run.get('name', '')} {run['jobRunId']} (started under {started_under or 'no lease'})"
+        )
+    return going

@@ -9,12 +9,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pyspark.java_gateway import ensure_callback_server_started
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriterV2, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.changes import OP, VALID_OPS
-from lakehouse.names import quote
+from lakehouse.fence import check_before_commit
+from lakehouse.names import properties_sql, quote, sql_string
 from lakehouse.types import can_widen
 
 log = logging.getLogger(__name__)
@@ -51,11 +52,13 @@ def create_table(
     comment: str = "",
     extra_properties: dict[str, str] | None = None,
 ) -> None:
+    """Create the table if it does not exist; every name, the comment and every property key and value
+    are written as SQL identifiers and literals (lakehouse.names), so each holds exactly its text."""
     columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in schema.fields)
-    properties = ", ".join(f"'{k}'='{v}'" for k, v in (TABLE_PROPERTIES | (extra_properties or {})).items())
+    properties = properties_sql(TABLE_PROPERTIES | (extra_properties or {}))
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg "
-        f"COMMENT '{comment.replace(chr(39), '')}' TBLPROPERTIES ({properties})"
+        f"COMMENT {sql_string(comment)} TBLPROPERTIES ({properties})"
     )
 
 
@@ -66,6 +69,8 @@ def evolve_schema(spark: SparkSession, table: str, wanted: dict[str, T.DataType]
     current = {f.name.lower(): f.dataType for f in spark.table(table).schema.fields}
     done: list[str] = []
     added = [(n, t) for n, t in wanted.items() if n not in current]
+    if added or any(n in current and current[n] != t and can_widen(current[n], t) for n, t in wanted.items()):
+        check_before_commit()  # a schema change is a commit too: never by a run that lost the lease
     if added:
         spec = ", ".join(f"{quote(n)} {t.simpleString()}" for n, t in added)
         spark.sql(f"ALTER TABLE {table} ADD COLUMNS ({spec})")
@@ -158,8 +163,10 @@ _callback_lock = threading.Lock()
 def with_commit_properties(
     spark: SparkSession, properties: dict[str, str], action: Callable[[], Any]
 ) -> None:
-    """Run `action` (a SQL MERGE) so that its Iceberg commit carries `properties` in its snapshot
-    summary: the data and the facts about it land in one atomic commit."""
+    """Run `action` (a SQL MERGE, DELETE…) so that its Iceberg commit carries `properties` in its snapshot
+    summary: the data and the facts about it land in one atomic commit. Fenced: the run's lease is checked
+    right before, and its holder and epoch are in the summary too (lakehouse.fence)."""
+    properties = properties | check_before_commit()
     with _callback_lock:
         ensure_callback_server_started(spark.sparkContext._gateway)
     jvm = spark.sparkContext._jvm
@@ -253,17 +260,19 @@ def append_rows(spark: SparkSession, table: str, rows: DataFrame, properties: di
             for f in target.fields
         ]
     )
-    writer = aligned.writeTo(table)
-    for key, value in properties.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
-    writer.append()
+    fenced_writer(aligned.writeTo(table), properties).append()
 
 
 def overwrite_rows(spark: SparkSession, table: str, rows: DataFrame, properties: dict[str, str]) -> None:
-    writer = rows.writeTo(table)
-    for key, value in properties.items():
+    fenced_writer(rows.writeTo(table), properties).overwrite(F.lit(True))
+
+
+def fenced_writer(writer: DataFrameWriterV2, properties: dict[str, str] | None = None) -> DataFrameWriterV2:
+    """`writer` with `properties` and the run's lease (holder, epoch) as snapshot summary properties, the
+    lease checked right before (lakehouse.fence): call it as the last step before `.append()` & co."""
+    for key, value in ((properties or {}) | check_before_commit()).items():
         writer = writer.option(f"snapshot-property.{key}", value)
-    writer.overwrite(F.lit(True))
+    return writer
 
 
 def replace_table(
@@ -284,10 +293,8 @@ def replace_table(
         if not (exists and key == "format-version"):  # never change an existing table's format
             writer = writer.tableProperty(key, value)
     if comment:
-        writer = writer.tableProperty("comment", comment.replace("'", ""))
-    for key, value in summary.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
-    writer.createOrReplace()
+        writer = writer.tableProperty("comment", comment)  # no SQL: the text as it is
+    fenced_writer(writer, summary).createOrReplace()
 
 
 def _null_of(spark: SparkSession, table: str, column: str):

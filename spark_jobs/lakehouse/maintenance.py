@@ -36,14 +36,17 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakehouse.config import LakeConfig
+from lakehouse.fence import LeaseLostError, check_before_commit
 from lakehouse.iceberg import (
     APPLIED_FILES,
     REPLACED_SNAPSHOT,
+    RUN_ID,
     SOURCE_TABLE,
     current_snapshot_id,
     table_exists,
     table_properties,
 )
+from lakehouse.names import sql_string
 from lakehouse.state import LedgerEntry, RecordedFile, StateTables, lineage
 
 log = logging.getLogger(__name__)
@@ -131,6 +134,8 @@ def maintain(
             if table == state.tombstones:
                 entry.tombstones_expired = _expire_tombstones(spark, table, moment, options)
             _maintain_table(spark, config, table, options, moment, consumed, entry)
+        except LeaseLostError:
+            raise  # the run's execution lost the pipeline lease: nothing more is committed (lakehouse.fence)
         except Exception as error:  # one table's failure is reported; the others go on
             log.exception("%s: maintenance failed", table)
             entry.error = f"{type(error).__name__}: {error}"[:2000]
@@ -156,7 +161,7 @@ def _consumed_snapshots(spark: SparkSession, refined: Sequence[str]) -> set[int]
     for table in refined:
         newest = spark.sql(
             f"SELECT snapshot_id FROM {table}.snapshots "
-            f"WHERE exists(map_keys(summary), k -> startswith(k, '{CONSUMED_PREFIX}')) "
+            f"WHERE exists(map_keys(summary), k -> startswith(k, {sql_string(CONSUMED_PREFIX)})) "
             "ORDER BY committed_at DESC LIMIT 1"
         ).first()
         if newest is not None:
@@ -174,8 +179,9 @@ def _reconcile_ledger(spark: SparkSession, state: StateTables, replicas: Sequenc
     copied: dict[str, int] = {}
     for table in replicas:
         rows = spark.sql(
-            f"SELECT snapshot_id, parent_id, summary['{REPLACED_SNAPSHOT}'] AS replaced, "
-            f"summary['{APPLIED_FILES}'] AS applied, summary['dms.run-id'] AS run_id FROM {table}.snapshots"
+            f"SELECT snapshot_id, parent_id, summary[{sql_string(REPLACED_SNAPSHOT)}] AS replaced, "
+            f"summary[{sql_string(APPLIED_FILES)}] AS applied, summary[{sql_string(RUN_ID)}] AS run_id "
+            f"FROM {table}.snapshots"
         ).collect()
         if not rows:
             continue
@@ -205,13 +211,16 @@ def _reconcile_ledger(spark: SparkSession, state: StateTables, replicas: Sequenc
 def _source_table(spark: SparkSession, table: str) -> str:
     """The `schema.table` a replica holds (its `dms.source-table` property; older tables: the comment)."""
     properties = table_properties(spark, table)
-    named = properties.get(SOURCE_TABLE) or properties.get("comment", "").removeprefix("DMS replica of ")
-    return named.strip() or table.rsplit(".", 1)[-1]
+    if SOURCE_TABLE in properties:
+        return properties[SOURCE_TABLE]  # exactly: a name may begin or end with spaces
+    named = properties.get("comment", "").removeprefix("DMS replica of ")
+    return named or table.rsplit(".", 1)[-1]
 
 
 def _expire_tombstones(spark: SparkSession, table: str, moment: datetime, options: MaintenanceOptions) -> int:
     cutoff = moment - timedelta(days=options.tombstone_retention_days)
     before = spark.table(table).count()
+    check_before_commit()
     spark.sql(f"DELETE FROM {table} WHERE recorded_at < TIMESTAMP '{cutoff:%Y-%m-%d %H:%M:%S}'")
     return before - spark.table(table).count()
 
@@ -236,7 +245,7 @@ def _maintain_table(
     consumed: set[int],
     entry: TableMaintenance,
 ) -> None:
-    catalog, name = config.catalog_name, table.split(".", 1)[1]
+    catalog, name = config.catalog_name, sql_string(table.split(".", 1)[1])
     entry.data_files_before, entry.delete_files_before = _live_files(spark, table)
     entry.snapshots_before = _snapshots(spark, table)
     if current_snapshot_id(spark, table) is None:
@@ -247,18 +256,21 @@ def _maintain_table(
         "target-file-size-bytes": options.target_file_size_mb * 1024 * 1024,
         "partial-progress.enabled": "true",
     }
+    check_before_commit()
     rewritten = spark.sql(
-        f"CALL {catalog}.system.rewrite_data_files(table => '{name}', options => map("
-        + ", ".join(f"'{k}', '{v}'" for k, v in rewrite_options.items())
+        f"CALL {catalog}.system.rewrite_data_files(table => {name}, options => map("
+        + ", ".join(f"{sql_string(k)}, {sql_string(str(v))}" for k, v in rewrite_options.items())
         + "))"
     ).first()
     entry.rewritten_data_files = int(rewritten["rewritten_data_files_count"])
+    check_before_commit()
     removed = spark.sql(
-        f"CALL {catalog}.system.rewrite_position_delete_files(table => '{name}', "
+        f"CALL {catalog}.system.rewrite_position_delete_files(table => {name}, "
         "options => map('rewrite-all', 'true'))"
     ).first()
     entry.removed_delete_files = int(removed["rewritten_delete_files_count"])
-    spark.sql(f"CALL {catalog}.system.rewrite_manifests(table => '{name}')")
+    check_before_commit()
+    spark.sql(f"CALL {catalog}.system.rewrite_manifests(table => {name})")
     cutoff = moment - timedelta(hours=options.snapshot_retention_hours)
     if consumed:
         # never expire a snapshot a refined table consumed last (nor anything after it)
@@ -269,15 +281,17 @@ def _maintain_table(
         if oldest is not None:
             cutoff = min(cutoff, oldest)
     held = _snapshots(spark, table)
+    check_before_commit()
     spark.sql(
-        f"CALL {catalog}.system.expire_snapshots(table => '{name}', "
+        f"CALL {catalog}.system.expire_snapshots(table => {name}, "
         f"older_than => TIMESTAMP '{cutoff:%Y-%m-%d %H:%M:%S.%f}', retain_last => {int(options.retain_last)})"
     ).collect()
     entry.expired_snapshots = held - _snapshots(spark, table)
     if options.remove_orphans:
         older = moment - timedelta(hours=options.orphan_file_age_hours)
+        check_before_commit()
         orphans = spark.sql(
-            f"CALL {catalog}.system.remove_orphan_files(table => '{name}', "
+            f"CALL {catalog}.system.remove_orphan_files(table => {name}, "
             f"older_than => TIMESTAMP '{older:%Y-%m-%d %H:%M:%S}')"
         ).collect()
         entry.orphan_files_removed = len(orphans)

@@ -29,6 +29,7 @@ from lakehouse import changes as C
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from lakehouse.dms_reader import RawRead, ReaderOptions, read_dms_files, with_record_numbers
+from lakehouse.fence import LeaseLostError, check_before_commit
 from lakehouse.iceberg import (
     APPLIED_FILES,
     FULL_LOAD_DONE,
@@ -49,7 +50,15 @@ from lakehouse.iceberg import (
     table_properties,
 )
 from lakehouse.manifest import Manifest
-from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, INTERNAL_PREFIX, RESERVED_COLUMNS, quote
+from lakehouse.names import (
+    CHANGE_SEQ_COLUMN,
+    COMMIT_TS_COLUMN,
+    INTERNAL_PREFIX,
+    RESERVED_COLUMNS,
+    properties_sql,
+    quote,
+    table_folder,
+)
 from lakehouse.quarantine import (
     FileProblem,
     file_rejections,
@@ -59,7 +68,7 @@ from lakehouse.quarantine import (
 )
 from lakehouse.schema import SchemaFile, TableSpec
 from lakehouse.state import LedgerEntry, RecordedFile, StateTables, applied_files
-from lakehouse.storage import list_objects, stage_for_spark
+from lakehouse.storage import list_folders, list_objects, stage_for_spark
 from lakehouse.types import can_widen
 
 log = logging.getLogger(__name__)
@@ -272,7 +281,9 @@ class _Pipeline:
                 table,
                 files=len(uris),
                 error=(
-                    f"SchemaOutOfDateError: {table} is not in the schema file, but the batch has {len(uris)} "
+                    f"RefusedName: {self.schema.refusal(table)}; the batch stays pending"
+                    if self.schema.refusal(table)
+                    else f"SchemaOutOfDateError: {table} is not in the schema file, but the batch has {len(uris)} "
                     f"file(s) of it (e.g. {uris[0]}): the source has a table the schema file was generated "
                     "without. Regenerate the schema file (python -m tools.schema_gen ...) and upload it where "
                     "--schema_file points, or exclude the table in the DMS task's table mappings; the batch "
@@ -341,6 +352,8 @@ class _Pipeline:
     def finish(self) -> RunReport:
         try:
             self.state.record(self.ledger_entries, self.ledger_forget)
+        except LeaseLostError:
+            raise  # the lease moved on: nothing more is written, no report (lakehouse.fence)
         except Exception as error:  # the commits stand; the next run copies their names again
             log.exception("recording the applied files in the ledger failed")
             self.report.error = f"ledger: {type(error).__name__}: {error}"[:2000]
@@ -364,6 +377,8 @@ class _Pipeline:
             begun = time.monotonic()
             try:
                 apply(spec, payload, report)
+            except LeaseLostError:
+                raise  # the lease moved on: the run fails as a whole, its other tables commit nothing either
             except Exception as error:  # one table's failure is reported; the others go on
                 log.exception("%s: %s failed", spec.qualified_name, self.report.job)
                 report.error = f"{type(error).__name__}: {error}"[:2000]
@@ -780,13 +795,20 @@ def full_load(
     run = _Pipeline(spark, config, schema, options, run_id, "full-load")
     run.state.ensure()
     wanted = {t.lower() for t in tables}
+    refused = [
+        TableReport(name, error=f"RefusedName: {why}")
+        for name, why in sorted(schema.refused.items())
+        if not wanted or name.lower() in wanted
+    ]
     unknown = sorted(wanted - {s.qualified_name.lower() for s in schema.tables.values()})
+    unknown = [t for t in unknown if schema.refusal(t) is None]
     if unknown:
         raise ValueError(f"--tables names tables the schema file does not have: {unknown}")
     specs = [s for s in schema.tables.values() if not wanted or s.qualified_name.lower() in wanted]
     base = raw_path.rstrip("/")
-    files = {spec: _load_files(f"{base}/{spec.source_schema}/{spec.name}", config) for spec in specs}
-    if specs and not any(files.values()):
+    files = {spec: _load_files(table_folder(base, spec.source_schema, spec.name), config) for spec in specs}
+    misplaced = {spec: _misplaced(base, spec, config) for spec in specs if not files[spec]}
+    if specs and not any(files.values()) and not any(misplaced.values()):
         raise FileNotFoundError(
             f"no DMS LOAD files under {raw_path} for any of the {len(specs)} table(s) of the schema file "
             f"(expected {base}/<schema>/<table>/LOAD00000001.csv): check --raw_path and that DMS's full load "
@@ -794,11 +816,42 @@ def full_load(
         )
     run.run_tables(
         [(spec, files[spec]) for spec in specs],
-        lambda spec, found, report: _load_table(run, spec, found, reload, report),
+        lambda spec, found, report: (
+            _refuse_misplaced(misplaced.get(spec)) or _load_table(run, spec, found, reload, report)
+        ),
     )
+    run.report.tables += refused
     report = run.finish()
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+def _misplaced(base: str, spec: TableSpec, config: LakeConfig) -> str | None:
+    """Why a table without LOAD files has none when DMS wrote them to a folder whose name differs from the
+    schema file's only in case (`sales/orders/` for `Sales.Orders`): the folder that exists, named. None
+    when there is no such folder (DMS writes none for an empty table)."""
+    schemas = [
+        s for s in list_folders(base, config.s3_endpoint_url) if s.lower() == spec.source_schema.lower()
+    ]
+    folders = [
+        f"{base}/{s}/{t}/"
+        for s in schemas
+        for t in list_folders(f"{base}/{s}/", config.s3_endpoint_url)
+        if t.lower() == spec.name.lower() and (s, t) != (spec.source_schema, spec.name)
+    ]
+    if not folders:
+        return None
+    return (
+        f"{spec.qualified_name}: no LOAD files under {table_folder(base, spec.source_schema, spec.name)}, but "
+        f"{', '.join(folders)} exists: the schema file and the DMS folders spell the name in different case "
+        "(S3 keys are case-sensitive). Regenerate the schema file from the source catalog (python -m "
+        "tools.schema_gen) so that it names the table as DMS does; the table is not loaded until then."
+    )
+
+
+def _refuse_misplaced(problem: str | None) -> None:
+    if problem:
+        raise FileNotFoundError(problem)
 
 
 def _load_files(prefix: str, config: LakeConfig) -> list[tuple[DmsFile, datetime | None]]:
@@ -841,9 +894,9 @@ def _load_table(
         # already, the table as it is, marked loaded: its rows are changes made since).
         log.warning("%s: no LOAD files (an empty source table?)", spec.qualified_name)
         if exists:
-            spark.sql(
-                f"ALTER TABLE {table} SET TBLPROPERTIES ('{LOAD_DONE}'='0', '{SOURCE_TABLE}'='{spec.qualified_name.replace(chr(39), '')}')"
-            )
+            marks = {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name}
+            check_before_commit()
+            spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({properties_sql(marks)})")
             return
         empty = spark.createDataFrame([], clean_schema(spec))
         replace_table(

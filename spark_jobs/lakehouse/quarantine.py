@@ -17,7 +17,7 @@ from pyspark.sql import types as T
 from lakehouse.changes import RAW, REASON
 from lakehouse.dms_reader import FILE_URI, RECORD
 from lakehouse.frames import literal_frame
-from lakehouse.iceberg import create_table
+from lakehouse.iceberg import create_table, with_commit_properties
 
 QUARANTINE_SCHEMA = T.StructType(
     [
@@ -89,11 +89,12 @@ def write_quarantine(
     view = f"quarantine_{uuid.uuid4().hex}"  # never built from the run id: any text can be a run id
     rows.createOrReplaceTempView(view)
     before = spark.table(table).count()
-    spark.sql(
+    statement = (
         f"MERGE INTO {table} q USING {view} r "
         "ON q.source_uri = r.source_uri AND q.record_number <=> r.record_number "
         "WHEN NOT MATCHED THEN INSERT *"
     )
+    with_commit_properties(spark, {}, lambda: spark.sql(statement))
     spark.catalog.dropTempView(view)
     return spark.table(table).count() - before
 

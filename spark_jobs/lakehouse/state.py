@@ -34,8 +34,11 @@ from lakehouse.iceberg import (
     REPLACED_SNAPSHOT,
     create_table,
     current_snapshot_id,
+    fenced_writer,
     table_exists,
+    with_commit_properties,
 )
+from lakehouse.names import sql_string
 
 log = logging.getLogger(__name__)
 
@@ -131,20 +134,22 @@ class StateTables:
         """Append ledger rows and drop rows of rolled-back commits. An append, not a MERGE: the callers
         add only names the ledger lacks, and a row that a crash makes appear twice changes no answer."""
         if entries:
-            literal_frame(
+            rows = literal_frame(
                 self.spark,
                 [asdict(e) for e in entries],
                 "source_table string, file_name string, file_uri string, run_id string, snapshot_id long",
-            ).withColumn("applied_at", F.current_timestamp()).writeTo(self.ledger).append()
+            ).withColumn("applied_at", F.current_timestamp())
+            fenced_writer(rows.writeTo(self.ledger)).append()
         if forget:
             condition = " OR ".join(
-                f"(source_table = {_literal(table)} AND file_name = {_literal(f.file_name)} "
+                f"(source_table = {sql_string(table)} AND file_name = {sql_string(f.file_name)} "
                 f"AND snapshot_id = {int(f.snapshot_id)})"
                 for table, f in forget
                 if f.snapshot_id is not None
             )
             if condition:
-                self.spark.sql(f"DELETE FROM {self.ledger} WHERE {condition}")
+                statement = f"DELETE FROM {self.ledger} WHERE {condition}"
+                with_commit_properties(self.spark, {}, lambda: self.spark.sql(statement))
 
     # ---------------------------------------------------------------- tombstones
     def tombstones_of(self, source_table: str) -> DataFrame:
@@ -158,14 +163,15 @@ class StateTables:
 
     def bury(self, source_table: str, deletes: DataFrame, run_id: str) -> None:
         """Append tombstones for `deletes` (`key`, `change_seq`, `commit_ts`)."""
-        deletes.select(
+        rows = deletes.select(
             F.lit(source_table).alias("source_table"),
             "key",
             F.col("change_seq").cast(SEQ_TYPE).alias("change_seq"),
             "commit_ts",
             F.lit(run_id).alias("run_id"),
             F.current_timestamp().alias("recorded_at"),
-        ).writeTo(self.tombstones).append()
+        )
+        fenced_writer(rows.writeTo(self.tombstones)).append()
 
 
 def applied_files(
@@ -185,8 +191,8 @@ def applied_files(
     since = (min(times) - CLOCK_SLACK) if len(times) == len(candidates) and times else None
     window = f"committed_at >= TIMESTAMP '{since:%Y-%m-%d %H:%M:%S}'" if since else "TRUE"
     rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, summary['{REPLACED_SNAPSHOT}'] AS replaced, "
-        f"CASE WHEN {window} THEN summary['{APPLIED_FILES}'] END AS applied FROM {table}.snapshots"
+        f"SELECT snapshot_id, parent_id, summary[{sql_string(REPLACED_SNAPSHOT)}] AS replaced, "
+        f"CASE WHEN {window} THEN summary[{sql_string(APPLIED_FILES)}] END AS applied FROM {table}.snapshots"
     ).collect()
     held = {row["snapshot_id"] for row in rows}
     ancestors = lineage(
@@ -233,7 +239,3 @@ def lineage(current: int | None, parents: dict[int, int | None]) -> set[int]:
 
 def _as_id(text: str | None) -> int | None:
     return int(text) if text else None
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"

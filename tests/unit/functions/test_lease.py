@@ -78,6 +78,9 @@ def test_a_second_execution_started_by_hand_is_refused_with_the_reason(machine, 
         "acquired": False,
         "holder": first,
         "reason": f"execution {first} is RUNNING and holds the pipeline lease",
+        "epoch": 1,
+        "old_runs_running": False,
+        "stopping_runs": [],
     }
     assert lease_app.handler({"execution_arn": first}, FakeContext())["acquired"] is True
     assert holder() == first
@@ -142,7 +145,14 @@ def test_an_execution_naming_the_holder_as_its_predecessor_cannot_steal_the_leas
 
     successor = start(machine, rollover_name(first))
     handed = lease_app.handler({"execution_arn": successor, "execution_input": claim}, FakeContext())
-    assert handed == {"acquired": True, "holder": successor, "reason": f"handed over by {first}"}
+    assert handed == {
+        "acquired": True,
+        "holder": successor,
+        "reason": f"handed over by {first}",
+        "epoch": 2,
+        "old_runs_running": False,
+        "stopping_runs": [],
+    }
     assert holder() == successor
 
 

@@ -308,6 +308,8 @@ def _tasks(asl: dict[str, Any], path: list[str]) -> list[str]:
 
 
 CONFIG = {"refine_every": 5, "maintenance_every": 50, "maintenance_mode": "job", "loop_wait_seconds": 60}
+# what AcquireLease leaves in the state for the rest of the execution (every job run is fenced by it)
+LEASE = {"value": {"acquired": True, "holder": "arn:aws:states:us-east-1:123456789012:execution:p:e", "epoch": 1}}
 
 
 @pytest.mark.parametrize(
@@ -532,6 +534,7 @@ def test_an_empty_queue_refines_what_was_applied_since_the_last_refine(asl, refi
     guard, reading nothing an idle drain does not return (no batch run_id)."""
     document = {
         "config": CONFIG,
+        "lease": LEASE,
         "loop": {"batches": 8, "since_refine": 3, "since_maintenance": 8},
         "batch": {"value": {"has_work": False, "file_count": 0, "moved_aside": [], "reloads_pending": []}},
     }
@@ -549,6 +552,7 @@ def test_an_empty_queue_with_nothing_new_since_the_last_refine_only_waits(asl):
     goes idle, Then no Glue run starts (an idle pipeline costs nothing): it waits and goes on."""
     document = {
         "config": CONFIG,
+        "lease": LEASE,
         "loop": {"batches": 8, "since_refine": 0, "since_maintenance": 8},
         "batch": {"value": {"has_work": False, "file_count": 0}},
     }
@@ -577,6 +581,7 @@ def test_maintenance_runs_every_n_batches_and_a_failure_never_stops_cdc(
     on to the history guard and the next drain: CDC never stops for maintenance. Otherwise no run."""
     document = {
         "config": CONFIG | {"maintenance_mode": mode},
+        "lease": LEASE,
         "loop": {"batches": 99, "since_refine": 1, "since_maintenance": since_maintenance},
         "batch": {"value": {"has_work": True, "run_id": "r1", "manifest_key": "k", "file_count": 3}},
     }
