@@ -80,6 +80,10 @@ def handler(request: DrainRequest, context: LambdaContext) -> dict[str, Any]:
     metrics.add_metric(name="PoisonMessages", unit=MetricUnit.Count, value=result.get("poison_messages", 0))
     metrics.add_metric(name="ReloadFilesRecorded", unit=MetricUnit.Count, value=result.get("reload_files", 0))
     metrics.add_metric(name="ReloadsPending", unit=MetricUnit.Count, value=len(result["reloads_pending"]))
+    set_aside = result.get("reload_requests_set_aside", 0)
+    if set_aside:
+        logger.error("corrupt reload requests set aside under reloads-failed/ and replaced", extra=result)
+    metrics.add_metric(name="ReloadRequestsSetAside", unit=MetricUnit.Count, value=set_aside)
     # Alarmed near TombstoneRetentionDays: a batch requeued after it would bring deleted rows back.
     oldest = oldest_moved_aside_days(s3, LOCATIONS, datetime.now(UTC))
     metrics.add_metric(name="OldestMovedAsideBatchAgeDays", unit=MetricUnit.Count, value=oldest)

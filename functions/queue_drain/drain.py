@@ -51,6 +51,7 @@ LOAD_FILE = re.compile(r"^LOAD(?:_\d+_)?[0-9A-Fa-f]{8}" + _EXTENSION + "$")
 CDC_FILE = re.compile(r"^\d{8}-\d{6}\d*" + _EXTENSION + "$")
 DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
 MAX_DATE_FOLDERS = 4
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MISSING = ("NoSuchKey", "404", "NotFound")
 StuckBatchPolicy = Literal["continue", "stop"]
 # Called with {"manifest_key", "failed_key", "reason"} right after a pending manifest was moved to failed/.
@@ -269,6 +270,13 @@ def parse_file_event(
             f"s3://{bucket}/{key} is not a DMS file <{raw_prefix}>/<schema>/<table>/[<date folders>/]<file>"
             " named LOAD…(.csv|.csv.gz|.parquet) or <yyyymmdd-hhmmss…>(.csv|.csv.gz|.parquet)"
         )
+    unusable = [name for name in (schema, table) if CONTROL.search(name) or name in (".", "..")]
+    if unusable:
+        # the rule of spark_jobs/lakehouse/names.py check_source_name: the jobs refuse such a table, and
+        # the reloads function refuses its name, so its reload request could never be retired
+        raise PoisonMessageError(
+            f"s3://{bucket}/{key}: a schema or table named {unusable[0]!r} (control characters, '.' or '..')"
+        )
     created = event.time if event.time.tzinfo else event.time.replace(tzinfo=UTC)
     return DmsFile(bucket, key, schema, table, _size(event.detail.object.size), created, kind)
 
@@ -473,6 +481,7 @@ def drain(
     exists = _object_exists(s3) if where.raw_bucket else None
     deadline = time.monotonic() + limits.time_budget_seconds
     counts = {"poison_messages": 0, "skipped_full_load": 0, "duplicates": 0, "reload_files": 0}
+    set_aside = 0  # corrupt reload requests replaced (kept under reloads-failed/)
     while len(manifest.files) < limits.max_files and manifest.total_bytes < limits.max_bytes:
         if time.monotonic() > deadline:
             break
@@ -492,7 +501,7 @@ def drain(
         # Recorded durably first (reload requests, manifest); only then may the messages leave the queue.
         if sorted_page.reloads or sorted_page.files:
             check()
-        _record_reloads(s3, where, sorted_page.reloads, moment)
+        set_aside += _record_reloads(s3, where, sorted_page.reloads, moment)
         if sorted_page.files:
             manifest.files.extend(sorted_page.files)
             etag = put_manifest(s3, where.artifacts_bucket, key, manifest.to_dict(), etag)
@@ -502,6 +511,8 @@ def drain(
             _release(sqs, where.queue_url, sorted_page.released)
             break
     extra = counts | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
+    if set_aside:
+        extra["reload_requests_set_aside"] = set_aside
     if not manifest.files:
         return {"has_work": False, "file_count": 0} | extra
     return _result(where, key, manifest, resumed=False, etag=etag) | extra
@@ -653,10 +664,11 @@ def read_reload_request(document: bytes, key: str, table: str) -> dict[str, Any]
     return request
 
 
-def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: datetime) -> None:
+def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: datetime) -> int:
     """Add LOAD files to their table's reload request (created at the first one; written conditionally on
     the version read). A corrupt request is kept aside under `reloads-failed/` and replaced by a new one:
-    the reload it asked for is still done, by the new request."""
+    the reload it asked for is still done, by the new request. Returns how many were set aside."""
+    set_aside = 0
     by_table: dict[str, list[DmsFile]] = {}
     for found in files:
         by_table.setdefault(found.qualified_table, []).append(found)
@@ -681,6 +693,7 @@ def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: dateti
                 Metadata={"reason": str(error)[:1000].encode("ascii", "replace").decode()},
             )
             request = fresh
+            set_aside += 1
         request["table"] = table
         times = [f.created for f in found]
         known = [request.get("first_seen"), request.get("last_seen")]
@@ -691,6 +704,7 @@ def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: dateti
         request["first_seen"] = _iso(min(times))
         request["last_seen"] = _iso(max(times))
         put_manifest(s3, where.artifacts_bucket, key, request, etag)
+    return set_aside
 
 
 def _aware(moment: datetime) -> datetime:

@@ -54,8 +54,7 @@ def handler(request: ReloadsRequest, context: LambdaContext) -> dict[str, Any]:
         logger.error("reload run failed", extra=result | {"error": request.error[:2000]})
     for aside in result.get("set_aside", []):
         logger.error("corrupt reload request set aside", extra=aside)
-    metrics.add_metric(
-        name="ReloadRequestsSetAside", unit=MetricUnit.Count, value=len(result.get("set_aside", []))
-    )
+    set_aside = len(result.get("set_aside", []))
+    metrics.add_metric(name="ReloadRequestsSetAside", unit=MetricUnit.Count, value=set_aside)
     logger.info(f"reloads {request.action}", extra=result)
     return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote_plus, unquote
 
@@ -485,7 +486,7 @@ def test_a_batch_requeued_by_the_operator_is_handed_out_first_with_its_attempts_
         drain_app.handler(drain_request(), FakeContext())
     s3 = boto3.client("s3")
     (failed,) = requeue_batch.failed_batches(s3, ARTIFACTS)
-    requeue_batch.requeue(s3, ARTIFACTS, failed)
+    requeue_batch.requeue(s3, ARTIFACTS, failed, 35, now=datetime(2026, 11, 23, tzinfo=UTC))
 
     resumed = drain_app.handler(drain_request(), FakeContext())
 

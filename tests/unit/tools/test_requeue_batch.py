@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -48,7 +49,7 @@ def test_a_failed_batch_goes_back_to_pending_with_its_attempts_reset_and_a_corru
         (RUN_ID, 1, "its CDC run failed 3 times"),
         ("", -1, "corrupt"),
     ]
-    target = requeue_batch.requeue(s3, BUCKET, batches[0])
+    target = requeue_batch.requeue(s3, BUCKET, batches[0], 35, now=datetime(2026, 11, 25, tzinfo=UTC))
     with pytest.raises(ValueError, match="corrupt"):
         requeue_batch.requeue(s3, BUCKET, batches[1])
 
