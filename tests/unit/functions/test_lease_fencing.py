@@ -181,3 +181,57 @@ def test_the_state_machine_waits_for_the_old_runs_before_it_starts_anything_and_
         assert arguments["--lease_uri"] == "s3://${ArtifactsBucket}/locks/pipeline-lease.json", name
         assert arguments["--lease_holder.$"] == "$$.Execution.Id", name
         assert arguments["--lease_epoch.$"] == "States.Format('{}', $.lease.value.epoch)", name
+
+
+class EmrRuns:
+    """An EMR Serverless application's job runs as ListJobRuns/GetJobRun/CancelJobRun answer."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, dict[str, Any]] = {}
+        self.cancelled: list[str] = []
+
+    def add(self, run_id: str, state: str, holder: str | None) -> None:
+        arguments = ["--run_id", run_id] + (["--lease_holder", holder] if holder else [])
+        self.runs[run_id] = {
+            "applicationId": "app",
+            "jobRunId": run_id,
+            "name": "dev-cdc",
+            "state": state,
+            "jobDriver": {
+                "sparkSubmit": {"entryPoint": "s3://a/cdc_job.py", "entryPointArguments": arguments}
+            },
+        }
+
+    def list_job_runs(self, applicationId: str, states: list[str], maxResults: int = 50) -> dict:
+        return {
+            "jobRuns": [{"id": i, "state": r["state"]} for i, r in self.runs.items() if r["state"] in states]
+        }
+
+    def get_job_run(self, applicationId: str, jobRunId: str) -> dict:
+        return {"jobRun": self.runs[jobRunId]}
+
+    def cancel_job_run(self, applicationId: str, jobRunId: str) -> dict:
+        self.cancelled.append(jobRunId)
+        self.runs[jobRunId]["state"] = "CANCELLING"
+        return {"applicationId": applicationId, "jobRunId": jobRunId}
+
+
+def test_on_emr_serverless_a_takeover_cancels_the_old_holders_runs_too(machine, lease_app):
+    """Given SparkEngine=emr-serverless, execution 1 stopped while its CDC run RUNS on the application, and a
+    run of its that ended, When execution 2 takes the lease over, Then only the running one is cancelled and
+    reported until it ended."""
+    emr = EmrRuns()
+    lease_app.emr, lease_app.EMR_APPLICATION_ID = emr, "app"
+    first, second = start(machine, "first"), start(machine, "second")
+    lease_app.handler({"execution_arn": first}, FakeContext())
+    emr.add("00done", "SUCCESS", first)
+    emr.add("00cdc", "RUNNING", first)
+    boto3.client("stepfunctions").stop_execution(executionArn=first)
+
+    taken = lease_app.handler({"execution_arn": second}, FakeContext())
+
+    assert taken["old_runs_running"] is True and [r.split()[2] for r in taken["stopping_runs"]] == ["00cdc"]
+    assert emr.cancelled == ["00cdc"]
+    emr.runs["00cdc"]["state"] = "CANCELLED"
+    assert lease_app.handler({"execution_arn": second}, FakeContext())["old_runs_running"] is False
+    assert emr.cancelled == ["00cdc"]
