@@ -45,6 +45,7 @@ POSTGRES_EPOCH = datetime(2000, 1, 1)
 TIMESTAMPTZ_OID = 1184
 BYTEA_OID = 17
 PROTO_VERSION = "1"
+HEARTBEAT_TABLE = "awsdms_heartbeat"
 
 
 def change_seq(commit_lsn: int, ordinal: int) -> int:
@@ -213,6 +214,7 @@ class PostgresSettings:
     schema: str
     slot: str
     publication: str
+    heartbeat_schema: str | None = None  # HeartbeatEnable: where the heartbeat table is; None = off
 
     def conninfo(self, replication: bool = False) -> str:
         from psycopg.conninfo import make_conninfo
@@ -264,7 +266,7 @@ class PostgresSource:
     def tables(self) -> list[str]:
         rows = self.connection.execute(
             "SELECT table_name FROM information_schema.tables WHERE table_schema = %s"
-            " AND table_type = 'BASE TABLE' ORDER BY table_name",
+            f" AND table_type = 'BASE TABLE' AND table_name <> '{HEARTBEAT_TABLE}' ORDER BY table_name",
             (self.settings.schema,),
         ).fetchall()
         return [name for (name,) in rows]
@@ -495,6 +497,32 @@ class PostgresSource:
             "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)",
             (self.settings.slot, format_lsn(max(confirmed))),
         )
+
+    def heartbeat(self) -> None:
+        """HeartbeatEnable: a dummy transaction (a row of `<HeartbeatSchema>.awsdms_heartbeat`), then, as DMS's
+        feedback on the replication stream does, the slot confirmed up to it when the slot holds no change
+        of the publication before it. Without it an idle slot keeps every WAL segment written since its last
+        change: other tables, other databases, until the disk fills. Called by the capture with nothing
+        pending; a transaction of the task's still unconfirmed is left to the capture (`prune`)."""
+        if self.settings.heartbeat_schema is None or self._transaction_ends:
+            return
+        table = f"{_quote(self.settings.heartbeat_schema)}.{HEARTBEAT_TABLE}"
+        self.connection.execute(
+            f"CREATE TABLE IF NOT EXISTS {table} (id integer PRIMARY KEY, heartbeat_at timestamptz NOT NULL)"
+        )
+        self.connection.execute(
+            f"INSERT INTO {table} VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"
+        )
+        (lsn,) = self.connection.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        (undecoded,) = self.connection.execute(
+            "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL,"
+            " 'proto_version', %s, 'publication_names', %s)",
+            (self.settings.slot, lsn, PROTO_VERSION, self.settings.publication),
+        ).fetchone()
+        if undecoded == 0:  # nothing of the publication up to the heartbeat: nothing is skipped
+            self.connection.execute(
+                "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.settings.slot, lsn)
+            )
 
     def drop_capture(self) -> None:
         """The slot and the publication removed (a deleted task): an abandoned slot keeps WAL forever."""

@@ -6,11 +6,20 @@ reads it; or, a local convention, EngineName `sqlite` with DatabaseName = the pa
 ExtraConnectionAttributes `schemaName=<name>` (default `public` / `main`) = the schema replicated, the files' folder.
 Target endpoint: EngineName `s3` with S3Settings (BucketName, BucketFolder, AddColumnName, IncludeOpForFullLoad,
 TimestampColumnName, CsvNullValue, CdcMaxBatchInterval, CdcMinFileSize, MaxFileSize).
+
+Monitoring as AWS DMS does it: when a started task stops or fails, its state-change event goes to the default
+EventBridge bus (source `aws.dms`, detail-type `DMS Replication Task State Change`, the task's ARN in
+`resources`, `detail.eventType` REPLICATION_TASK_STOPPED or REPLICATION_TASK_FAILED); while it runs CDC, it
+publishes CDCLatencySource and CDCLatencyTarget (seconds, namespace AWS/DMS, dimensions
+ReplicationInstanceIdentifier and ReplicationTaskIdentifier = the task's resource ID) every
+LOCALAWS_DMS_METRICS_SECONDS (default 5; AWS: every minute).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import secrets
 import string
 import threading
@@ -29,6 +38,18 @@ from localaws_plugin.dms_replication import ReplicationRun, SourceSettings, Task
 
 SECONDS_IN_CREATING = 0.5
 SOURCE_ENGINES = frozenset({"sqlite", "postgres"})
+WATCH_SECONDS = 0.25
+STATE_CHANGE = "DMS Replication Task State Change"
+# status -> (eventType, category, eventId) of the event AWS DMS sends when a task ends in that status
+END_EVENTS = {
+    "stopped": ("REPLICATION_TASK_STOPPED", "StateChange", "DMS-EVENT-0079"),
+    "failed": ("REPLICATION_TASK_FAILED", "Failure", "DMS-EVENT-0078"),
+}
+LOG = logging.getLogger(__name__)
+
+
+def metrics_seconds() -> float:
+    return float(os.environ.get("LOCALAWS_DMS_METRICS_SECONDS") or 5)
 
 
 def _fault(code: str, message: str) -> CommonServiceException:
@@ -46,6 +67,7 @@ class ReplicationTask:
     created_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     created_monotonic: float = field(default_factory=time.monotonic)
     started_once: bool = False
+    instance_identifier: str = ""  # the ReplicationInstanceIdentifier dimension of its metrics
 
     def status(self) -> str:
         if not self.started_once:
@@ -128,6 +150,101 @@ class DmsReplicationProvider(ServiceLifecycleHook):
             aws_secret_access_key="test",
         )
 
+    @staticmethod
+    def _client(service: str, account_id: str, region: str) -> Any:
+        return boto3.client(
+            service,
+            endpoint_url=settings.endpoint_url(),
+            region_name=region,
+            aws_access_key_id=account_id,
+            aws_secret_access_key="test",
+        )
+
+    def _instance_identifier(self, context: RequestContext, arn: str) -> str:
+        """The replication instance's identifier (moto's instance of that ARN), else the ARN's last part."""
+        from moto.dms.models import dms_backends
+
+        backend = dms_backends[context.account_id][context.region]
+        for instance in getattr(backend, "replication_instances", {}).values():
+            if (
+                getattr(instance, "arn", None) == arn
+                or getattr(instance, "replication_instance_arn", None) == arn
+            ):
+                return str(
+                    getattr(instance, "id", "") or getattr(instance, "replication_instance_identifier", "")
+                )
+        return arn.rsplit(":", 1)[-1]
+
+    def _watch(self, task: ReplicationTask, run: ReplicationRun) -> None:
+        """One started run: its CDC latency metrics while it runs, its state-change event when it ends."""
+        cloudwatch = self._client("cloudwatch", task.account_id, task.region)
+        published = 0.0
+        while run.status not in END_EVENTS:
+            captured_at = run.captured_at
+            if (
+                run.status == "running"
+                and captured_at is not None
+                and time.monotonic() - published >= (metrics_seconds())
+            ):
+                published = time.monotonic()
+                try:
+                    self._put_latency(cloudwatch, task, run, captured_at)
+                except Exception:
+                    LOG.warning("local DMS: CDC latency metrics not published", exc_info=True)
+            time.sleep(WATCH_SECONDS)
+        try:
+            self._put_state_change(task, run)
+        except Exception:
+            LOG.warning("local DMS: state-change event of %s not sent", task.identifier, exc_info=True)
+
+    @staticmethod
+    def _put_latency(cloudwatch: Any, task: ReplicationTask, run: ReplicationRun, captured_at: float) -> None:
+        now = time.time()
+        pending_since = run.pending_since
+        dimensions = [
+            {"Name": "ReplicationInstanceIdentifier", "Value": task.instance_identifier},
+            {"Name": "ReplicationTaskIdentifier", "Value": task.arn.rsplit(":", 1)[-1]},
+        ]
+        values = {
+            "CDCLatencySource": max(0.0, now - captured_at),
+            "CDCLatencyTarget": max(0.0, now - pending_since) if pending_since else 0.0,
+        }
+        cloudwatch.put_metric_data(
+            Namespace="AWS/DMS",
+            MetricData=[
+                {"MetricName": name, "Dimensions": dimensions, "Value": round(value, 3), "Unit": "Seconds"}
+                for name, value in values.items()
+            ],
+        )
+
+    def _put_state_change(self, task: ReplicationTask, run: ReplicationRun) -> None:
+        event_type, category, event_id = END_EVENTS[run.status]
+        if run.status == "failed":
+            message = f"Replication task has failed. Reason: {run.last_failure_message or run.stop_reason}"
+        else:
+            message = f"Replication task has stopped. {run.stop_reason or ''}".strip()
+        detail = {
+            "type": "REPLICATION_TASK",
+            "category": category,
+            "eventType": event_type,
+            "eventId": event_id,
+            "resourceLink": f"https://console.aws.amazon.com/dms/v2/home?region={task.region}"
+            f"#taskDetails/{task.identifier}",
+            "detailMessage": message,
+        }
+        response = self._client("events", task.account_id, task.region).put_events(
+            Entries=[
+                {
+                    "Source": "aws.dms",
+                    "DetailType": STATE_CHANGE,
+                    "Resources": [task.arn],
+                    "Detail": json.dumps(detail),
+                }
+            ]
+        )
+        if response.get("FailedEntryCount"):
+            LOG.warning("local DMS: state-change event refused: %s", response.get("Entries"))
+
     def _put_object_for(self, context: RequestContext) -> Any:
         client = self._s3(context)
 
@@ -172,6 +289,7 @@ class DmsReplicationProvider(ServiceLifecycleHook):
                 username=source.username,
                 password=source.password,
                 task_identifier=request["ReplicationTaskIdentifier"],
+                postgres_settings=getattr(source, "postgre_sql_settings", None),
             )
             task_settings = json.loads(request.get("ReplicationTaskSettings") or "{}")
         except (ValueError, KeyError) as error:
@@ -206,6 +324,9 @@ class DmsReplicationProvider(ServiceLifecycleHook):
                 context.region,
                 dict(request),
                 self._build_run(context, request),
+                instance_identifier=self._instance_identifier(
+                    context, request.get("ReplicationInstanceArn", "")
+                ),
             )
             self._tasks[arn] = task
         return {"ReplicationTask": task.as_api()}
@@ -219,6 +340,9 @@ class DmsReplicationProvider(ServiceLifecycleHook):
             )
         task.started_once = True
         task.run.start(request.get("StartReplicationTaskType") or "start-replication")
+        threading.Thread(
+            target=self._watch, args=(task, task.run), name=f"dms-watch-{task.identifier}", daemon=True
+        ).start()
         return {"ReplicationTask": task.as_api()}
 
     @handler("StopReplicationTask", expand=False)

@@ -105,6 +105,8 @@ class SourceSettings:
     password: str | None = None
     slot: str | None = None
     publication: str | None = None
+    heartbeat_schema: str | None = None  # HeartbeatEnable (PostgreSQL): the heartbeat's schema, None = off
+    heartbeat_seconds: float = 300.0  # HeartbeatFrequency (minutes on the endpoint)
 
     @classmethod
     def from_endpoint(
@@ -117,6 +119,7 @@ class SourceSettings:
         username: str | None = None,
         password: str | None = None,
         task_identifier: str = "localaws",
+        postgres_settings: dict[str, Any] | None = None,
     ) -> SourceSettings:
         attributes = {}
         for part in (extra_connection_attributes or "").split(";"):
@@ -133,6 +136,11 @@ class SourceSettings:
             if not server_name:
                 raise ValueError("a postgres source endpoint needs a ServerName")
             slot = attributes.get("slotname") or _slot_name(task_identifier)
+            endpoint = postgres_settings or {}
+            heartbeat = endpoint.get("HeartbeatEnable", attributes.get("heartbeatenable", False))
+            heartbeat_on = heartbeat is True or str(heartbeat).strip().lower() in ("true", "y", "yes", "1")
+            schema_of_heartbeat = endpoint.get("HeartbeatSchema") or attributes.get("heartbeatschema") or "public"
+            minutes = float(endpoint.get("HeartbeatFrequency") or attributes.get("heartbeatfrequency") or 5)
             return cls(
                 path=database_name or "postgres",
                 schema=attributes.get("schemaname") or attributes.get("schema") or "public",
@@ -143,6 +151,8 @@ class SourceSettings:
                 password=password,
                 slot=slot,
                 publication=attributes.get("publicationname") or f"{slot}_publication",
+                heartbeat_schema=schema_of_heartbeat if heartbeat_on else None,
+                heartbeat_seconds=minutes * 60,
             )
         path = database_name or attributes.get("path") or server_name or ""
         return cls(path=path, schema=attributes.get("schemaname") or attributes.get("schema") or "main")
@@ -163,6 +173,7 @@ class SourceSettings:
                 schema=self.schema,
                 slot=self.slot or "localaws",
                 publication=self.publication or "localaws_publication",
+                heartbeat_schema=self.heartbeat_schema,
             )
         )
 
@@ -176,6 +187,7 @@ def _slot_name(identifier: str) -> str:
 class TaskOptions:
     poll_seconds: float = 0.5
     max_rows_per_load_file: int | None = None
+    heartbeat_seconds: float | None = None  # LocalAws.HeartbeatSeconds: overrides HeartbeatFrequency (tests)
     lenient: bool = field(default_factory=emulator_settings.dms_lenient)  # write what AWS DMS drops
 
     @classmethod
@@ -186,6 +198,7 @@ class TaskOptions:
         return cls(
             poll_seconds=float(local.get("PollSeconds", 0.5)),
             max_rows_per_load_file=int(max_rows) if max_rows else None,
+            heartbeat_seconds=float(local["HeartbeatSeconds"]) if local.get("HeartbeatSeconds") else None,
             lenient=emulator_settings.dms_lenient() if lenient is None else bool(lenient),
         )
 
@@ -262,6 +275,8 @@ class ReplicationRun:
         self.full_load_finish: datetime | None = None
         self.table_statistics: dict[str, TableStatistics] = {}
         self.flushed_seq: int | None = None  # CDC resumes after this
+        self.captured_at: float | None = None  # wall clock of the capture's last read of the source
+        self.pending_since: float | None = None  # wall clock since which changes wait to be written
         self.full_load_done = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -475,6 +490,9 @@ class ReplicationRun:
         oldest_pending: float | None = None
         interval = self.target.cdc_max_batch_interval_seconds
         min_bytes = self.target.cdc_min_file_size_kb * 1024
+        beat = getattr(source, "heartbeat", None) if self.source_settings.heartbeat_schema else None
+        beat_every = self.options.heartbeat_seconds or self.source_settings.heartbeat_seconds
+        last_beat = time.monotonic()
         while True:
             stopping = self._stop.wait(self.options.poll_seconds)
             current = [t for t in source.tables() if self.mapping.selects(schema, t)]
@@ -497,11 +515,16 @@ class ReplicationRun:
             if pending and (due or stopping or reloading):
                 self._write_cdc_files(source, pending)
                 pending, pending_bytes, oldest_pending = [], 0, None
+            self.captured_at = time.time()  # CDCLatencySource / CDCLatencyTarget (dms_provider)
+            self.pending_since = (self.pending_since or self.captured_at) if pending else None
             if reloading and not stopping:
                 self._reload_pending_tables(source)
             if not pending:
                 self.flushed_seq = position
                 _record_position_and_prune(source, id(self), position)
+                if beat is not None and not stopping and time.monotonic() - last_beat >= beat_every:
+                    beat()  # HeartbeatEnable: the slot moves on while the replicated tables are quiet
+                    last_beat = time.monotonic()
             if stopping:
                 return
 
