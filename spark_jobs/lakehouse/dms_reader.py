@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from lakehouse.dms_files import DmsFile
 from lakehouse.frames import literal_frame
-from lakehouse.names import quote
+from lakehouse.names import LITERAL_PATHS, quote
 from lakehouse.storage import (
     StorageError,
     is_missing,
@@ -273,6 +273,7 @@ def _read_group(
             ignoreLeadingWhiteSpace="false",
             ignoreTrailingWhiteSpace="false",
             encoding="UTF-8",
+            **LITERAL_PATHS,  # a path is a name, never a glob (`[x]`, `*`, `{a,b}`, `\\` in a table name)
         )
         .load(paths)
     )
@@ -320,7 +321,7 @@ def _read_parquet_group(
     spark: SparkSession, header: list[str], paths: list[str], options: ReaderOptions
 ) -> DataFrame:
     """Parquet files of one schema, their types kept; a record's position is its row index in its file."""
-    frame = spark.read.parquet(*paths)
+    frame = spark.read.options(**LITERAL_PATHS).parquet(*paths)
     return frame.select(
         *[F.col(quote(name)).alias(name.lower()) for name in header],
         F.lit(None).cast("string").alias(CORRUPT),

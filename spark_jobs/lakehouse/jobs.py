@@ -12,6 +12,7 @@ from lakehouse.changes import ChangeColumns
 from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_reader import ReaderOptions
 from lakehouse.manifest import Manifest
+from lakehouse.names import parse_tables_argument
 from lakehouse.pipeline import ApplyOptions, RunReport, apply_cdc, full_load
 from lakehouse.schema import SchemaFile
 from lakehouse.session import build_session
@@ -109,9 +110,12 @@ def load_schema(config: LakeConfig) -> SchemaFile:
     except json.JSONDecodeError as error:
         raise SystemExit(f"--schema_file {config.schema_file}: not JSON ({error})") from None
     try:
-        return SchemaFile.from_dict(document)
+        schema = SchemaFile.from_dict(document, per_table=True)
     except ValueError as error:
         raise SystemExit(f"--schema_file {config.schema_file}: {error}") from None
+    for why in schema.refused.values():  # reported as failed tables; the others run
+        log.error("--schema_file %s: %s", config.schema_file, why)
+    return schema
 
 
 def _finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> int:
@@ -164,7 +168,12 @@ def full_load_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--raw_path", required=True, help="where DMS writes: <raw_path>/<schema>/<table>/LOAD*.csv"
     )
-    parser.add_argument("--tables", default="", help="comma list of schema.table (default: all)")
+    parser.add_argument(
+        "--tables",
+        default="",
+        help='schema.table names: a JSON array (["sales.a,b", " x. y"], names kept exactly) or, if the value '
+        "does not start with '[', a comma list (default: all)",
+    )
     parser.add_argument(
         "--reload",
         choices=["true", "false"],
@@ -183,7 +192,10 @@ def full_load_main(argv: Sequence[str]) -> int:
     _require_schema_file(parser, config)
     schema = load_schema(config)
     spark = build_session(config, "dms-full-load")
-    tables = [t.strip() for t in args.tables.split(",") if t.strip()]
+    try:
+        tables = parse_tables_argument(args.tables)
+    except ValueError as error:
+        parser.error(str(error))
     try:
         report = full_load(
             spark,

@@ -59,7 +59,7 @@ from lakehouse.iceberg import (
     table_exists,
     with_commit_properties,
 )
-from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, quote
+from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, properties_sql, quote, sql_string
 
 log = logging.getLogger(__name__)
 
@@ -458,8 +458,8 @@ def create_refined_table(
     spark: SparkSession, table: str, schema: T.StructType, location: str | None = None
 ) -> None:
     columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in schema.fields)
-    properties = ", ".join(f"'{k}'='{v}'" for k, v in TABLE_PROPERTIES.items())
-    where = f" LOCATION '{location}'" if location else ""
+    properties = properties_sql(TABLE_PROPERTIES)
+    where = f" LOCATION {sql_string(location)}" if location else ""
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg{where} TBLPROPERTIES ({properties})"
     )

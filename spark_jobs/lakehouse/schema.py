@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import types as T
 
-from lakehouse.names import check_column_names, check_source_name, table_name
+from lakehouse.names import check_column_names, check_table_name, qualified, table_name
 from lakehouse.types import spark_type
 
 
@@ -60,56 +60,55 @@ class TableSpec:
 class SchemaFile:
     dialect: str
     tables: dict[str, TableSpec]
+    # Tables the lake can't hold as the schema file describes them: `schema.table` -> why (each names the
+    # table). Only a schema file loaded with `per_table=True` has any; the jobs report each as a failed
+    # table and go on with the others.
+    refused: dict[str, str] = field(default_factory=dict)
 
     def find(self, source_schema: str, table: str) -> TableSpec | None:
-        key = f"{source_schema}.{table}".lower()
+        key = qualified(source_schema, table).lower()
         return next((spec for name, spec in self.tables.items() if name.lower() == key), None)
 
+    def refusal(self, qualified_name: str) -> str | None:
+        """Why the schema file's table `schema.table` (any case) was refused, if it was."""
+        key = qualified_name.lower()
+        return next((why for name, why in self.refused.items() if name.lower() == key), None)
+
     @classmethod
-    def from_dict(cls, document: dict[str, Any]) -> SchemaFile:
-        """The schema file, checked: every name one the lake can hold, every type one it can map, every
-        primary key among its table's columns. Any problem is a ValueError naming the table."""
+    def from_dict(cls, document: dict[str, Any], per_table: bool = False) -> SchemaFile:
+        """The schema file, checked: every name one the lake can hold (lakehouse.names), every type one it
+        can map, every primary key among its table's columns, no two tables with one clean name. Any
+        problem is a ValueError naming the table; with `per_table`, that table (both tables of a pair
+        that would share a clean name) is refused instead (`refused`) and the others stand."""
         if not isinstance(document, dict) or not isinstance(document.get("tables"), dict):
             raise ValueError("schema file: expected an object with a 'tables' object (docs/CONTRACTS.md)")
         dialect = document.get("dialect", "mysql")
         tables: dict[str, TableSpec] = {}
-        clean_names: dict[str, str] = {}
-        for qualified, body in document["tables"].items():
-            source_schema, _, name = qualified.rpartition(".")
-            if not source_schema:
-                raise ValueError(f"schema file: table {qualified!r} must be named schema.table")
+        refused: dict[str, str] = {}
+        for name, body in document["tables"].items():
             try:
-                check_source_name(source_schema, "schema")
-                check_source_name(name, "table")
-                columns = tuple(
-                    ColumnSpec(c["name"], c["type"], bool(c.get("nullable", True))) for c in body["columns"]
-                )
-                check_column_names(qualified, [c.name for c in columns])
-            except (KeyError, TypeError) as error:
-                raise ValueError(
-                    f"schema file: {qualified}: malformed entry ({type(error).__name__}: {error})"
-                ) from None
+                tables[name] = _table_spec(name, body, dialect)
             except ValueError as error:
-                raise ValueError(f"schema file: {error}") from None
-            names = {c.name.lower() for c in columns}
-            primary_key = tuple(body.get("primary_key") or ())
-            missing = [k for k in primary_key if k.lower() not in names]
-            if missing:
-                raise ValueError(f"schema file: {qualified} primary key {missing} is not among its columns")
-            spec = TableSpec(source_schema, name, columns, primary_key, body.get("dialect", dialect))
-            for column in columns:
-                try:
-                    spark_type(column.source_type, spec.dialect)
-                except ValueError as error:
-                    raise ValueError(f"schema file: {qualified}.{column.name}: {error}") from None
-            if spec.iceberg_name in clean_names:
-                raise ValueError(
-                    f"schema file: {clean_names[spec.iceberg_name]} and {qualified} would both be the clean "
-                    f"table {spec.iceberg_name}"
-                )
-            clean_names[spec.iceberg_name] = qualified
-            tables[qualified] = spec
-        return cls(dialect, tables)
+                if not per_table:
+                    raise
+                refused[name] = str(error)
+        by_clean: dict[str, list[str]] = {}
+        for name, spec in tables.items():
+            by_clean.setdefault(spec.iceberg_name, []).append(name)
+        for clean, names in by_clean.items():
+            if len(names) < 2:
+                continue
+            why = (
+                f"schema file: {' and '.join(repr(n) for n in names)} would both be the clean table {clean} "
+                "(names differing only in case or in characters that become '_'); exclude or rename all but "
+                "one in the DMS task's table mappings"
+            )
+            if not per_table:
+                raise ValueError(why)
+            for name in names:
+                refused[name] = why
+                del tables[name]
+        return cls(dialect, tables, refused)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -125,3 +124,34 @@ class SchemaFile:
                 for qualified, spec in self.tables.items()
             },
         }
+
+
+def _table_spec(name: str, body: Any, dialect: str) -> TableSpec:
+    """One entry of the schema file, checked; a ValueError names the table."""
+    source_schema, _, table = name.rpartition(".")
+    if not source_schema:
+        raise ValueError(f"schema file: table {name!r} must be named schema.table")
+    try:
+        check_table_name(source_schema, table)
+        columns = tuple(
+            ColumnSpec(c["name"], c["type"], bool(c.get("nullable", True))) for c in body["columns"]
+        )
+        check_column_names(name, [c.name for c in columns])
+        names = {c.name.lower() for c in columns}
+        primary_key = tuple(body.get("primary_key") or ())
+        missing = [k for k in primary_key if not isinstance(k, str) or k.lower() not in names]
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(
+            f"schema file: {name!r}: malformed entry ({type(error).__name__}: {error})"
+        ) from None
+    except ValueError as error:
+        raise ValueError(f"schema file: {error}") from None
+    if missing:
+        raise ValueError(f"schema file: {name!r} primary key {missing} is not among its columns")
+    spec = TableSpec(source_schema, table, columns, primary_key, body.get("dialect", dialect))
+    for column in columns:
+        try:
+            spark_type(column.source_type, spec.dialect)
+        except ValueError as error:
+            raise ValueError(f"schema file: {name}.{column.name}: {error}") from None
+    return spec

@@ -16,7 +16,8 @@ from datetime import UTC, datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+
+from lakehouse.names import s3_bucket_and_key
 
 HEADER_PROBE_BYTES = 1 << 16
 
@@ -58,12 +59,13 @@ def is_s3(uri: str) -> bool:
 
 
 def split_s3(uri: str) -> tuple[str, str]:
-    parsed = urlparse(uri)
-    return parsed.netloc, parsed.path.lstrip("/")
+    """Bucket and key, the key exactly as written (names.s3_bucket_and_key: no URL parsing)."""
+    return s3_bucket_and_key(uri)
 
 
 def local_path(uri: str) -> Path:
-    return Path(urlparse(uri).path) if uri.startswith("file://") else Path(uri)
+    """A local path or `file://` URI as a path; the rest of the text is the path's own (`?`, `#`, `%`)."""
+    return Path(uri.removeprefix("file://")) if uri.startswith("file://") else Path(uri)
 
 
 @cache
@@ -101,7 +103,8 @@ def write_text(uri: str, text: str, endpoint_url: str | None = None) -> None:
 
 
 def list_objects(prefix_uri: str, endpoint_url: str | None = None) -> list[ObjectInfo]:
-    """Every object below a prefix, sorted by key."""
+    """Every object below a folder (`<prefix>/`: never `<prefix>2/…`), sorted by key; the prefix is taken
+    literally (no glob, no URL decoding)."""
     if is_s3(prefix_uri):
         bucket, prefix = split_s3(prefix_uri)
         prefix = prefix.rstrip("/") + "/" if prefix else ""
@@ -120,12 +123,29 @@ def list_objects(prefix_uri: str, endpoint_url: str | None = None) -> list[Objec
     else:
         root = local_path(prefix_uri)
         found = []
-        for path in root.rglob("*"):
-            if path.is_file():
-                status = path.stat()
-                modified = datetime.fromtimestamp(status.st_mtime, UTC).replace(tzinfo=None)
-                found.append(ObjectInfo(str(path), status.st_size, modified))
+        for folder, _, names in os.walk(root):  # no pattern: a folder's name is never a glob
+            for name in names:
+                path = Path(folder) / name
+                if path.is_file():
+                    status = path.stat()
+                    modified = datetime.fromtimestamp(status.st_mtime, UTC).replace(tzinfo=None)
+                    found.append(ObjectInfo(str(path), status.st_size, modified))
     return sorted(found, key=lambda info: info.uri)
+
+
+def list_folders(prefix_uri: str, endpoint_url: str | None = None) -> list[str]:
+    """The names of the folders right below a folder (S3: common prefixes with delimiter `/`), sorted."""
+    if is_s3(prefix_uri):
+        bucket, prefix = split_s3(prefix_uri)
+        prefix = prefix.rstrip("/") + "/" if prefix else ""
+        paginator = _s3_client(endpoint_url).get_paginator("list_objects_v2")
+        return sorted(
+            item["Prefix"][len(prefix) :].rstrip("/")
+            for page in paginator.paginate(Bucket=bucket, Prefix=prefix, Delimiter="/")
+            for item in page.get("CommonPrefixes", [])
+        )
+    root = local_path(prefix_uri)
+    return sorted(entry.name for entry in os.scandir(root) if entry.is_dir()) if root.is_dir() else []
 
 
 def stage_for_spark(uris: list[str], endpoint_url: str | None, staging_dir: str) -> dict[str, str]:

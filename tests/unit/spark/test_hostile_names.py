@@ -1,0 +1,250 @@
+"""Issue 26: any name a source database accepts round-trips through the jobs, or is refused clearly.
+
+Source schema and table names reach SQL (identifiers, properties, comments), Spark's file reader (paths),
+the raw zone's listing (prefixes) and the state tables (ledger, tombstones, quarantine). One run of the
+real job entry points carries many hostile names at once (full load, CDC, reload, maintenance): each
+table must end up equal to its source, and every place that holds its name must hold it exactly.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from lakehouse.dms_files import change_seq, load_file_name, write_dms_csv
+from lakehouse.iceberg import SOURCE_TABLE, table_properties
+from lakehouse.jobs import cdc_main, full_load_main, maintenance_main
+from lakehouse.names import (
+    parse_tables_argument,
+    properties_sql,
+    quote,
+    sql_string,
+    table_folder,
+    table_name,
+    tables_argument,
+)
+from lakehouse.pipeline import LOAD_FLOOR
+from lakehouse.schema import SchemaFile
+from lakehouse.storage import list_objects, split_s3
+
+from tests.support import manifest, rows_of
+
+pytestmark = pytest.mark.spark
+
+COLUMNS = ["id", "v"]
+TABLE_BODY = {
+    "primary_key": ["id"],
+    "columns": [{"name": "id", "type": "int"}, {"name": "v", "type": "varchar(20)"}],
+}
+# The issue's three names, then characters that mean something to SQL, to a glob, to a URL or a shell.
+INJECTED_FLOOR = ("sales", "x','dms.load.floor-seq'='99999999999999999999999999999999999")
+HOSTILE = [
+    ("sales", "y') LOCATION '\\u002Ftmp\\u002Fvictim' --"),
+    ("sales", "tab\\"),
+    ("sales", " lead, trail "),
+    ("sales", "100% *?{a,b}[x]"),
+    ("sales", 'back`tick "dq" ;--'),
+    ("sales", "Üñí ç😀#frag?q=1"),
+    ("sales", "select"),
+    ("sales", "L" * 120 + "ü"),
+    ("o'hara\\db", "a:b"),
+]
+PLAIN = ("sales", "plain")
+EMPTY = ("sales", "empty")  # DMS writes no folder for an empty source table
+BASE = datetime(2026, 11, 22, 10, 0, 0)
+
+
+def _qualified(pair: tuple[str, str]) -> str:
+    return f"{pair[0]}.{pair[1]}"
+
+
+def _write(root: Path, pair: tuple[str, str], name: str, rows: list[tuple], moment: datetime) -> str:
+    """A DMS CSV file under `<root>/<schema>/<table>/` (names as DMS writes them: unescaped)."""
+    folder = root / pair[0] / pair[1]
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    records = [(op, change_seq(seq) if seq else "", moment, values) for op, seq, values in rows]
+    path.write_text(write_dms_csv(COLUMNS, records), encoding="utf-8")
+    return str(path)
+
+
+def _cdc_name(moment: datetime) -> str:
+    return moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
+
+
+def _run(main, arguments: list[str], report: Path) -> tuple[int, dict]:
+    code = main([*arguments, "--report_uri", str(report)])
+    return code, json.loads(report.read_text())
+
+
+def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(spark, lake_config, tmp_path):
+    """Given a schema file whose tables carry hostile names (SQL quotes and comments, backslashes, glob and
+    URL characters, spaces at the ends, unicode, a keyword, a long name, a hostile schema), names the lake
+    can't hold (`/`, a control character, two names that fold to one clean table), a table whose DMS folder
+    differs in case, and an empty table,
+    When the full load, a CDC batch (I/U/D and a bad record), a reload of the hostile tables (a JSON
+    --tables list) and a maintenance pass run through the job entry points,
+    Then every hostile table equals its source, its property, comment, ledger, tombstone and quarantine rows
+    hold its exact name, the unholdable and misplaced tables fail alone with a message naming them, and the
+    empty table is loaded empty."""
+    raw = tmp_path / "raw"
+    good = [INJECTED_FLOOR, *HOSTILE, PLAIN]
+    tables = {_qualified(p): TABLE_BODY for p in [*good, EMPTY]}
+    refused = {
+        "sales.bad/slash": TABLE_BODY,
+        "sales.tab\tchar": TABLE_BODY,
+        "sales.Order Details": TABLE_BODY,
+        "sales.order_details": TABLE_BODY,
+    }
+    tables |= refused | {"Sales2.Orders": TABLE_BODY, "lower.case": TABLE_BODY}
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps({"dialect": "mysql", "tables": tables}, ensure_ascii=False), "utf-8")
+    common = ["--warehouse", lake_config.warehouse, "--clean_database", lake_config.clean_database]
+    common += ["--schema_file", str(schema_file)]
+    clean = {p: lake_config.clean_table(table_name(*p)) for p in good}
+
+    # CDC reaches one table before its (empty) full load: it creates the table (the injected floor).
+    early = _write(
+        raw,
+        INJECTED_FLOOR,
+        _cdc_name(BASE),
+        [("I", 1, (i, c)) for i, c in ((1, "a"), (2, "b"), (3, "c"))],
+        BASE,
+    )
+    first = tmp_path / "m1.json"
+    first.write_text(json.dumps(manifest(early, run_id="cdc-1").to_dict()))
+    code, report = _run(cdc_main, [*common, "--manifest", str(first)], tmp_path / "r1.json")
+    assert code == 0, report
+
+    load_time = BASE + timedelta(minutes=1)
+    for pair in [*HOSTILE, PLAIN]:
+        _write(
+            raw,
+            pair,
+            load_file_name(1),
+            [("I", None, (1, "a")), ("I", None, (2, "b")), ("I", None, (3, "c"))],
+            load_time,
+        )
+    _write(raw, ("sales2", "orders"), load_file_name(1), [("I", None, (1, "a"))], load_time)
+    _write(raw, ("LOWER", "Case"), load_file_name(1), [("I", None, (1, "a"))], load_time)
+    _write(raw, ("sales", "bad"), load_file_name(1), [("I", None, (1, "a"))], load_time)
+
+    code, report = _run(full_load_main, [*common, "--raw_path", str(raw)], tmp_path / "r2.json")
+
+    errors = {t["table"]: t["error"] for t in report["tables"]}
+    assert code == 1  # the refused and misplaced tables fail; every other table is loaded
+    assert {t for t, e in errors.items() if e} == {*refused, "Sales2.Orders", "lower.case"}
+    assert "'/' can't be part of a DMS folder name" in errors["sales.bad/slash"]
+    assert "control characters" in errors["sales.tab\tchar"]
+    assert "'sales.Order Details' and 'sales.order_details' would both be" in errors["sales.Order Details"]
+    assert f"{raw}/sales2/orders/ exists" in errors["Sales2.Orders"]
+    assert f"{raw}/LOWER/Case/ exists" in errors["lower.case"]
+    assert not spark.catalog.tableExists(lake_config.clean_table("sales2_orders"))
+    empty = lake_config.clean_table(table_name(*EMPTY))
+    assert errors[_qualified(EMPTY)] is None and rows_of(spark, empty) == []
+    assert table_properties(spark, empty)[SOURCE_TABLE] == _qualified(EMPTY)
+
+    cdc_time = BASE + timedelta(minutes=2)
+    changes = [("U", 10, (1, "A")), ("D", 11, (2, None)), ("I", 12, (4, "d")), ("X", 13, (9, "bad"))]
+    batch = [_write(raw, pair, _cdc_name(cdc_time), changes, cdc_time) for pair in good]
+    second = tmp_path / "m2.json"
+    second.write_text(json.dumps(manifest(*batch, run_id="cdc-2").to_dict()))
+    code, report = _run(cdc_main, [*common, "--manifest", str(second)], tmp_path / "r3.json")
+    assert code == 0, report
+    assert sorted(t["table"] for t in report["tables"]) == sorted(_qualified(p) for p in good)
+    assert all(t["inserted_or_updated"] == 2 and t["deleted"] == 1 for t in report["tables"]), report
+
+    # DMS reloads the hostile tables: it empties their folders, then writes the LOAD files of the reload.
+    reload_time = BASE + timedelta(minutes=3)
+    for pair in HOSTILE:
+        for old in (raw / pair[0] / pair[1]).iterdir():
+            old.unlink()
+        rows = [(1, "A"), (3, "c"), (4, "d"), (5, "e")]
+        _write(raw, pair, load_file_name(1), [("I", 20, r) for r in rows], reload_time)
+    arguments = ["--raw_path", str(raw), "--reload", "true", "--run_id", "reload"]
+    names = tables_argument([_qualified(p) for p in HOSTILE])
+    code, report = _run(full_load_main, [*common, *arguments, "--tables", names], tmp_path / "r4.json")
+    assert code == 0, report
+    assert sorted(t["table"] for t in report["tables"]) == sorted(_qualified(p) for p in HOSTILE)
+
+    code, report = _run(maintenance_main, common[:4], tmp_path / "r5.json")
+    assert code == 0, report
+
+    for pair, table in clean.items():
+        expected = (
+            [(1, "A"), (3, "c"), (4, "d"), (5, "e")] if pair in HOSTILE else [(1, "A"), (3, "c"), (4, "d")]
+        )
+        assert rows_of(spark, table) == expected, pair
+        properties = table_properties(spark, table)
+        assert properties[SOURCE_TABLE] == _qualified(pair)
+        assert properties["comment"] == f"DMS replica of {_qualified(pair)}"
+        assert LOAD_FLOOR not in properties or int(properties[LOAD_FLOOR]) < 10**20
+        assert not properties.get("location", "").startswith("/tmp/victim")
+    state = lake_config.clean_table
+    ledger = spark.table(state("dms_applied_files")).select("source_table", "file_name").collect()
+    assert sorted((r[0], r[1]) for r in ledger) == sorted(
+        [(_qualified(INJECTED_FLOOR), _cdc_name(BASE))] + [(_qualified(p), _cdc_name(cdc_time)) for p in good]
+    )
+    tombstones = spark.table(state("dms_tombstones")).select("source_table", "key").collect()
+    assert sorted((r[0], r[1]) for r in tombstones) == sorted((_qualified(p), '{"id":2}') for p in good)
+    quarantined = spark.table(state("dms_quarantine")).select("source_table", "reason").collect()
+    assert sorted((r[0], r[1]) for r in quarantined) == sorted((_qualified(p), "invalid Op X") for p in good)
+
+
+@pytest.mark.parametrize(
+    ("text", "literal"),
+    [
+        ("x','k'='v", "'x\\',\\'k\\'=\\'v'"),
+        ("\\u002Ftmp", "'\\\\u002Ftmp'"),
+        ("tab\\", "'tab\\\\'"),
+    ],
+)
+def test_sql_strings_hold_exactly_their_text(spark, text, literal):
+    """Given text with quotes, backslashes and escape sequences, When written as a Spark SQL literal and as
+    a property, Then Spark reads back exactly the text (no escape decoded, no clause smuggled)."""
+    assert sql_string(text) == literal
+    assert spark.sql(f"SELECT {sql_string(text)} AS v").first()["v"] == text
+    assert properties_sql({text: text}) == f"{literal}={literal}"
+    assert spark.sql(f"SELECT 1 AS {quote(text)}").columns == [text]
+
+
+def test_the_tables_argument_keeps_names_exactly_and_the_comma_form_still_works():
+    """Given names with commas, quotes and spaces at their ends, When passed as --tables (a JSON array, as
+    the reloads function writes it), Then each comes back exactly; a plain comma list still parses."""
+    names = ["sales.a,b", " x. y ", 's.it\'s "q"']
+    assert parse_tables_argument(tables_argument(names)) == names
+    assert parse_tables_argument("sales.a, sales.b") == ["sales.a", "sales.b"]
+    assert parse_tables_argument("") == []
+    with pytest.raises(ValueError, match="JSON array"):
+        parse_tables_argument('["unterminated')
+
+
+def test_a_folder_is_listed_literally_and_never_its_longer_siblings(tmp_path):
+    """Given folders `orders`, `orders2` and `[o]rders` (a glob matching `orders`), When one table's folder
+    is listed, Then only its own files are; an S3 URI's key keeps `?`, `#` and `%`."""
+    for folder in ("orders", "orders2", "[o]rders"):
+        (tmp_path / "s" / folder).mkdir(parents=True)
+        (tmp_path / "s" / folder / "LOAD00000001.csv").write_text(folder)
+    for folder in ("orders", "[o]rders"):
+        listed = list_objects(table_folder(str(tmp_path), "s", folder))
+        assert [Path(i.uri).read_text() for i in listed] == [folder]
+    assert split_s3("s3://raw/dms/s/a?b#c%20d/LOAD00000001.csv") == (
+        "raw",
+        "dms/s/a?b#c%20d/LOAD00000001.csv",
+    )
+
+
+def test_a_schema_file_loaded_per_table_refuses_only_the_tables_it_cannot_hold():
+    """Given a schema file with a good table, a pair of names that fold to one clean table and a name with
+    a '/', When loaded per table (as the jobs load it), Then the good table stands and each other is refused
+    with a reason naming it; loaded strictly, the first problem is an error."""
+    body = TABLE_BODY
+    document = {"tables": {"s.ok": body, "s.Order Details": body, "s.order_details": body, "s.a/b": body}}
+    schema = SchemaFile.from_dict(document, per_table=True)
+    assert list(schema.tables) == ["s.ok"]
+    assert sorted(schema.refused) == ["s.Order Details", "s.a/b", "s.order_details"]
+    assert "'s.a/b'" in schema.refused["s.a/b"] and "s_order_details" in schema.refused["s.order_details"]
+    with pytest.raises(ValueError, match="'/' can't be part"):
+        SchemaFile.from_dict(document)
