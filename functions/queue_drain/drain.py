@@ -22,6 +22,10 @@ A pending manifest whose run keeps failing is handed out at most `max_manifest_a
 one (unreadable, not a manifest) is not handed out at all. Either is then moved to `failed/` and the drain
 goes on with new files (`continue`) or refuses to (`stop`), as configured. Each move is reported to the
 caller's `on_moved_aside` as it happens, so its alarm is raised even if the rest of the drain fails.
+
+Every write is fenced (`DrainFence`, docs/CONTRACTS.md "Fencing the Lambdas' writes"): the lease, the newest
+drain of the execution, and the manifest's version (If-None-Match / If-Match), so two drains at once cannot
+both write and correctness needs no reserved concurrency.
 """
 
 from __future__ import annotations
