@@ -97,7 +97,12 @@ def read_requests(
             if not key.endswith(".json") or "/" in key[len(store.reloads_prefix) :]:
                 continue
             try:
-                table = unquote(key[len(store.reloads_prefix) : -len(".json")], errors="strict")
+                try:
+                    table = unquote(key[len(store.reloads_prefix) : -len(".json")], errors="strict")
+                except UnicodeDecodeError as error:
+                    raise CorruptRequestError(
+                        f"reload request {key}: its key is not an encoded name ({error})"
+                    ) from None
                 request = _read_key(s3, store, key, table)
             except CorruptRequestError as error:
                 set_aside.append(_set_aside(s3, store, key, str(error), now))

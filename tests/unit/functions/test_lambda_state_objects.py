@@ -87,6 +87,18 @@ def test_one_corrupt_reload_request_is_set_aside_and_alarmed_while_a_good_one_pr
     assert emitted(capsys)["ReloadRequestsSetAside"] == [1.0]
 
 
+def test_a_reload_request_whose_key_is_no_encoded_name_is_set_aside(s3, load_handler):
+    """Given a request under a key that does not decode to a name (`%FF`), When checked, Then it is set
+    aside naming its key, and the check completes."""
+    put_request(s3, "sales.%FF", b'{"table": "sales.x"}')
+    app = load_handler("reloads", ARTIFACTS_BUCKET=ARTIFACTS, DMS_TASK_ARN=TASK)
+
+    result = app.handler(event("reloads_check.json"), FakeContext())
+
+    assert [a["request_key"] for a in result["set_aside"]] == ["manifests/reloads/sales.%FF.json"]
+    assert result["ready"] == [] and keys(s3, "manifests/reloads/") == []
+
+
 @pytest.mark.parametrize("action", ["done", "failed"])
 def test_retiring_or_recording_a_corrupt_request_sets_it_aside_instead_of_failing(s3, load_handler, action):
     """Given a request that turned corrupt after its check, When the run is done or failed, Then it is set
