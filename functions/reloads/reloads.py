@@ -133,21 +133,56 @@ def check_request(request: Any, key: str, table: str) -> dict[str, Any]:
 
 
 def _read_key(s3: Any, store: Store, key: str, table: str) -> dict[str, Any] | None:
+    return _read_versioned(s3, store, key, table)[0]
+
+
+def _read_versioned(s3: Any, store: Store, key: str, table: str) -> tuple[dict[str, Any] | None, str]:
+    """The request and its ETag (None, "" when there is none)."""
     try:
-        body = s3.get_object(Bucket=store.bucket, Key=key)["Body"].read()
+        current = s3.get_object(Bucket=store.bucket, Key=key)
+        body, etag = current["Body"].read(), str(current["ETag"])
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in MISSING:
-            return None
+            return None, ""
         raise
     try:
         request = json.loads(body)
     except ValueError as error:
         raise CorruptRequestError(f"reload request {key} is corrupt: not JSON ({error})") from None
-    return check_request(request, key, table)
+    return check_request(request, key, table), etag
 
 
 def _read(s3: Any, store: Store, table: str) -> dict[str, Any] | None:
     return _read_key(s3, store, store.key(table), table)
+
+
+CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
+
+
+def _changed_meanwhile(error: ClientError) -> bool:
+    return str(error.response.get("Error", {}).get("Code", "")) in CONFLICT + MISSING
+
+
+def _delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> bool:
+    """Delete `key` only while its ETag is `etag` (If-Match; where S3 answers 501, the ETag read again just
+    before). False when the drain changed it meanwhile (a new LOAD file): it stays."""
+    try:
+        s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
+        return True
+    except ClientError as error:
+        if _changed_meanwhile(error):
+            return False
+        if str(error.response.get("Error", {}).get("Code", "")) not in ("NotImplemented", "501"):
+            raise
+    try:
+        if s3.head_object(Bucket=bucket, Key=key)["ETag"] != etag:
+            return False
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in MISSING:
+            return True
+        raise
+    s3.delete_object(Bucket=bucket, Key=key)
+    return True
 
 
 def _set_aside(s3: Any, store: Store, key: str, reason: str, now: datetime) -> dict[str, str]:
@@ -251,7 +286,7 @@ def done(s3: Any, store: Store, checked: dict[str, str], now: datetime | None = 
     retired, kept, set_aside = [], [], []
     for table, last_seen in sorted(checked.items()):
         try:
-            request = _read(s3, store, table)
+            request, etag = _read_versioned(s3, store, store.key(table), table)
         except CorruptRequestError as error:
             set_aside.append(_set_aside(s3, store, store.key(table), str(error), now or datetime.now(UTC)))
             continue
@@ -259,9 +294,10 @@ def done(s3: Any, store: Store, checked: dict[str, str], now: datetime | None = 
             retired.append(table)  # a retried retire
         elif str(request.get("last_seen", "")) != last_seen:
             kept.append(table)  # DMS wrote LOAD files after the check: reloaded again later
-        else:
-            s3.delete_object(Bucket=store.bucket, Key=store.key(table))
+        elif _delete_if_unchanged(s3, store.bucket, store.key(table), etag):
             retired.append(table)
+        else:
+            kept.append(table)  # the drain recorded a LOAD file between the read and the delete
     return {"retired": retired, "kept": kept, "set_aside": set_aside}
 
 
@@ -271,22 +307,33 @@ def failed(
     moment = now or datetime.now(UTC)
     recorded, set_aside = [], []
     for table in tables:
-        try:
-            request = _read(s3, store, table)
-        except CorruptRequestError as error:
-            set_aside.append(_set_aside(s3, store, store.key(table), str(error), moment))
-            continue
+        for _ in range(3):  # the drain may add a LOAD file meanwhile: read again, count once
+            try:
+                request, etag = _read_versioned(s3, store, store.key(table), table)
+            except CorruptRequestError as problem:
+                set_aside.append(_set_aside(s3, store, store.key(table), str(problem), moment))
+                request = None
+            if request is None:
+                break
+            request["attempts"] = int(request.get("attempts", 0)) + 1
+            request["last_attempt_at"] = iso(moment)
+            request["last_error"] = error[:2000]
+            try:
+                s3.put_object(
+                    Bucket=store.bucket,
+                    Key=store.key(table),
+                    Body=json.dumps(request).encode(),
+                    ContentType="application/json",
+                    IfMatch=etag,
+                )
+            except ClientError as problem:
+                if not _changed_meanwhile(problem):
+                    raise
+                request = None
+                continue
+            break
         if request is None:
             continue
-        request["attempts"] = int(request.get("attempts", 0)) + 1
-        request["last_attempt_at"] = iso(moment)
-        request["last_error"] = error[:2000]
-        s3.put_object(
-            Bucket=store.bucket,
-            Key=store.key(table),
-            Body=json.dumps(request).encode(),
-            ContentType="application/json",
-        )
         recorded.append(
             {
                 "table": table,

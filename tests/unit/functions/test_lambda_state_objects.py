@@ -248,3 +248,57 @@ def test_changes_skipped_as_older_are_published_and_their_tables_logged(s3, load
     assert emitted(capsys)["ChangesIgnoredAsOlder"] == [7.0]
     (warning,) = [r for r in caplog.records if r.getMessage().startswith("changes skipped as older")]
     assert warning.tables == {"sales.item": 7}
+
+
+class DrainWritesFirst:
+    """S3 where the drain records a new LOAD file of the table just before the reloads function's write."""
+
+    def __init__(self, s3, key: str, before: str) -> None:
+        self.s3, self.key, self.before = s3, key, before
+
+    def _drain_records(self) -> None:
+        newer = {"version": 1, "table": "sales.item", "files": ["s3://raw/new/LOAD2.csv"]}
+        newer |= {"last_seen": "2026-11-22T12:00:00.000000Z", "attempts": 0}
+        self.s3.put_object(Bucket=ARTIFACTS, Key=self.key, Body=json.dumps(newer).encode())
+
+    def delete_object(self, **request):
+        if self.before == "delete":
+            self.before = ""
+            self._drain_records()
+        return self.s3.delete_object(**request)
+
+    def put_object(self, **request):
+        if self.before == "put":
+            self.before = ""
+            self._drain_records()
+        return self.s3.put_object(**request)
+
+    def __getattr__(self, name):
+        return getattr(self.s3, name)
+
+
+def test_a_reload_recorded_while_the_last_one_is_retired_is_kept_and_a_failure_counts_on_it(s3, load_handler):
+    """Given a checked request of sales.item, When the drain records a newer LOAD file of it between the
+    reloads function's read and its delete (done), Then the request is kept (not deleted with the new file);
+    When a failed run is recorded while the drain writes, Then the attempt is counted on the newer request
+    (its file kept), not written over it."""
+    load_handler("reloads", ARTIFACTS_BUCKET=ARTIFACTS, DMS_TASK_ARN=TASK)
+    import reloads
+
+    store, key = reloads.Store(ARTIFACTS), "manifests/reloads/sales.item.json"
+    checked = {"version": 1, "table": "sales.item", "files": ["s3://raw/LOAD1.csv"], "attempts": 0}
+    put_request(s3, "sales.item", json.dumps(checked | {"last_seen": "2026-11-22T10:31:00.000000Z"}).encode())
+
+    done = reloads.done(
+        DrainWritesFirst(s3, key, "delete"), store, {"sales.item": "2026-11-22T10:31:00.000000Z"}
+    )
+    assert (done["retired"], done["kept"]) == ([], ["sales.item"])
+
+    failed = reloads.failed(DrainWritesFirst(s3, key, "put"), store, ["sales.item"], "boom")
+    assert [r["attempts"] for r in failed["recorded"]] == [1]
+    stored = json.loads(s3.get_object(Bucket=ARTIFACTS, Key=key)["Body"].read())
+    assert (stored["files"], stored["attempts"], stored["last_error"]) == (
+        ["s3://raw/new/LOAD2.csv"],
+        1,
+        "boom",
+    )
