@@ -44,7 +44,9 @@ class LocalPostgres:
         self.data_dir = data_dir.resolve()
         self._server: Any = None
 
-    def start(self) -> ServerAddress:
+    def start(self, tcp_port: int | None = None) -> ServerAddress:
+        """With `tcp_port`, the server also listens on 127.0.0.1 at that port (JDBC drivers need TCP; the
+        reconcile job's tests): a restart with its own options, the Unix socket staying in its directory."""
         import pgserver
         import psycopg
 
@@ -60,6 +62,10 @@ class LocalPostgres:
         if stale:  # these settings take effect at a restart only
             self._pg_ctl("restart")
             address = self.address()
+        if tcp_port is not None and address.port != tcp_port:
+            # pgserver starts with `-h ""` (no TCP); a restart with -o replaces its options
+            self._pg_ctl("restart", "-o", f"-h 127.0.0.1 -p {int(tcp_port)} -k {address.socket_dir}")
+            address = self.address()
         log.info("PostgreSQL at %s (%.1fs)", address.socket_dir, time.monotonic() - started)
         return address
 
@@ -71,11 +77,11 @@ class LocalPostgres:
             raise RuntimeError(f"no PostgreSQL server runs on {self.data_dir}")
         return ServerAddress(str(info.socket_dir), info.port or 5432)
 
-    def _pg_ctl(self, action: str) -> None:
+    def _pg_ctl(self, action: str, *options: str) -> None:
         from pgserver._commands import pg_ctl
 
         user = self._server.system_user if self._server is not None else None
-        pg_ctl(["-w", "-m", "fast", action], pgdata=self.data_dir, user=user, timeout=60)
+        pg_ctl(["-w", "-m", "fast", *options, action], pgdata=self.data_dir, user=user, timeout=60)
 
     def stop(self) -> None:
         """Stop the server if it runs (its data stays in `data_dir`)."""

@@ -43,6 +43,16 @@ TUNING = {
 LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
+# JDBC drivers of the reconcile job's local sources (Debian's packages: `make jdbc`), put on spark.jars when
+# present; on Glue the job's connection brings its own driver.
+LOCAL_JDBC_JARS = ("/usr/share/java/postgresql.jar",)
+
+
+def local_jars() -> str:
+    """spark.jars of a local session: the Iceberg runtime and whichever JDBC drivers are installed."""
+    return ",".join([iceberg_runtime_jar(), *(jar for jar in LOCAL_JDBC_JARS if os.path.isfile(jar))])
+
+
 def iceberg_runtime_jar() -> str:
     """The pinned Iceberg Spark runtime (Apache Iceberg 1.10.2, Scala 2.12) from its PyPI wheel."""
     jars = resources.files("snowpark_connect_deps_iceberg") / "jars"
@@ -101,7 +111,7 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
     builder = (
         SparkSession.builder.appName(app_name)
         .master(os.environ.get("LAKE_SPARK_MASTER", "local[2]"))
-        .config("spark.jars", iceberg_runtime_jar())
+        .config("spark.jars", local_jars())
         .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
         .config(
             "spark.driver.extraJavaOptions", os.environ.get("LAKE_SPARK_JAVA_OPTIONS", LOCAL_JAVA_OPTIONS)

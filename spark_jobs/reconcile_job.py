@@ -1,0 +1,11 @@
+"""Glue job: compare the clean tables with their source tables (key-range hashes), record and repair divergence."""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
+
+from lakehouse.reconcile import reconcile_main
+
+if __name__ == "__main__":
+    sys.exit(reconcile_main(sys.argv[1:]))
