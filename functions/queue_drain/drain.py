@@ -30,6 +30,7 @@ both write and correctness needs no reserved concurrency.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import re
@@ -503,12 +504,26 @@ def drain(
         for name in counts:
             counts[name] += getattr(sorted_page, name)
         # Recorded durably first (reload requests, manifest); only then may the messages leave the queue.
-        if sorted_page.reloads or sorted_page.files:
-            check()
-        set_aside += _record_reloads(s3, where, sorted_page.reloads, moment)
-        if sorted_page.files:
-            manifest.files.extend(sorted_page.files)
-            etag = put_manifest(s3, where.artifacts_bucket, key, manifest.to_dict(), etag)
+        try:
+            if sorted_page.reloads or sorted_page.files:
+                check()
+            set_aside += _record_reloads(s3, where, sorted_page.reloads, moment)
+            if sorted_page.files:
+                etag = put_manifest(
+                    s3,
+                    where.artifacts_bucket,
+                    key,
+                    manifest.to_dict() | {"files": manifest.files + sorted_page.files},
+                    etag,
+                )
+                manifest.files.extend(sorted_page.files)
+        except LeaseLostError:
+            # fenced off: give the page back at once, so the lease holder's drain need not wait out its
+            # visibility timeout (FIFO returns it first)
+            # best effort: they reappear after their visibility timeout anyway
+            with contextlib.suppress(ClientError):
+                _release(sqs, where.queue_url, sorted_page.leaving + sorted_page.released)
+            raise
         if sorted_page.leaving:
             _delete(sqs, where.queue_url, sorted_page.leaving)
         if sorted_page.released:

@@ -92,6 +92,11 @@ def depth(sqs, url: str) -> int:
     )
 
 
+def visible(sqs, url: str) -> int:
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])
+    return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
 def fence(drain, s3, where, execution: str = EXECUTION):
     return drain.DrainFence(s3, ARTIFACTS, LEASE, execution, where.claim_key)
 
@@ -99,7 +104,8 @@ def fence(drain, s3, where, execution: str = EXECUTION):
 def test_a_drain_that_loses_the_lease_mid_run_writes_nothing_more(setup):
     """Given 15 queued files (two pages), When the lease passes to another execution while the drain is
     between its pages, Then the drain fails with LeaseLostError: its manifest holds only the first page, and
-    the second page's messages are still in the queue (not deleted, not written anywhere)."""
+    the second page's messages are back in the queue at once (not deleted, not written anywhere, visible to
+    the lease holder's drain without waiting out their visibility timeout)."""
     drain, where, s3, sqs = setup
     keys = send_files(sqs, s3, where.queue_url, 15)
     interrupted = InterruptedSqs(sqs, {2: lambda: hold_pipeline_lease(ARTIFACTS, OTHER)})
@@ -109,7 +115,7 @@ def test_a_drain_that_loses_the_lease_mid_run_writes_nothing_more(setup):
 
     ((_, manifest),) = pending(s3).items()
     assert [f["uri"] for f in manifest["files"]] == [f"s3://{RAW}/{k}" for k in keys[:10]]
-    assert depth(sqs, where.queue_url) == 5
+    assert visible(sqs, where.queue_url) == 5
 
 
 def test_a_retried_drain_racing_the_original_takes_over_and_the_original_stops(setup):
