@@ -107,9 +107,29 @@ def read_requests(
             except CorruptRequestError as error:
                 set_aside.append(_set_aside(s3, store, key, str(error), now))
                 continue
+            if request is not None and key != store.key(table):
+                request = _move_to_encoded_key(s3, store, key, table, request)
             if request is not None:
                 requests[table] = request
     return requests
+
+
+def _move_to_encoded_key(
+    s3: Any, store: Store, key: str, table: str, request: dict[str, Any]
+) -> dict[str, Any] | None:
+    """A request an older drain wrote under the unencoded name (`sales.a,b.json`) moves to the encoded key,
+    where `done` and `failed` find it (else it would be reloaded on every loop). If the drain already wrote a
+    request there, that one stands (it asks for the same table's reload, with a newer LOAD file)."""
+    body = json.dumps(request | {"table": table}).encode()
+    try:
+        s3.put_object(Bucket=store.bucket, Key=store.key(table), Body=body, IfNoneMatch="*")
+        moved: dict[str, Any] | None = request
+    except ClientError as error:
+        if not _changed_meanwhile(error):
+            raise
+        moved = None  # listed under its own key as well
+    s3.delete_object(Bucket=store.bucket, Key=key)
+    return moved
 
 
 def check_request(request: Any, key: str, table: str) -> dict[str, Any]:

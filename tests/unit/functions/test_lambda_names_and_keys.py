@@ -232,3 +232,25 @@ def test_the_drain_and_the_reloads_function_key_a_table_alike_and_reversibly(nam
     segment = key.removeprefix("manifests/reloads/").removesuffix(".json")
     assert all(c.isascii() and (c.isalnum() or c in "._-%") for c in segment)
     assert drain.decode_name(segment) == name
+
+
+def test_a_request_an_older_drain_wrote_under_the_unencoded_name_is_moved_and_retired(aws, load_handler):
+    """Given a reload request of `sales. x` written by the drain before names were encoded in keys
+    (`manifests/reloads/sales. x.json`), When checked and done, Then it is ready under its name, moved to the
+    encoded key, and retired: not reloaded on every loop."""
+    s3 = boto3.client("s3")
+    s3.create_bucket(Bucket=ARTIFACTS)
+    legacy = {"version": 1, "table": "sales. x", "files": [], "last_seen": "2026-11-22T10:31:00.000000Z"}
+    s3.put_object(Bucket=ARTIFACTS, Key="manifests/reloads/sales. x.json", Body=json.dumps(legacy).encode())
+    reloads = load_handler("reloads", ARTIFACTS_BUCKET=ARTIFACTS, DMS_TASK_ARN=TASK)
+    reloads.dms = FakeDms(["sales. x"])
+
+    checked = reloads.handler(event("reloads_check.json"), FakeContext())
+    listed = s3.list_objects_v2(Bucket=ARTIFACTS, Prefix="manifests/reloads/")["Contents"]
+    assert checked["ready"] == ["sales. x"] and [o["Key"] for o in listed] == [
+        "manifests/reloads/sales.%20x.json"
+    ]
+
+    done = reloads.handler({"action": "done", "checked": checked["checked"]}, FakeContext())
+    assert done["retired"] == ["sales. x"]
+    assert s3.list_objects_v2(Bucket=ARTIFACTS, Prefix="manifests/reloads/").get("KeyCount", 0) == 0
