@@ -8,7 +8,7 @@ The writer is what our tests, demo and benchmarks use to produce files exactly a
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -78,8 +78,12 @@ class DmsFile:
         return datetime.strptime(self.order_key[:20], "%Y%m%d%H%M%S%f")
 
 
-def parse_dms_key(uri: str, size: int = 0) -> DmsFile:
-    """Classify `…/<schema>/<table>/[<date folders>/]<LOADxxxxxxxx|YYYYMMDD-HHMMSS…>.<csv[.gz]|parquet>`."""
+def parse_dms_key(uri: str, size: int = 0, known: Callable[[str, str], bool] | None = None) -> DmsFile:
+    """Classify `…/<schema>/<table>/[<date folders>/]<LOADxxxxxxxx|YYYYMMDD-HHMMSS…>.<csv[.gz]|parquet>`.
+
+    A table may be named like a date folder (`sales/2024_01/`): the key alone can't tell. With `known`
+    (whether the schema file has `schema.table`), the reading with the most date folders whose table is
+    known wins; without it, or when none is known, every folder shaped like a date is a date folder."""
     parts = uri.rstrip("/").split("/")
     name, folders = parts[-1], parts[:-1]
     load = _LOAD_NAME.match(name)
@@ -89,12 +93,15 @@ def parse_dms_key(uri: str, size: int = 0) -> DmsFile:
             f"{uri}: {name!r} is neither a LOAD file nor a timestamp-named CDC file (.csv, .csv.gz, .parquet)"
         )
     dated = 0
-    while dated < MAX_DATE_FOLDERS and len(folders) > 2 and _DATE_FOLDER.match(folders[-1]):
-        folders.pop()
+    while dated < MAX_DATE_FOLDERS and len(folders) - dated > 2 and _DATE_FOLDER.match(folders[-1 - dated]):
         dated += 1
-    if len(folders) < 2 or not folders[-1] or not folders[-2]:
+    readings = [folders[: len(folders) - n] for n in range(dated, -1, -1)]  # most date folders first
+    chosen = readings[0]
+    if known is not None:
+        chosen = next((r for r in readings if len(r) >= 2 and known(r[-2], r[-1])), chosen)
+    if len(chosen) < 2 or not chosen[-1] or not chosen[-2]:
         raise NotADmsFileError(f"{uri}: expected …/<schema>/<table>/<file>.csv")
-    source_schema, table = folders[-2], folders[-1]
+    source_schema, table = chosen[-2], chosen[-1]
     if load:
         segment = int(load.group("segment") or 0)
         order = f"{segment:06d}{int(load.group('counter'), 16):010d}"
