@@ -313,8 +313,8 @@ def test_reload_repair_asks_dms_to_reload_exactly_the_diverged_tables(spark, lak
     alarmed = reconcile(spark, lake_config, schema, source, SMALL, run_id="a", reload_tables=reloader)
     assert dms.calls == [] and alarmed.repairs == 0
     assert [(t.table, t.extra, t.repaired) for t in alarmed.tables] == [
-        (f"{s}.good", 0, False),
         (f"{s}.bad", 50, False),
+        (f"{s}.good", 0, False),
     ]
 
     reload = ReconcileOptions(**{**SMALL.__dict__, "repair_mode": "reload"})
@@ -328,7 +328,7 @@ def test_reload_repair_asks_dms_to_reload_exactly_the_diverged_tables(spark, lak
         }
     ]
     assert repaired.repairs == 1 and repaired.totals()["repairs"] == 1
-    assert [(t.table, t.repaired) for t in repaired.tables] == [(f"{s}.good", False), (f"{s}.bad", True)]
+    assert [(t.table, t.repaired) for t in repaired.tables] == [(f"{s}.bad", True), (f"{s}.good", False)]
 
 
 def test_the_row_budget_rotates_tables_over_runs(spark, lake_config, pg, tmp_path):
