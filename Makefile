@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser dashboard lint format bench deploy local-up local-down clean
+.PHONY: jdbc venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser dashboard lint format bench deploy local-up local-down clean
 
 venv: $(STAMP)
 
@@ -18,15 +18,24 @@ $(STAMP): pyproject.toml
 
 # The whole pipeline on the embedded local AWS (LocalStack + SAM + local DMS + Glue running our Spark jobs).
 # DMS_FORMAT=parquet: the local DMS writes Parquet (DataFormat=parquet) instead of CSV.
-demo: venv localstack-venv sam-venv
+demo: venv localstack-venv sam-venv jdbc
 	$(BIN)/python -m localaws.demo $(if $(DMS_FORMAT),--dms-format $(DMS_FORMAT),) $(DEMO_ARGS)
 
 # The Spark pipeline alone over generated DMS files (no local AWS).
 demo-spark: venv
 	$(BIN)/python -m tools.demo_spark
 
-test: venv localstack-venv sam-venv browser
+test: venv localstack-venv sam-venv browser jdbc
 	$(BIN)/python -m pytest
+
+# The reconcile job's JDBC driver for the local PostgreSQL source (Debian's package; Maven is not reachable
+# here): /usr/share/java/postgresql.jar, which the local Spark session puts on spark.jars.
+jdbc:
+	@test -f /usr/share/java/postgresql.jar || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] && echo "" || echo "sudo -n" ); \
+	  ( $$SUDO apt-get install -y -q libpostgresql-jdbc-java >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q libpostgresql-jdbc-java >/dev/null 2>&1; } ) \
+	  || echo "WARNING: could not install libpostgresql-jdbc-java: the reconcile tests will fail"; }
 
 # A headless Chromium (Debian's package) for the dashboard's browser test; said loudly when it can't be had.
 browser:
@@ -36,7 +45,7 @@ browser:
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; } ) \
 	  || echo "WARNING: could not install chromium: the dashboard's browser test will be SKIPPED"; }
 
-test-unit: venv
+test-unit: venv jdbc
 	$(BIN)/python -m pytest -m "not integration"
 
 test-integration: venv localstack-venv sam-venv
