@@ -216,6 +216,8 @@ def recovery_message(
     file: RawFile, queue_url: str, recovery: int, region: str = "us-east-1"
 ) -> dict[str, Any]:
     """`sqs.send_message` arguments that re-enqueue a lost file as its EventBridge event."""
+    if not file.uri.startswith("s3://"):
+        raise ValueError(f"{file.uri}: only an S3 object has an S3 event to re-send")
     bucket, key = split_s3(file.uri)
     account = _account_of(queue_url)
     event = file_event(bucket, key, file.size, file.landed_at or file.written_at, account, region)

@@ -398,7 +398,9 @@ def test_a_file_whose_event_was_deleted_is_applied_after_the_audit(spark, config
         batch = drain_code.drain(s3, sqs, where, limits)
         document = json.loads(s3.get_object(Bucket=ARTIFACTS, Key=batch["manifest_key"])["Body"].read())
         assert apply_cdc(spark, config, SCHEMA, Manifest.from_dict(document)).ok
-        ack_code.acknowledge(s3, ARTIFACTS, batch["manifest_key"])
+        # the acknowledge step, given the manifest version the drain handed out (when it reports one)
+        version = {"manifest_etag": batch["manifest_etag"]} if "manifest_etag" in batch else {}
+        ack_code.acknowledge(s3, ARTIFACTS, batch["manifest_key"], **version)
         return [f["uri"] for f in document["files"]]
 
     assert drain_and_apply() == [uris[0], uris[2]]
@@ -413,3 +415,32 @@ def test_a_file_whose_event_was_deleted_is_applied_after_the_audit(spark, config
     assert rows_of(spark, table) == source
     assert audit(spark, config, queue, sqs, timedelta(0), now).to_dict()["applied"] == 3
     assert queued(sqs, queue) == []
+
+
+def test_the_job_re_enqueues_reports_and_publishes(spark, config, aws, monkeypatch, tmp_path):
+    """Given a lost file, When `raw_audit_job.py` runs with the deployed job's arguments (grace 0),
+    Then it exits 0, its report names the file, the file's event is queued and FilesRecovered is 1."""
+    import raw_audit_job
+    from lakehouse import raw_audit
+
+    s3, sqs, queue, _ = aws
+    lost = put(s3, "dms/sales/customer/20261122-100001000.csv")
+    monkeypatch.setattr(raw_audit, "_client", lambda service, config: boto3.client(service))  # moto's
+    report_file = tmp_path / "audit.json"
+
+    code = raw_audit_job.main(
+        [
+            *("--warehouse", config.warehouse, "--clean_database", config.clean_database),
+            *("--schema_file", config.schema_file, "--s3_endpoint_url", "http://moto.invalid"),
+            *("--raw_path", f"s3://{RAW}/dms", "--manifest_prefix", MANIFESTS, "--queue_url", queue),
+            *("--grace_minutes", "0", "--report_uri", str(report_file), "--JOB_ID", "j_1"),
+        ]
+    )
+
+    assert code == 0
+    report = json.loads(report_file.read_text())
+    assert (report["listed"], report["recovered"], report["recovered_keys"]) == (1, 1, [lost])
+    assert [json.loads(m["Body"])["detail"]["object"]["key"] for m in queued(sqs, queue)] == [
+        lost.split("/", 3)[3]
+    ]
+    assert metric_sum("FilesRecovered") == 1
