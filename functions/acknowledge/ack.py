@@ -21,7 +21,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
 MISSING = ("NoSuchKey", "404", "NotFound")
 CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
@@ -146,6 +146,8 @@ def delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> None:
     try:
         s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
         return
+    except ParamValidationError:
+        pass  # an SDK whose DeleteObject has no If-Match: the ETag check below
     except ClientError as error:
         code = str(error.response.get("Error", {}).get("Code", ""))
         if code in CONFLICT:

@@ -43,7 +43,7 @@ from typing import Any, Literal
 from urllib.parse import unquote, unquote_plus
 
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
 RECEIVE_PAGE = 10  # SQS's maximum per ReceiveMessage
 MAX_OBJECT_SIZE = 5 * 1024**4  # S3's largest object (5 TiB)
@@ -561,6 +561,8 @@ def delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> None:
     try:
         s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
         return
+    except ParamValidationError:
+        pass  # an SDK whose DeleteObject has no If-Match: the ETag check below
     except ClientError as error:
         code = str(error.response.get("Error", {}).get("Code", ""))
         if code in CONFLICT:

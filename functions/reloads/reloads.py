@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import ClientError, ParamValidationError
 
 MISSING = ("NoSuchKey", "404", "NotFound")
 COMPLETED = "Table completed"
@@ -189,6 +189,8 @@ def _delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> bool:
     try:
         s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
         return True
+    except ParamValidationError:
+        pass  # an SDK whose DeleteObject has no If-Match: the ETag check below
     except ClientError as error:
         if _changed_meanwhile(error):
             return False
