@@ -235,16 +235,19 @@ def dms_layout(key: str, raw_prefix: str) -> tuple[str, str, Literal["load", "cd
     return folders[0], folders[1], kind
 
 
-ObjectExists = Callable[[str, str], bool]
+# (bucket, key) -> the object's LastModified, or None when there is no such object
+ObjectExists = Callable[[str, str], datetime | None]
 
 
 def parse_file_event(
     body: str, raw_bucket: str = "", raw_prefix: str = "dms", exists: ObjectExists | None = None
 ) -> DmsFile:
     """The DMS file an EventBridge "Object Created" event (as the rule delivers it) names. Anything else,
-    or anything malformed, raises PoisonMessageError with the reason. With `exists` (bucket, key -> bool),
-    the key is the first of its readings (`key_readings`) that exists, and an event whose object exists
-    under none is poison too."""
+    or anything malformed, raises PoisonMessageError with the reason. With `exists` (bucket, key ->
+    LastModified or None), the key is the first of its readings (`key_readings`) that exists, and an event
+    whose object exists under none is poison too; the file was created when S3 wrote it (LastModified), if
+    that is before the event's time (EventBridge stamps the event when it sends it, later on a busy
+    emulator)."""
     try:
         event = S3EventNotificationEventBridgeModel.model_validate_json(body)
     except Exception as error:  # any parse failure (type, depth, size) is this message's fault alone
@@ -258,10 +261,16 @@ def parse_file_event(
     readings = key_readings(encoded)
     if not readings:
         raise PoisonMessageError(f"object key {encoded[:300]!r} is not URL-encoded UTF-8")
+    written: datetime | None = None
     if exists is None:
         key = readings[0]
     else:
-        found = next((reading for reading in readings if exists(bucket, reading)), None)
+        found = None
+        for reading in readings:
+            written = exists(bucket, reading)
+            if written is not None:
+                found = reading
+                break
         if found is None:
             raise PoisonMessageError(
                 f"no object s3://{bucket}/{readings[0]} (the event's key {encoded[:300]!r}; tried"
@@ -283,6 +292,8 @@ def parse_file_event(
             f"s3://{bucket}/{key}: a schema or table named {unusable[0]!r} (control characters, '.' or '..')"
         )
     created = event.time if event.time.tzinfo else event.time.replace(tzinfo=UTC)
+    if written is not None:
+        created = min(created, _aware(written))
     return DmsFile(bucket, key, schema, table, _size(event.detail.object.size), created, kind)
 
 
@@ -542,14 +553,14 @@ def _unfenced() -> None:
 
 
 def _object_exists(s3: Any) -> ObjectExists:
-    def exists(bucket: str, key: str) -> bool:
+    def exists(bucket: str, key: str) -> datetime | None:
         try:
-            s3.head_object(Bucket=bucket, Key=key)
+            head = s3.head_object(Bucket=bucket, Key=key)
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in MISSING:
-                return False
+                return None
             raise  # 403, throttling: the drain fails (and is retried), the message is not judged
-        return True
+        return head.get("LastModified") or datetime.max.replace(tzinfo=UTC)
 
     return exists
 

@@ -254,3 +254,24 @@ def test_a_request_an_older_drain_wrote_under_the_unencoded_name_is_moved_and_re
     done = reloads.handler({"action": "done", "checked": checked["checked"]}, FakeContext())
     assert done["retired"] == ["sales. x"]
     assert s3.list_objects_v2(Bucket=ARTIFACTS, Prefix="manifests/reloads/").get("KeyCount", 0) == 0
+
+
+def test_a_load_file_written_before_the_full_load_started_is_skipped_even_if_its_event_is_stamped_later(
+    queues, drain_app
+):
+    """Given the full-load job started a minute from now, and a LOAD file S3 wrote now whose EventBridge
+    event is stamped two minutes from now (a busy emulator stamps an event when it sends it), When drained,
+    Then the file counts as read by the full-load job (its LastModified), not as a reload of its table."""
+    from datetime import timedelta
+
+    sqs, queue_url, _ = queues
+    key = "dms/sales/item/LOAD00000001.csv"
+    put_raw(key)
+    now = datetime.now(UTC)
+    marker = {"started_at": (now + timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")}
+    boto3.client("s3").put_object(Bucket=ARTIFACTS, Key="manifests/full-load.json", Body=json.dumps(marker))
+    send(sqs, queue_url, key, time=(now + timedelta(minutes=2)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    result = drain_app.handler(drain_request(), FakeContext())
+
+    assert (result["skipped_full_load"], result["reload_files"], result["reloads_pending"]) == (1, 0, [])
