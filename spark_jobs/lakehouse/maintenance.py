@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -46,10 +47,11 @@ from lakehouse.iceberg import (
     table_exists,
     table_properties,
 )
-from lakehouse.names import sql_string
+from lakehouse.names import quote, sql_string
 from lakehouse.state import LedgerEntry, RecordedFile, StateTables, lineage
 
 log = logging.getLogger(__name__)
+_PLAIN = re.compile(r"[a-z0-9_]+")
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,12 @@ def _tables(spark: SparkSession, config: LakeConfig, database: str) -> list[str]
     if not spark.catalog.databaseExists(f"{config.catalog_name}.{database}"):
         return []
     rows = spark.sql(f"SHOW TABLES IN {config.catalog_name}.{database}").collect()
-    return sorted(config.table(database, row["tableName"]) for row in rows)
+    # The jobs' own tables are [a-z0-9_] (names.table_name); a table someone else created may be named
+    # otherwise, and is then quoted wherever its name goes into SQL.
+    return sorted(
+        config.table(database, name if _PLAIN.fullmatch(name) else quote(name))
+        for name in (row["tableName"] for row in rows)
+    )
 
 
 def _consumed_snapshots(spark: SparkSession, refined: Sequence[str]) -> set[int]:

@@ -262,7 +262,7 @@ class _Pipeline:
                 continue  # listed twice in one manifest: applied once
             seen.add(uri)
             try:
-                file = parse_dms_key(uri, size)
+                file = parse_dms_key(uri, size, self._known)
             except NotADmsFileError as error:
                 self.file_problems.append(FileProblem("", uri, str(error)))
                 continue
@@ -272,6 +272,13 @@ class _Pipeline:
                 continue
             by_table[spec].append(file)
         return by_table
+
+    def _known(self, source_schema: str, table: str) -> bool:
+        """The schema file has the table (or refused it): a folder named like a date may be a table."""
+        qualified = f"{source_schema}.{table}"
+        return (
+            self.schema.find(source_schema, table) is not None or self.schema.refusal(qualified) is not None
+        )
 
     def unknown_table_reports(self) -> list[TableReport]:
         """A table the schema file does not know (added on the source since it was generated) is not bad

@@ -59,7 +59,14 @@ from lakehouse.iceberg import (
     table_exists,
     with_commit_properties,
 )
-from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, properties_sql, quote, sql_string
+from lakehouse.names import (
+    CHANGE_SEQ_COLUMN,
+    COMMIT_TS_COLUMN,
+    properties_sql,
+    quote,
+    sql_string,
+    table_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +103,8 @@ class RefineOptions:
     min_interval_seconds: float = 0.0
 
     def clean_name(self, table: str) -> str:
-        return f"{self.source_schema}_{table}".lower()
+        """The clean table the full load and CDC write for `<source_schema>.<table>` (names.table_name)."""
+        return table_name(self.source_schema, table)
 
 
 @dataclass

@@ -48,6 +48,7 @@ HOSTILE = [
     ("sales", 'back`tick "dq" ;--'),
     ("sales", "Üñí ç😀#frag?q=1"),
     ("sales", "select"),
+    ("sales", "2024_01"),  # shaped like a DMS date folder (DatePartitionSequence YYYYMM, '_')
     ("sales", "L" * 120 + "ü"),
     ("o'hara\\db", "a:b"),
 ]
@@ -169,8 +170,13 @@ def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(s
     assert code == 0, report
     assert sorted(t["table"] for t in report["tables"]) == sorted(_qualified(p) for p in HOSTILE)
 
+    # A table someone else made in the clean namespace, under a name the jobs would never give one.
+    odd = f"{lake_config.catalog_name}.{lake_config.clean_database}.`hand made-table`"
+    spark.sql(f"CREATE TABLE {odd} (id int) USING iceberg")
+    spark.sql(f"INSERT INTO {odd} VALUES (1)")
     code, report = _run(maintenance_main, common[:4], tmp_path / "r5.json")
     assert code == 0, report
+    assert {t["table"] for t in report["tables"]} >= {odd, *clean.values()}
 
     for pair, table in clean.items():
         expected = (
@@ -248,3 +254,51 @@ def test_a_schema_file_loaded_per_table_refuses_only_the_tables_it_cannot_hold()
     assert "'s.a/b'" in schema.refused["s.a/b"] and "s_order_details" in schema.refused["s.order_details"]
     with pytest.raises(ValueError, match="'/' can't be part"):
         SchemaFile.from_dict(document)
+
+
+def test_an_s3_folder_is_listed_literally_and_never_its_longer_siblings(monkeypatch):
+    """Given S3 keys of tables `orders`, `orders2`, `a?b#c%20d` and `Orders` (another case), When one table's
+    folder and the schema folder's table folders are listed, Then each listing holds exactly its own keys
+    and the folder names as written (`?`, `#`, `%20` kept)."""
+    from lakehouse import storage
+    from moto import mock_aws
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    storage._s3_client.cache_clear()
+    try:
+        with mock_aws():
+            client = storage._s3_client(None)
+            client.create_bucket(Bucket="raw")
+            tables = ("orders", "orders2", "a?b#c%20d", "Orders")
+            for table in tables:
+                client.put_object(Bucket="raw", Key=f"dms/s/{table}/LOAD00000001.csv", Body=table.encode())
+            for table in tables:
+                listed = list_objects(table_folder("s3://raw/dms", "s", table))
+                assert [i.uri for i in listed] == [f"s3://raw/dms/s/{table}/LOAD00000001.csv"]
+                assert storage.read_text(listed[0].uri) == table
+            assert storage.list_folders("s3://raw/dms/s") == sorted(tables)
+            assert storage.list_folders("s3://raw/dms/") == ["s"]
+    finally:
+        storage._s3_client.cache_clear()
+
+
+def test_a_table_named_like_a_date_folder_is_the_table_the_schema_file_knows():
+    """Given CDC keys below a table folder shaped like a date (`sales/2024_01/`), with and without DMS's
+    date folders, When classified knowing the schema file's tables, Then the table is `sales.2024_01`;
+    without that knowledge the folder still reads as a date folder (as before)."""
+    from lakehouse.dms_files import parse_dms_key
+
+    def known(schema: str, table: str) -> bool:
+        return (schema, table) in {("sales", "2024_01"), ("sales", "orders")}
+
+    for key in (
+        "s3://raw/dms/sales/2024_01/20261122-100000.csv",
+        "s3://raw/dms/sales/2024_01/2026/11/22/20261122-100000.csv",
+    ):
+        assert parse_dms_key(key, known=known).qualified_table == "sales.2024_01"
+    assert parse_dms_key(
+        "s3://raw/dms/sales/orders/2024_01/20261122-100000.csv", known=known
+    ).qualified_table == ("sales.orders")
+    assert parse_dms_key("s3://raw/dms/sales/2024_01/20261122-100000.csv").qualified_table == "dms.sales"
