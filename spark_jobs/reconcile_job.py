@@ -5,7 +5,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
 
+from lakehouse.fence import fenced
 from lakehouse.reconcile import reconcile_main
 
 if __name__ == "__main__":
-    sys.exit(reconcile_main(sys.argv[1:]))
+    # fenced: dms_divergence and a reload request only while the execution that started it holds the lease
+    sys.exit(fenced(reconcile_main)(sys.argv[1:]))

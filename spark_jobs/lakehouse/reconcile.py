@@ -43,7 +43,8 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.config import LakeConfig
-from lakehouse.iceberg import create_table, ensure_namespace, table_exists
+from lakehouse.fence import check_before_commit
+from lakehouse.iceberg import append_rows, create_table, ensure_namespace, table_exists
 from lakehouse.names import RESERVED_COLUMNS, quote
 from lakehouse.schema import SchemaFile, TableSpec
 
@@ -411,11 +412,8 @@ class LakeSide:
     def _key_texts(self, plan: TablePlan, frame: DataFrame) -> list[Column]:
         return [lake_text(frame[quote(k.name)], k.data_type) for k in plan.keys]
 
-    def hashed(self, plan: TablePlan, lo: int, fresh: bool = False) -> DataFrame:
-        """`x`, `k0…`, `h` of every row (cached for the bisect levels of one comparison)."""
-        cached = self._cached.get((plan.lake_table, lo))
-        if cached is not None and not fresh:
-            return cached
+    def hashed(self, plan: TablePlan, lo: int) -> DataFrame:
+        """`x`, `k0…`, `h` of every row of the clean table."""
         frame = self.spark.table(plan.lake_table)
         fields = [
             _lake_field(lake_text(frame[quote(c.name)], c.data_type) if c.in_lake else F.lit(None))
@@ -426,13 +424,24 @@ class LakeSide:
             x = frame[quote(plan.keys[0].name)].cast("bigint") - F.lit(lo)
         else:
             x = F.conv(F.substring(F.md5(F.concat_ws(SEPARATOR, *keys)), 1, 15), 16, 10).cast("bigint")
-        hashed = frame.select(
+        return frame.select(
             x.alias("x"), *[k.alias(f"k{i}") for i, k in enumerate(keys)], lake_row_hash(fields).alias("h")
         )
-        if self.cache and not fresh:
-            hashed = hashed.cache()
-            self._cached[(plan.lake_table, lo)] = hashed
-        return hashed
+
+    def _rows(
+        self, plan: TablePlan, level: Level, parent_shift: int | None, fresh: bool, may_cache: bool
+    ) -> DataFrame:
+        """The hashed rows of a level's segments. The first level reads the table (a matching table is read
+        once, nothing cached); the first bisect level keeps its rows (the differing segments' only) in
+        Spark's cache, and every later level of the comparison, being inside them, reads the cache."""
+        cached = None if fresh else self._cached.get((plan.lake_table, level.lo))
+        if cached is not None:
+            return self._within(cached, level, parent_shift)
+        frame = self._within(self.hashed(plan, level.lo), level, parent_shift)
+        if self.cache and may_cache and not fresh and parent_shift is not None:
+            frame = frame.cache()
+            self._cached[(plan.lake_table, level.lo)] = frame
+        return frame
 
     def release(self) -> None:
         for frame in self._cached.values():
@@ -479,7 +488,7 @@ class LakeSide:
     def segment_sums(
         self, plan: TablePlan, level: Level, parent_shift: int | None, fresh: bool = False
     ) -> dict[int, tuple[int, int]]:
-        frame = self._within(self.hashed(plan, level.lo, fresh), level, parent_shift)
+        frame = self._rows(plan, level, parent_shift, fresh, may_cache=True)
         rows = (
             frame.groupBy(F.shiftright("x", level.shift).alias("seg"))
             .agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("h").cast("decimal(38,0)")).alias("h"))
@@ -492,7 +501,7 @@ class LakeSide:
     def row_hashes(
         self, plan: TablePlan, level: Level, parent_shift: int | None, fresh: bool = False
     ) -> dict[tuple[str, ...], int]:
-        frame = self._within(self.hashed(plan, level.lo, fresh), level, parent_shift)
+        frame = self._rows(plan, level, parent_shift, fresh, may_cache=False)
         columns = [f"k{i}" for i in range(len(plan.keys))]
         rows = frame.select(*columns, "h").collect()
         found = {tuple(r[c] for c in columns): int(r["h"]) for r in rows}
@@ -690,9 +699,19 @@ def compare_table(
     levels = 0
     while True:
         levels += 1
+        began = time.monotonic()
         source_sums, lake_sums = _both(
             lambda lv=level: source.segment_sums(plan, lv),
             lambda lv=level, ps=parent_shift: lake.segment_sums(plan, lv, ps),
+        )
+        log.info(
+            "%s level %d (segments of 2^%d keys, %s ranges): %d sums, %.2fs",
+            plan.spec.qualified_name,
+            levels,
+            level.shift,
+            len(level.within) if level.within is not None else "all",
+            len(source_sums),
+            time.monotonic() - began,
         )
         if levels == 1:
             segments = len(source_sums.keys() | lake_sums.keys())
@@ -709,10 +728,19 @@ def compare_table(
         ]
         large = sorted(set(differing) - set(small))
         if small:
+            began = time.monotonic()
             leaf = Level(level.shift, level.lo, tuple(x_ranges(small, level.shift)))
             source_rows, lake_rows = _both(
                 lambda lv=leaf: source.row_hashes(plan, lv),
                 lambda lv=leaf, s=level.shift: lake.row_hashes(plan, lv, s),
+            )
+            log.info(
+                "%s leaves of level %d: %d segments, %d source rows, %.2fs",
+                plan.spec.qualified_name,
+                levels,
+                len(small),
+                len(source_rows),
+                time.monotonic() - began,
             )
             differences.update(diff_rows(source_rows, lake_rows))
             leaves.append(leaf)
@@ -728,15 +756,19 @@ def _both(first: Callable[[], Any], second: Callable[[], Any]) -> tuple[Any, Any
     result: dict[str, Any] = {}
     failure: list[BaseException] = []
 
+    began = time.monotonic()
+
     def run() -> None:
         try:
             result["first"] = first()
         except BaseException as error:  # re-raised below
             failure.append(error)
+        log.debug("source side: %.2fs", time.monotonic() - began)
 
     thread = threading.Thread(target=run, name="reconcile-source")
     thread.start()
     result["second"] = second()
+    log.debug("lake side: %.2fs", time.monotonic() - began)
     thread.join()
     if failure:
         raise failure[0]
@@ -748,41 +780,15 @@ CaughtUp = Callable[[TableSpec, datetime], bool]
 
 
 def raw_caught_up(spark: SparkSession, config: LakeConfig, raw_path: str) -> CaughtUp:
-    """Has the clean table applied every CDC file DMS wrote into the raw zone before `t0`? (The raw zone's
-    files of the table against the table's commits and ledger, as the CDC job decides what it applied.)"""
-    from lakehouse.dms_files import NotADmsFileError, parse_dms_key
+    """Has the clean table applied every CDC file DMS wrote into the raw zone before `t0`? The raw audit's
+    rule (`raw_audit.applied_everything_before`: applied, quarantined as a whole file, or superseded by a
+    reload), asked of the table's own folder only: another table's backlog does not hold this one up."""
     from lakehouse.names import table_folder
-    from lakehouse.state import StateTables, applied_files
-    from lakehouse.storage import list_objects
+    from lakehouse.raw_audit import applied_everything_before
 
     def check(spec: TableSpec, t0: datetime) -> bool:
         folder = table_folder(raw_path, spec.source_schema, spec.name)
-        candidates = []
-        for info in list_objects(folder, config.s3_endpoint_url):
-            try:
-                file = parse_dms_key(info.uri, info.size)
-            except NotADmsFileError:
-                continue
-            written = file.written_at or info.last_modified
-            if file.is_full_load or written is None or written >= t0:
-                continue
-            candidates.append((file.name, file.uri, file.written_at))
-        if not candidates:
-            return True
-        state = StateTables(spark, config)
-        recorded = (
-            state.recorded([name for name, _, _ in candidates]).get(spec.qualified_name, [])
-            if table_exists(spark, state.ledger)
-            else []
-        )
-        table = config.clean_table(spec.iceberg_name)
-        done = applied_files(spark, table, spec.qualified_name, candidates, recorded).applied
-        behind = [name for name, _, _ in candidates if name not in done]
-        if behind:
-            log.info(
-                "%s: %d CDC file(s) written before %s not applied yet", spec.qualified_name, len(behind), t0
-            )
-        return not behind
+        return applied_everything_before(spark, config, folder, t0)
 
     return check
 
@@ -1018,7 +1024,9 @@ def write_divergence(spark: SparkSession, config: LakeConfig, report: ReconcileR
     ensure_namespace(spark, config.catalog_name, config.clean_database)
     if not table_exists(spark, table):
         create_table(spark, table, DIVERGENCE_SCHEMA, "Keys where a clean table differs from its source")
-    spark.createDataFrame(rows, DIVERGENCE_SCHEMA).writeTo(table).append()
+    append_rows(
+        spark, table, spark.createDataFrame(rows, DIVERGENCE_SCHEMA), {"dms.reconcile-run": report.run_id}
+    )
     return len(rows)
 
 
@@ -1027,6 +1035,7 @@ def dms_reloader(dms_client: Any, task_arn: str) -> Callable[[list[TableSpec]], 
     order-independent reload while CDC goes on)."""
 
     def reload(specs: list[TableSpec]) -> None:
+        check_before_commit()  # a run that lost the pipeline lease asks DMS for nothing
         dms_client.reload_tables(
             ReplicationTaskArn=task_arn,
             TablesToReload=[{"SchemaName": s.source_schema, "TableName": s.name} for s in specs],
