@@ -36,7 +36,8 @@ def test_a_postgresql_source_through_ddl_a_killed_task_and_its_resume_ends_equal
     (DataFormat=parquet; the CSV path: every other test),
     When a DBA adds a column and widens two types mid-stream (the schema file regenerated from the live
     catalog), rows use them, the DMS task's source connection is killed while the workload runs (the task
-    fails, as DMS does) and the operator resumes the task,
+    fails, as DMS does, and the execution with it) and the operator resumes the task and starts an execution
+    with skip_full_load,
     Then the slot replays what was not yet written, the files after the DDL carry the new column, and every
     clean table equals its source: nothing lost, a replayed change applied once."""
     pipeline = make_pipeline(data_format="parquet")
@@ -67,7 +68,12 @@ def test_a_postgresql_source_through_ddl_a_killed_task_and_its_resume_ends_equal
         lambda: replication.describe_task(dms, pipeline.task.arn)["Status"] == "failed", 60, 0.5
     )
     assert failed, replication.describe_task(dms, pipeline.task.arn)
+    # the loop's next pass sees the failed task: the execution ends in DmsTaskStopped with DMS's reason
+    ended = wait_for(lambda: pipeline.executions()[0]["status"] != "RUNNING", 600, 1)  # after a CDC run
+    assert ended and "DmsTaskStopped" in pipeline.execution_failure(), pipeline.executions()
     pipeline.resume_replication()
+    pipeline.settings.execution_input = {"skip_full_load": True}  # the runbook: full-load.json exists
+    pipeline.start_execution()
     changes += pipeline.run_workload(150, seed=44)
     pipeline.wait_until_applied(timeout=480)
 
