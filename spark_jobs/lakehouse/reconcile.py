@@ -173,6 +173,17 @@ def lake_row_hash(fields: Sequence[Column]) -> Column:
     return F.conv(F.substring(F.md5(text), 1, 16), 16, -10).cast("bigint")
 
 
+def _hash_sums() -> list[Column]:
+    """count and the exact sum of the row hashes, as two long sums (high 32 bits, arithmetic shift; low 32
+    bits, unsigned): h = hi·2^32 + lo, and neither sum can overflow below 2^31 rows per segment. A sum of
+    decimal(38,0) is the same number at the cost of BigDecimal arithmetic per row."""
+    return [
+        F.count(F.lit(1)).alias("n"),
+        F.sum(F.shiftright("h", 32)).alias("hi"),
+        F.sum(F.col("h").bitwiseAND(F.lit(0xFFFFFFFF))).alias("lo"),
+    ]
+
+
 def python_row_hash(fields: Sequence[str]) -> int:
     """The same hash from already canonical fields (tests; the SQLite source goes through Spark)."""
     import hashlib
@@ -489,12 +500,8 @@ class LakeSide:
         self, plan: TablePlan, level: Level, parent_shift: int | None, fresh: bool = False
     ) -> dict[int, tuple[int, int]]:
         frame = self._rows(plan, level, parent_shift, fresh, may_cache=True)
-        rows = (
-            frame.groupBy(F.shiftright("x", level.shift).alias("seg"))
-            .agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("h").cast("decimal(38,0)")).alias("h"))
-            .collect()
-        )
-        sums = {int(r["seg"]): (int(r["n"]), int(r["h"])) for r in rows}
+        rows = frame.groupBy(F.shiftright("x", level.shift).alias("seg")).agg(*_hash_sums()).collect()
+        sums = {int(r["seg"]): (int(r["n"]), (int(r["hi"]) << 32) + int(r["lo"])) for r in rows}
         self.counters.rows_hashed += sum(n for n, _ in sums.values())
         return sums
 
@@ -564,10 +571,10 @@ class SqliteSource:
         rows = (
             self._sides(plan, level)
             .groupBy(F.shiftright("x", level.shift).alias("seg"))
-            .agg(F.count(F.lit(1)).alias("n"), F.sum(F.col("h").cast("decimal(38,0)")).alias("h"))
+            .agg(*_hash_sums())
             .collect()
         )
-        sums = {int(r["seg"]): (int(r["n"]), int(r["h"])) for r in rows}
+        sums = {int(r["seg"]): (int(r["n"]), (int(r["hi"]) << 32) + int(r["lo"])) for r in rows}
         self.counters.rows_hashed += sum(n for n, _ in sums.values())
         self.counters.rows_fetched += sum(n for n, _ in sums.values())
         return sums
