@@ -34,17 +34,23 @@ def test_a_postgresql_source_through_ddl_a_killed_task_and_its_resume_ends_equal
 ) -> None:
     """Given the pipeline replicating PostgreSQL through a logical replication slot, DMS writing Parquet
     (DataFormat=parquet; the CSV path: every other test),
+    the alarm topic subscribed by a queue,
     When a DBA adds a column and widens two types mid-stream (the schema file regenerated from the live
     catalog), rows use them, the DMS task's source connection is killed while the workload runs (the task
-    fails, as DMS does, and the execution with it) and the operator resumes the task and starts an execution
-    with skip_full_load,
+    fails, as DMS does: no file arrives, so only a check of the task itself can notice),
+    Then the local DMS had published CDCLatencySource under the dimensions the template's alarm watches, the
+    execution fails in DmsTaskStopped with DMS's LastFailureMessage as its cause, and the task's
+    REPLICATION_TASK_FAILED event reaches the alarm topic;
+    When the operator resumes the task and starts an execution with skip_full_load (the runbook),
     Then the slot replays what was not yet written, the files after the DDL carry the new column, and every
     clean table equals its source: nothing lost, a replayed change applied once."""
-    pipeline = make_pipeline(data_format="parquet")
+    pipeline = make_pipeline(parameters={"DmsReplicationInstanceIdentifier": "local"}, data_format="parquet")
     assert pipeline.source_db.dialect == "postgresql"
+    alarms = subscribe_queue_to_alarms(pipeline)
     start(pipeline)
     changes = pipeline.run_workload(300, seed=41)
     pipeline.wait_until_applied(timeout=420)
+    assert_cdc_latency_published_for_the_alarm(pipeline)
 
     pipeline.add_column("item", "i_eco_score", "NUMERIC(5,2)")
     # Widened where the workload does no arithmetic with the values (it derives sale amounts from prices).
@@ -68,9 +74,21 @@ def test_a_postgresql_source_through_ddl_a_killed_task_and_its_resume_ends_equal
         lambda: replication.describe_task(dms, pipeline.task.arn)["Status"] == "failed", 60, 0.5
     )
     assert failed, replication.describe_task(dms, pipeline.task.arn)
+    reason = replication.describe_task(dms, pipeline.task.arn)["LastFailureMessage"]
+    assert reason
     # the loop's next pass sees the failed task: the execution ends in DmsTaskStopped with DMS's reason
     ended = wait_for(lambda: pipeline.executions()[0]["status"] != "RUNNING", 600, 1)  # after a CDC run
-    assert ended and "DmsTaskStopped" in pipeline.execution_failure(), pipeline.executions()
+    assert ended and pipeline.executions()[0]["status"] == "FAILED", pipeline.executions()
+    described = pipeline.aws("stepfunctions").describe_execution(
+        executionArn=pipeline.executions()[0]["executionArn"]
+    )
+    assert described["error"] == "DmsTaskStopped", described
+    assert reason in json.loads(described["cause"])["errorMessage"], described["cause"]
+    events = wait_for(lambda: task_events(pipeline, alarms), 30, 1)
+    assert events, "no DMS state-change event reached the alarm topic"
+    assert events[0]["detail-type"] == "DMS Replication Task State Change"
+    assert events[0]["detail"]["eventType"] == "REPLICATION_TASK_FAILED"
+    assert reason in events[0]["detail"]["detailMessage"]
     pipeline.resume_replication()
     pipeline.settings.execution_input = {"skip_full_load": True}  # the runbook: full-load.json exists
     pipeline.start_execution()
@@ -99,6 +117,53 @@ def wait_for(probe, timeout: float, every: float = 3.0):
             return found
         time.sleep(every)
     return None
+
+
+def subscribe_queue_to_alarms(pipeline: LocalPipeline) -> str:
+    """A queue subscribed to the stack's alarm topic (raw delivery); its URL."""
+    sqs, sns = pipeline.aws("sqs"), pipeline.aws("sns")
+    queue_url = sqs.create_queue(QueueName=f"alarms-{pipeline.settings.name}")["QueueUrl"]
+    queue_arn = sqs.get_queue_attributes(QueueUrl=queue_url, AttributeNames=["QueueArn"])["Attributes"][
+        "QueueArn"
+    ]
+    sns.subscribe(
+        TopicArn=pipeline.app.outputs["AlarmTopicArn"],
+        Protocol="sqs",
+        Endpoint=queue_arn,
+        Attributes={"RawMessageDelivery": "true"},
+    )
+    return queue_url
+
+
+def task_events(pipeline: LocalPipeline, queue_url: str) -> list[dict]:
+    """The DMS state-change events of this pipeline's task that reached the alarm topic's queue."""
+    received = pipeline.aws("sqs").receive_message(
+        QueueUrl=queue_url, MaxNumberOfMessages=10, WaitTimeSeconds=1
+    )
+    bodies = [json.loads(m["Body"]) for m in received.get("Messages", [])]
+    return [b for b in bodies if b.get("source") == "aws.dms" and b.get("resources") == [pipeline.task.arn]]
+
+
+def assert_cdc_latency_published_for_the_alarm(pipeline: LocalPipeline) -> None:
+    """The CDC latency alarm watches AWS/DMS CDCLatencySource of this task, and the local DMS publishes it."""
+    cloudwatch = pipeline.aws("cloudwatch")
+    alarm = cloudwatch.describe_alarms(
+        AlarmNames=[f"{pipeline.settings.name}-pipeline-dms-cdc-latency-source"]
+    )
+    (metric,) = [m["MetricStat"]["Metric"] for m in alarm["MetricAlarms"][0]["Metrics"] if "MetricStat" in m]
+    assert metric["Namespace"] == "AWS/DMS" and metric["MetricName"] == "CDCLatencySource"
+    assert {d["Name"]: d["Value"] for d in metric["Dimensions"]} == {
+        "ReplicationInstanceIdentifier": "local",
+        "ReplicationTaskIdentifier": pipeline.task.arn.rsplit(":", 1)[-1],
+    }
+    published = wait_for(
+        lambda: cloudwatch.list_metrics(
+            Namespace="AWS/DMS", MetricName="CDCLatencySource", Dimensions=metric["Dimensions"]
+        )["Metrics"],
+        30,
+        1,
+    )
+    assert published, "the local DMS published no CDCLatencySource for the alarm's dimensions"
 
 
 def lease_holder(pipeline: LocalPipeline) -> str | None:
