@@ -43,11 +43,18 @@ class StackConfig:
 
     host: str = DEFAULT_HOST
     port: int = field(default_factory=_default_port)
-    state_dir: Path = REPO_ROOT / "var" / "localstack"
+    # None: var/localstack on the default port, var/localstack-<port> on another, so that two local AWSs on two
+    # ports never take each other's pid file for their own.
+    state_dir: Path = None  # type: ignore[assignment]
     host_python: Path = REPO_ROOT / ".venv" / "bin" / "python"
     warehouse: Path = REPO_ROOT / "var" / "warehouse" / "clean"
     glue_max_parallel_runs: int = 2
     extra_env: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.state_dir is None:
+            folder = "localstack" if self.port == DEFAULT_PORT else f"localstack-{self.port}"
+            object.__setattr__(self, "state_dir", REPO_ROOT / "var" / folder)
 
     @property
     def endpoint_url(self) -> str:

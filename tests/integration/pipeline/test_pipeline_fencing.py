@@ -5,27 +5,16 @@ after that commits nothing; the clean tables end equal to the source."""
 
 import json
 import time
-from collections.abc import Iterator
 
 import pytest
 
 from localaws import replication
 from localaws.pipeline_run import LocalPipeline
-from localaws.stack import REPO_ROOT, StackConfig, running_stack
 
 pytestmark = pytest.mark.integration
 
 ACTIVE = ("STARTING", "RUNNING", "STOPPING", "WAITING")
 LEASE_KEY = "locks/pipeline-lease.json"
-
-
-@pytest.fixture(scope="session")
-def pipeline_endpoint() -> Iterator[str]:
-    """LocalStack on LOCALAWS_PORT with its own state folder: the default one (var/localstack) is shared by
-    every port, so its pid file may name another port's LocalStack and the stack would never start here."""
-    port = StackConfig().port
-    with running_stack(StackConfig(state_dir=REPO_ROOT / "var" / f"localstack-{port}")) as endpoint:
-        yield endpoint
 
 
 def wait_for(probe, timeout: float, every: float = 1.0):
