@@ -4,7 +4,7 @@ How a table is compared (docs/CONTRACTS.md, "Reconcile"):
 
 - Both sides reduce each row to the same canonical text (per column, by the clean table's type: integers
   and decimals as plain digits at the column's scale, floats as the bits of the double, booleans 1/0, dates
-  and timestamps ISO with microseconds in UTC, binaries as lower-case hex, everything else as the source's
+  as days and timestamps as microseconds since 1970-01-01 (UTC), binaries as lower-case hex, everything else as the source's
   text; a NULL is `~`, any value `=`+text, so NULL and '' differ) and hash it: the first 64 bits of its MD5,
   as a signed integer. The source computes this in SQL (PostgreSQL), the lake in Spark SQL.
 - The key space is cut into segments of 2^shift keys: a single integer key by its value (`k - lo`), any
@@ -105,11 +105,6 @@ def _fixed_char(source_type: str) -> bool:
     )
 
 
-def _with_time_zone(source_type: str) -> bool:
-    name = source_type.strip().lower()
-    return "with time zone" in name or name.startswith("timestamptz")
-
-
 def pg_text(column: str, data_type: T.DataType, source_type: str) -> str:
     """PostgreSQL SQL: the column as canonical text (NULL stays NULL), byte for byte `lake_text`'s."""
     c = _pg_ident(column)
@@ -123,10 +118,10 @@ def pg_text(column: str, data_type: T.DataType, source_type: str) -> str:
     if isinstance(data_type, T.BooleanType):
         return f"{c}::int::text"
     if isinstance(data_type, T.DateType):
-        return f"to_char({c}, 'YYYY-MM-DD')"
+        return f"({c} - DATE '1970-01-01')::text"
     if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
-        moment = f"({c} AT TIME ZONE 'UTC')" if _with_time_zone(source_type) else c
-        return f"to_char({moment}, 'YYYY-MM-DD HH24:MI:SS.US')"
+        # microseconds since 1970-01-01 00:00 (UTC for a timestamptz, the wall clock for a timestamp)
+        return f"(extract(epoch FROM {c}) * 1000000)::bigint::text"
     if isinstance(data_type, T.BinaryType):
         return f"encode({c}, 'hex')"
     if _fixed_char(source_type):
@@ -146,9 +141,11 @@ def lake_text(column: Column, data_type: T.DataType) -> Column:
     if isinstance(data_type, T.BooleanType):
         return column.cast("int").cast("string")
     if isinstance(data_type, T.DateType):
-        return F.date_format(column, "yyyy-MM-dd")
-    if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
-        return F.date_format(column, "yyyy-MM-dd HH:mm:ss.SSSSSS")
+        return F.call_function("unix_date", column).cast("string")
+    if isinstance(data_type, T.TimestampNTZType):  # the wall clock read as UTC (the session's time zone)
+        return F.call_function("unix_micros", column.cast("timestamp")).cast("string")
+    if isinstance(data_type, T.TimestampType):
+        return F.call_function("unix_micros", column).cast("string")
     if isinstance(data_type, T.BinaryType):
         return F.lower(F.hex(column))
     return column.cast("string")
@@ -925,6 +922,11 @@ def reconcile(
     reload_tables: Callable[[list[TableSpec]], None] | None = None,
 ) -> ReconcileReport:
     """Compare each table (with a primary key, loaded in the lake) with its source; record what diverged."""
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    if (
+        zone != "UTC"
+    ):  # a timestamp_ntz's canonical text reads its wall clock as UTC (lakehouse.session sets it)
+        raise ValueError(f"reconcile needs spark.sql.session.timeZone UTC, not {zone!r}")
     started = time.monotonic()
     t0 = datetime.now(UTC).replace(tzinfo=None)
     report = ReconcileReport(run_id, started_at=t0.isoformat(sep=" "))
