@@ -94,10 +94,6 @@ def _pg_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _pg_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
 def _fixed_char(source_type: str) -> bool:
     name = source_type.strip().lower()
     return name.startswith(("char", "character", "bpchar", "nchar")) and not name.startswith(
@@ -1104,7 +1100,7 @@ def reconcile_parser() -> Any:
     return parser
 
 
-def source_credentials(args: Any, endpoint_url: str | None = None) -> tuple[str, dict[str, str]]:
+def source_credentials(args: Any) -> tuple[str, dict[str, str]]:
     """The JDBC URL and user/password: from the arguments, or from a Secrets Manager secret (the shape
     RDS and DMS secrets have: username, password, host, port, dbname)."""
     url, user, password = args.source_jdbc_url, args.source_user, args.source_password
@@ -1157,7 +1153,7 @@ def reconcile_main(argv: Sequence[str]) -> int:
             parser.error("--source_engine sqlite needs --source_sqlite_path")
         source = SqliteSource(spark, args.source_sqlite_path)
     else:
-        url, properties = source_credentials(args, config.s3_endpoint_url)
+        url, properties = source_credentials(args)
         source = PostgresJdbcSource(spark, url, properties, options.parallelism)
     start_after = None
     if args.state_uri:
