@@ -818,7 +818,7 @@ def recheck(
     for leaf in comparison.leaves:
         s, lk = _both(
             lambda lv=leaf: source.row_hashes(plan, lv),
-            lambda lv=leaf: lake.row_hashes(plan, lv, None, fresh=True),
+            lambda lv=leaf: lake.row_hashes(plan, lv, lv.shift, fresh=True),
         )
         source_rows.update(s)
         lake_rows.update(lk)

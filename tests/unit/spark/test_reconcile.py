@@ -276,11 +276,17 @@ def test_a_change_in_flight_is_not_divergence_until_the_lake_has_applied_it(spar
     )
 
     with connect(pg) as db:
-        db.execute(f"UPDATE {s}.items SET name = 'lost' WHERE id = 6")  # DMS never sends it
+        db.execute(f"UPDATE {s}.items SET name = 'lost' WHERE id IN (6, 95)")  # DMS never sends it
     lost = reconcile(spark, lake_config, schema, source, SMALL, run_id="f3", caught_up=caught_up)
     (table,) = lost.tables
-    assert (table.differing, table.in_flight, table.recheck) == (1, 0, "confirmed")
-    assert divergence_rows(spark, lake_config) == [("f3", f"{s}.items", '{"id":6}', "differing")]
+    assert (table.differing, table.in_flight, table.recheck) == (2, 0, "confirmed")
+    assert divergence_rows(spark, lake_config) == [
+        ("f3", f"{s}.items", '{"id":6}', "differing"),
+        ("f3", f"{s}.items", '{"id":95}', "differing"),
+    ]
+    # 64-key segments (2), then 16-key (the 2 differing: 100 rows), 4-key (32 rows), leaves (8 rows), and
+    # the recheck reads the 2 leaves again (8 rows), not the keys between them
+    assert (table.lake_rows_hashed, table.source_rows_fetched) == (100 + 100 + 32 + 8 + 8, 8 + 8)
 
 
 class FakeDms:
