@@ -1050,6 +1050,39 @@ def dms_reloader(dms_client: Any, task_arn: str) -> Callable[[list[TableSpec]], 
     return reload
 
 
+METRICS_NAMESPACE = "DmsIcebergLake"
+METRICS_SERVICE = "reconcile"
+
+
+def publish_metrics(report: ReconcileReport, cloudwatch: Any, namespace: str = METRICS_NAMESPACE) -> None:
+    """The run's figures, dimension service=reconcile, zero included (the dashboard shows every run):
+    `DivergedTables` and `DivergedRows` (missing + extra + differing; the alarm's metric), `RowsInFlight`,
+    `Repairs`, `SourceRowsHashed`, `SourceBytes`, and `ReconcileFailedTables`."""
+    totals = report.totals()
+    figures = {
+        "DivergedTables": totals["diverged_tables"],
+        "DivergedRows": totals["missing"] + totals["extra"] + totals["differing"],
+        "RowsInFlight": totals["in_flight"],
+        "Repairs": totals["repairs"],
+        "SourceRowsHashed": totals["source_rows_hashed"],
+        "SourceBytes": totals["source_bytes"],
+        "ReconcileFailedTables": len(report.failed),
+    }
+    dimensions = [{"Name": "service", "Value": METRICS_SERVICE}]
+    cloudwatch.put_metric_data(
+        Namespace=namespace,
+        MetricData=[
+            {
+                "MetricName": name,
+                "Dimensions": dimensions,
+                "Value": float(value),
+                "Unit": "Bytes" if name == "SourceBytes" else "Count",
+            }
+            for name, value in figures.items()
+        ],
+    )
+
+
 # ---------------------------------------------------------------------------------------- the job
 def reconcile_parser() -> Any:
     import argparse
@@ -1095,6 +1128,11 @@ def reconcile_parser() -> Any:
         choices=["true", "false"],
         default="true",
         help="true: a diverged table fails the run (the failed-job alarm fires)",
+    )
+    parser.add_argument(
+        "--metrics_namespace",
+        default="",
+        help="publish the run's figures to CloudWatch under this namespace (DmsIcebergLake on AWS; '': none)",
     )
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
     return parser
@@ -1183,6 +1221,10 @@ def reconcile_main(argv: Sequence[str]) -> int:
     print(text)
     if args.report_uri:
         write_text(args.report_uri, text, config.s3_endpoint_url)
+    if args.metrics_namespace:
+        import boto3
+
+        publish_metrics(report, boto3.client("cloudwatch"), args.metrics_namespace)
     if args.state_uri and report.next_table:
         write_text(args.state_uri, json.dumps({"last_table": report.next_table}), config.s3_endpoint_url)
     for table in report.failed:

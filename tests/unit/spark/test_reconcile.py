@@ -18,8 +18,11 @@ from lakehouse.pipeline import ApplyOptions, apply_cdc, full_load
 from lakehouse.reconcile import (
     PostgresJdbcSource,
     ReconcileOptions,
+    ReconcileReport,
     SqliteSource,
+    TableResult,
     dms_reloader,
+    publish_metrics,
     raw_caught_up,
     reconcile,
     rotation,
@@ -119,6 +122,45 @@ def divergence_rows(spark, lake_config) -> list[tuple]:
         .orderBy("run_id", "source_table", "kind", "key")
         .collect()
     ]
+
+
+class FakeCloudWatch:
+    def __init__(self) -> None:
+        self.calls: list[dict] = []
+
+    def put_metric_data(self, **kwargs) -> None:
+        self.calls.append(kwargs)
+
+
+def test_the_run_publishes_its_divergence_as_metrics_zero_included():
+    """Given a run where one table diverged (2 missing, 1 differing, 1 in flight), one matched and one
+    failed, When its metrics are published, Then the namespace holds every figure under service=reconcile,
+    DivergedRows the sum of the three kinds; a matching run publishes zeros (not nothing)."""
+    report = ReconcileReport(
+        "r",
+        tables=[
+            TableResult("s.a", missing=2, differing=1, in_flight=1, source_rows_hashed=10, source_bytes=300),
+            TableResult("s.b", source_rows_hashed=5, source_bytes=40),
+            TableResult("s.c", error="boom"),
+        ],
+        repairs=1,
+    )
+    cloudwatch = FakeCloudWatch()
+    publish_metrics(report, cloudwatch, "ns")
+    (call,) = cloudwatch.calls
+    assert call["Namespace"] == "ns"
+    assert {m["MetricName"]: (m["Value"], m["Unit"]) for m in call["MetricData"]} == {
+        "DivergedTables": (1.0, "Count"),
+        "DivergedRows": (3.0, "Count"),
+        "RowsInFlight": (1.0, "Count"),
+        "Repairs": (1.0, "Count"),
+        "SourceRowsHashed": (15.0, "Count"),
+        "SourceBytes": (340.0, "Bytes"),
+        "ReconcileFailedTables": (1.0, "Count"),
+    }
+    assert all(m["Dimensions"] == [{"Name": "service", "Value": "reconcile"}] for m in call["MetricData"])
+    publish_metrics(ReconcileReport("quiet", tables=[TableResult("s.b")]), cloudwatch, "ns")
+    assert {m["MetricName"]: m["Value"] for m in cloudwatch.calls[1]["MetricData"]}["DivergedRows"] == 0.0
 
 
 def test_ranges_merge_and_split_without_gaps():
