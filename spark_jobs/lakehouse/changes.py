@@ -13,7 +13,7 @@ the decimal(10,2) 1.23; here such values are mismatches (or widenings), never qu
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
@@ -411,7 +411,35 @@ def type_named(text: str) -> T.DataType:
     return T.DecimalType(int(match.group(1)), int(match.group(2)))
 
 
-def key_json(key: Sequence[str]) -> Column:
+# Timestamps in a key at the full precision Spark holds (microseconds), in UTC whatever the session's zone.
+# F.to_json's default (`yyyy-MM-dd'T'HH:mm:ss.SSSXXX`) cuts them to milliseconds: two keys a few
+# microseconds apart would share one tombstone, and the delete of one would bury a late insert of the other.
+KEY_JSON_OPTIONS = {
+    "timestampFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX",
+    "timestampNTZFormat": "yyyy-MM-dd'T'HH:mm:ss.SSSSSS",
+    "timeZone": "UTC",
+}
+
+
+def _key_struct(key: Sequence[str], columns: Mapping[str, Column] | None) -> Column:
+    return F.struct(*[(columns[k] if columns is not None else F.col(quote(k))).alias(k) for k in key])
+
+
+def key_json(key: Sequence[str], columns: Mapping[str, Column] | None = None) -> Column:
     """A key as canonical text (its columns, lower case, as JSON): how tombstones name a deleted key.
-    Stays the same when a key column is widened (int → bigint keeps its digits)."""
-    return F.to_json(F.struct(*[F.col(quote(k)).alias(k) for k in key]))
+    Timestamps keep their microseconds; doubles print as the shortest text that reads back to the same
+    value. Stays the same when a key column is widened (int → bigint keeps its digits). `columns` gives
+    the key's values when they are not the columns of that name."""
+    return F.to_json(_key_struct(key, columns), KEY_JSON_OPTIONS)
+
+
+def legacy_key_json(
+    key: Sequence[str], types: Mapping[str, T.DataType], columns: Mapping[str, Column] | None = None
+) -> Column | None:
+    """How tombstones written before key_json kept microseconds name the key (timestamps to the
+    millisecond, in the session's zone, which the jobs pin to UTC), or None when that text is the same as
+    key_json's (no timestamp in the key). Such a tombstone names every key of its millisecond: it buries
+    them all, as it did when it was written, until maintenance expires it (tombstone retention)."""
+    if not any(isinstance(types.get(k), (T.TimestampType, T.TimestampNTZType)) for k in key):
+        return None
+    return F.to_json(_key_struct(key, columns))

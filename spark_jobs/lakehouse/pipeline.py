@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -60,6 +60,7 @@ from lakehouse.names import (
     table_folder,
 )
 from lakehouse.quarantine import (
+    REAPPLIED_MARK,
     FileProblem,
     file_rejections,
     quarantined_in_run,
@@ -247,8 +248,12 @@ class _Pipeline:
         self.options = options
         self.report = RunReport(run_id, job)
         self.state = StateTables(spark, config)
-        self.rejections: list[DataFrame] = []
+        self.rejections: dict[str, list[DataFrame]] = defaultdict(list)  # by source table
         self.file_problems: list[FileProblem] = []
+        # A re-application (tools.reapply_quarantined): file URI → a tag of its fixed content. The file is
+        # known to the ledger as `<name>#reapplied:<tag>`, so each fixed content is applied once.
+        self.reapplied: dict[str, str] = {}
+        self._quarantine_lock = threading.Lock()
         self.ledger_entries: list[LedgerEntry] = []
         self.ledger_forget: list[tuple[str, RecordedFile]] = []
         self.unknown_tables: dict[str, list[str]] = defaultdict(list)
@@ -304,7 +309,8 @@ class _Pipeline:
         """The files' records. Unreadable files go to quarantine; a file that does not exist is an error
         unless a later (re)load of the table superseded it (DMS removes a reloaded table's old files)."""
         paths = stage_for_spark([f.uri for f in files], self.config.s3_endpoint_url, self.config.staging_dir)
-        raw = read_dms_files(self.spark, files, paths, self.options.reader, spec.primary_key)
+        raw = read_dms_files(self.spark, files, paths, self.options.reader)
+        _require_key_columns(spec, raw)
         missing = [r.file for r in raw.rejected if r.missing]
         if missing:
             loaded_at = _loaded_at(self.spark, self.config.clean_table(spec.iceberg_name))
@@ -347,7 +353,31 @@ class _Pipeline:
         numbered = with_record_numbers(rejected, raw)
         rows = record_rejections(numbered, spec.qualified_name).localCheckpoint()
         with self._lock:
-            self.rejections.append(rows)
+            self.rejections[spec.qualified_name].append(rows)
+
+    def ledger_name(self, file: DmsFile) -> str:
+        """The name the ledger and the commit summaries know `file` by (its own, unless re-applied)."""
+        tag = self.reapplied.get(file.uri)
+        return file.name if tag is None else f"{file.name}{REAPPLIED_MARK}{tag}"
+
+    def flush_quarantine(self, source_table: str | None = None) -> None:
+        """Write what was rejected so far (of one table, or everything left) to the quarantine table. A
+        table's rows are written BEFORE its data commit: a crash between the two loses none, and the retry
+        (same run id) adds none twice (the quarantine's MERGE is keyed by file and record number)."""
+        with self._lock:
+            tables = [source_table] if source_table is not None else list(self.rejections)
+            parts = [part for table in tables for part in self.rejections.pop(table, [])]
+            problems = [p for p in self.file_problems if source_table is None or p.source_table == source_table]
+            self.file_problems = [p for p in self.file_problems if p not in problems]
+        if problems:
+            parts.append(file_rejections(self.spark, problems))
+        if not parts:
+            return
+        with self._quarantine_lock:  # one writer at a time: parallel tables would race on its MERGE
+            added = write_quarantine(
+                self.spark, self.config.quarantine, self.report.run_id, self.report.job, parts
+            )
+            self.report.quarantine_rows_added += added
 
     def remember(
         self, entries: Sequence[LedgerEntry], forget: Sequence[tuple[str, RecordedFile]] = ()
@@ -364,12 +394,7 @@ class _Pipeline:
         except Exception as error:  # the commits stand; the next run copies their names again
             log.exception("recording the applied files in the ledger failed")
             self.report.error = f"ledger: {type(error).__name__}: {error}"[:2000]
-        parts = list(self.rejections)
-        if self.file_problems:
-            parts.append(file_rejections(self.spark, self.file_problems))
-        self.report.quarantine_rows_added = write_quarantine(
-            self.spark, self.config.quarantine, self.report.run_id, self.report.job, parts
-        )
+        self.flush_quarantine()  # what no table's commit wrote: unclassifiable keys, failed tables
         self.report.run_quarantined_records, self.report.run_quarantined_files = quarantined_in_run(
             self.spark, self.config.quarantine, self.report.run_id
         )
@@ -406,17 +431,22 @@ def apply_cdc(
     schema: SchemaFile,
     manifest: Manifest,
     options: ApplyOptions = ApplyOptions(),
+    reapply: Mapping[str, str] | None = None,
 ) -> RunReport:
     """Apply every file of the manifest: per table one change set and ONE commit, tables in parallel.
-    A table that fails does not stop the others; its error is in the report (and the run fails)."""
+    A table that fails does not stop the others; its error is in the report (and the run fails).
+    `reapply` (file URI → a tag of its content; tools.reapply_quarantined) applies those files again
+    although the ledger names them: once per tag (docs/CONTRACTS.md, "What each recovery command
+    guarantees")."""
     _check_options(options)
     started = time.monotonic()
     ensure_namespace(spark, config.catalog_name, config.clean_database)
     run = _Pipeline(spark, config, schema, options, manifest.run_id, "cdc")
+    run.reapplied = dict(reapply or {})
     run.state.ensure()
     by_table = run.classify([(f.uri, f.size) for f in manifest.files])
     recorded = run.state.recorded(
-        [f.name for files in by_table.values() for f in files if not f.is_full_load]
+        [run.ledger_name(f) for files in by_table.values() for f in files if not f.is_full_load]
     )
 
     def apply(spec: TableSpec, files: list[DmsFile], report: TableReport) -> None:
@@ -459,20 +489,21 @@ def _apply_table_changes(
         spark,
         table,
         spec.qualified_name,
-        [(f.name, f.uri, f.written_at) for f in files],
+        [(run.ledger_name(f), f.uri, f.written_at) for f in files],
         recorded.get(spec.qualified_name, []),
     )
     run.remember(known.to_record, [(spec.qualified_name, f) for f in known.to_forget])
-    fresh_files = [f for f in files if f.name not in known.applied]
+    fresh_files = [f for f in files if run.ledger_name(f) not in known.applied]
     report.skipped_already_applied = len(files) - len(fresh_files)
     if not fresh_files:
         log.info("%s: every file of the batch was applied before", spec.qualified_name)
         return
     raw = run.read_raw(spec, fresh_files, report)
-    applied_names = [f.name for f in fresh_files]
+    applied_names = [run.ledger_name(f) for f in fresh_files]
     properties = {APPLIED_FILES: json.dumps(applied_names), RUN_ID: run.report.run_id}
     floor = _floor(spark, table)
     if raw.rows is None:
+        run.flush_quarantine(spec.qualified_name)
         _commit_nothing(spark, table, properties)  # every file unreadable (quarantined) or superseded
     elif spec.has_primary_key:
         _apply_keyed(run, spec, table, raw, floor, properties, report)
@@ -481,10 +512,30 @@ def _apply_table_changes(
     snapshot = commit_of_run(spark, table, run.report.run_id)
     report.snapshot_id = snapshot
     run.remember(
-        [LedgerEntry(spec.qualified_name, f.name, f.uri, run.report.run_id, snapshot) for f in fresh_files]
+        [
+            LedgerEntry(spec.qualified_name, run.ledger_name(f), f.uri, run.report.run_id, snapshot)
+            for f in fresh_files
+        ]
         if snapshot is not None
         else []
     )
+
+
+def _require_key_columns(spec: TableSpec, raw: RawRead) -> None:
+    """A file whose header lacks a primary-key column is a schema change (the key was renamed or changed
+    on the source, or the schema file names the wrong key), not bad data: the table stops before anything
+    is quarantined or committed, like a column the schema file lacks, and the batch stays pending."""
+    keys = [k.lower() for k in spec.primary_key]
+    for uri, names in sorted(raw.headers.items()):
+        missing = [k for k in keys if k not in {n.lower() for n in names}]
+        if missing:
+            raise SchemaOutOfDateError(
+                f"{spec.qualified_name}: {uri} has no primary key column(s) {', '.join(missing)} (its header: "
+                f"{', '.join(names[:20])}). The schema file says the key is {', '.join(spec.primary_key)}: if "
+                "the source's key changed, regenerate the schema file (python -m tools.schema_gen ...) and "
+                f"reload the table (full_load_job.py --tables {spec.qualified_name} --reload true). The batch "
+                "stays pending and nothing of it is quarantined."
+            )
 
 
 def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> str:
@@ -660,6 +711,32 @@ def _widened(types: dict[str, T.DataType], needs: str | None) -> dict[str, T.Dat
     return wider
 
 
+def _with_tomb_seq(
+    rows: DataFrame,
+    tombstones: DataFrame,
+    key: Sequence[str],
+    types: dict[str, T.DataType],
+    values: dict[str, Column] | None = None,
+) -> DataFrame:
+    """`rows` (with their key_json in KEY) and TOMB_SEQ, the sequence of their key's newest tombstone.
+    A key with a timestamp also matches tombstones written in the millisecond form of older releases."""
+    rows = rows.join(
+        tombstones.withColumnRenamed("key", KEY).withColumnRenamed("tomb_seq", TOMB_SEQ), KEY, "left"
+    )
+    legacy = C.legacy_key_json(key, types, values)
+    if legacy is None:
+        return rows
+    old_key, old_seq = "_dms_legacy_key", "_dms_legacy_tomb_seq"
+    return (
+        rows.withColumn(old_key, legacy)
+        .join(
+            tombstones.select(F.col("key").alias(old_key), F.col("tomb_seq").alias(old_seq)), old_key, "left"
+        )
+        .withColumn(TOMB_SEQ, F.greatest(F.col(TOMB_SEQ), F.col(old_seq)))
+        .drop(old_key, old_seq)
+    )
+
+
 def _apply_keyed(
     run: _Pipeline,
     spec: TableSpec,
@@ -681,9 +758,8 @@ def _apply_keyed(
         fresh = typed.where(usable).drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
         latest = _with_metadata(C.last_change_per_key(C.expand_key_changes(fresh, key), key))
         # An upsert older than the key's last delete would bring a deleted row back: it is ignored.
-        latest = latest.withColumn(KEY, C.key_json(key)).join(
-            tombstones.withColumnRenamed("key", KEY).withColumnRenamed("tomb_seq", TOMB_SEQ), KEY, "left"
-        )
+        types = {f.name: f.dataType for f in latest.schema.fields}
+        latest = _with_tomb_seq(latest.withColumn(KEY, C.key_json(key)), tombstones, key, types)
         buried = (F.col(C.OP) != "D") & F.col(TOMB_SEQ).isNotNull() & (F.col(C.SEQ) < F.col(TOMB_SEQ))
         figures = [
             F.count(F.when(~buried & (F.col(C.OP) == "D"), 1)).alias("deletes"),
@@ -704,6 +780,7 @@ def _apply_keyed(
         }
     report.deleted, report.inserted_or_updated = counts["deletes"], counts["upserts"]
     report.ignored_older += counts["buried"]
+    run.flush_quarantine(spec.qualified_name)  # before the commit (and the tombstones)
     if counts["deletes"]:
         # Before the MERGE: a crash between the two leaves a tombstone for a row the retry deletes.
         deletes = batch.product.where(F.col(C.OP) == "D").select(
@@ -768,6 +845,7 @@ def _apply_without_key(
     if n_rest:
         run.quarantine_records(spec, rejected, raw.rows)
         report.quarantined_records += n_rest
+    run.flush_quarantine(spec.qualified_name)  # before the commit
     report.schema_changes += evolve_schema(run.spark, table, batch.types)
     append_rows(run.spark, table, _with_metadata(appendable), properties)
     report.inserted_or_updated = batch.figures["records"] - batch.figures["bad"] - batch.figures["mismatched"]
@@ -930,6 +1008,7 @@ def _load_table(
         replacing=True,
         keep=_cached,
     )
+    run.flush_quarantine(spec.qualified_name)  # before the commit
     try:
         _replace_with_load(run, spec, table, found, files, has_rows, batch, report)
     finally:
@@ -1080,17 +1159,13 @@ def _reloaded(
     joined = ours.join(
         theirs, [F.col(quote(kept + k)) == F.col(quote(loaded + k)) for k in key], "full_outer"
     )
-    joined = joined.withColumn(
-        KEY,
-        F.to_json(
-            F.struct(*[F.coalesce(F.col(quote(kept + k)), F.col(quote(loaded + k))).alias(k) for k in key])
-        ),
-    ).join(
-        run.state.tombstones_of(spec.qualified_name)
-        .withColumnRenamed("key", KEY)
-        .withColumnRenamed("tomb_seq", TOMB_SEQ),
-        KEY,
-        "left",
+    values = {k: F.coalesce(F.col(quote(kept + k)), F.col(quote(loaded + k))) for k in key}
+    joined = _with_tomb_seq(
+        joined.withColumn(KEY, C.key_json(key, values)),
+        run.state.tombstones_of(spec.qualified_name),
+        key,
+        {f.name: f.dataType for f in latest.schema.fields},
+        values,
     )
     in_table, in_load = F.col(kept).isNotNull(), F.col(loaded).isNotNull()
     table_newer = (
