@@ -1047,11 +1047,19 @@ def _replace_with_load(
             # LOAD rows without AR_H_CHANGE_SEQ: the reload is placed by the time DMS started it.
             if started_at is None:
                 raise ValueError(f"{spec.qualified_name}: can't place the reload in time (no timestamps)")
-            placed = sequence_at(started_at - timedelta(seconds=run.options.reload_margin_seconds))
+            # DMS read each row after `started_at` (the earliest row's transfer time), so the LOAD rows hold
+            # every change committed before it, but the CDC sequences' clock (the source's commit times)
+            # may run up to the margin apart from DMS's. Two placements close the gap both ways: changes
+            # arriving after the reload are older than it only up to `placed` (the margin before: a change
+            # above it applies again; a full row image, its newer changes follow it); a row the table holds
+            # now is newer than the LOAD rows only above `settled` (the margin after: a change committed
+            # before the read whose successor's file the reload removed would otherwise stay).
+            margin = timedelta(seconds=run.options.reload_margin_seconds)
+            placed, settled = sequence_at(started_at - margin), sequence_at(started_at + margin)
             _check_sequences_comparable(spark, table, spec, placed)
             rows = rows.withColumn(C.SEQ, F.coalesce(F.col(C.SEQ), F.lit(str(placed)).cast(C.SEQ_TYPE)))
             floor = placed if floor is None else min(floor, placed)
-        result = _reloaded(run, spec, table, rows, floor, target)
+        result = _reloaded(run, spec, table, rows, floor, target, (placed, settled))
         summary_extra = {REPLACED_SNAPSHOT: str(current_snapshot_id(spark, table))}
     else:
         floor = figures["min_seq"]
@@ -1125,7 +1133,13 @@ def _aligned(rows: DataFrame, target: T.StructType, prefix: str = "") -> DataFra
 
 
 def _reloaded(
-    run: _Pipeline, spec: TableSpec, table: str, load: DataFrame, floor: Decimal | None, target: T.StructType
+    run: _Pipeline,
+    spec: TableSpec,
+    table: str,
+    load: DataFrame,
+    floor: Decimal | None,
+    target: T.StructType,
+    by_time: tuple[Decimal, Decimal] | None = None,
 ) -> DataFrame:
     """A reload's rows, whatever CDC the table applied before it and whatever arrives after:
 
@@ -1134,14 +1148,17 @@ def _reloaded(
     - a key only in the table stays only if its row holds a change newer than the reload's floor (it was
       changed after DMS read the table; a newer change of it follows); otherwise it goes (deleted before);
     - a key only in the LOAD files is added, unless a newer delete of it is known (a tombstone).
-    A table without a primary key keeps its rows newer than the floor and adds every LOAD row."""
+    A table without a primary key keeps its rows newer than the floor and adds every LOAD row.
+    A reload placed by time (`by_time`: its LOAD rows' sequence `placed`, and `settled`) counts as at
+    `settled` against the rows the table holds, and at `placed` against changes arriving later."""
     spark = run.spark
     existing = _aligned(spark.table(table), target)
+    against = max(floor, by_time[1]) if by_time is not None and floor is not None else floor
 
     def newer_than_floor(seq: str) -> Column:
-        if floor is None:
+        if against is None:
             return F.lit(False)
-        return F.col(quote(seq)).isNotNull() & (F.col(quote(seq)) > F.lit(str(floor)).cast(C.SEQ_TYPE))
+        return F.col(quote(seq)).isNotNull() & (F.col(quote(seq)) > F.lit(str(against)).cast(C.SEQ_TYPE))
 
     if not spec.has_primary_key:
         return existing.where(newer_than_floor(CHANGE_SEQ_COLUMN)).unionByName(
@@ -1168,16 +1185,12 @@ def _reloaded(
         values,
     )
     in_table, in_load = F.col(kept).isNotNull(), F.col(loaded).isNotNull()
-    table_newer = (
-        F.col(kept + seq).isNotNull()
-        & F.col(loaded + seq).isNotNull()
-        & (F.col(kept + seq) > F.col(loaded + seq))
-    )
-    deleted_later = (
-        F.col(TOMB_SEQ).isNotNull()
-        & F.col(loaded + seq).isNotNull()
-        & (F.col(TOMB_SEQ) > F.col(loaded + seq))
-    )
+    load_seq = F.col(quote(loaded + seq))
+    if by_time is not None:  # LOAD rows placed by time count as at `settled`
+        placed, settled = (F.lit(str(s)).cast(C.SEQ_TYPE) for s in by_time)
+        load_seq = F.when(load_seq == placed, settled).otherwise(load_seq)
+    table_newer = F.col(kept + seq).isNotNull() & load_seq.isNotNull() & (F.col(kept + seq) > load_seq)
+    deleted_later = F.col(TOMB_SEQ).isNotNull() & load_seq.isNotNull() & (F.col(TOMB_SEQ) > load_seq)
     take_load = in_load & ((in_table & ~table_newer) | (~in_table & ~deleted_later))
     keep_table = in_table & ((in_load & table_newer) | (~in_load & newer_than_floor(kept + seq)))
     return joined.where(take_load | keep_table).select(

@@ -1,7 +1,9 @@
 """Quarantine: every rejected file or record, with where it came from and why, in an Iceberg table.
 
 Nothing rejected is lost: the table keeps the raw record text, so it can be fixed and replayed.
-A re-run quarantines the same record once (keyed by source file and record number).
+A batch's rows are written before its data commit; a retry of the run quarantines the same record once
+(keyed by run id, source file and record number). A file fixed and re-uploaded is applied again by
+`python -m tools.reapply_quarantined` (docs/CONTRACTS.md, "What each recovery command guarantees").
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from lakehouse.changes import RAW, REASON
 from lakehouse.dms_reader import FILE_URI, RECORD
 from lakehouse.frames import literal_frame
 from lakehouse.iceberg import create_table, with_commit_properties
+
+# How the ledger names a file applied again after a fix: `<file name><REAPPLIED_MARK><content tag>`, so a
+# fixed content is applied once, whatever the ledger says of the file's first (quarantined) content.
+REAPPLIED_MARK = "#reapplied:"
 
 QUARANTINE_SCHEMA = T.StructType(
     [
@@ -62,7 +68,7 @@ def file_rejections(spark: SparkSession, problems: Sequence[FileProblem]) -> Dat
 def write_quarantine(
     spark: SparkSession, table: str, run_id: str, job: str, parts: Sequence[DataFrame]
 ) -> int:
-    """Add rejected files and records to the quarantine table, once each; returns how many were new."""
+    """Add rejected files and records to the quarantine table, once per run id; returns how many were new."""
     if not parts:
         return 0
     rejected = parts[0]
@@ -91,7 +97,7 @@ def write_quarantine(
     before = spark.table(table).count()
     statement = (
         f"MERGE INTO {table} q USING {view} r "
-        "ON q.source_uri = r.source_uri AND q.record_number <=> r.record_number "
+        "ON q.run_id = r.run_id AND q.source_uri = r.source_uri AND q.record_number <=> r.record_number "
         "WHEN NOT MATCHED THEN INSERT *"
     )
     with_commit_properties(spark, {}, lambda: spark.sql(statement))
@@ -114,3 +120,44 @@ def quarantined_in_run(spark: SparkSession, table: str, run_id: str) -> tuple[in
         .first()
     )
     return int(counts["records"]), int(counts["files"])
+
+
+@dataclass(frozen=True)
+class QuarantinedFile:
+    """What the quarantine holds of one source file: the whole file, or records of it."""
+
+    source_table: str
+    source_uri: str
+    whole_file: bool
+    records: int
+    run_ids: tuple[str, ...]
+
+
+def quarantined_files(
+    spark: SparkSession, table: str, uris: Sequence[str] = (), run_id: str | None = None
+) -> list[QuarantinedFile]:
+    """The quarantined files named by `uris`, or those a run quarantined anything of (`run_id`)."""
+    if not spark.catalog.tableExists(table):
+        return []
+    rows = spark.table(table)
+    if run_id is not None:
+        wanted = rows.where(F.col("run_id") == F.lit(run_id)).select("source_uri").distinct()
+        rows = rows.join(wanted, "source_uri", "left_semi")
+    if uris:
+        rows = rows.where(F.col("source_uri").isin(sorted(set(uris))))
+    found = (
+        rows.groupBy("source_table", "source_uri")
+        .agg(
+            F.max(F.col("record_number").isNull()).alias("whole_file"),
+            F.count("record_number").alias("records"),
+            F.sort_array(F.collect_set("run_id")).alias("run_ids"),
+        )
+        .orderBy("source_uri")
+        .collect()
+    )
+    return [
+        QuarantinedFile(
+            r["source_table"], r["source_uri"], bool(r["whole_file"]), r["records"], tuple(r["run_ids"])
+        )
+        for r in found
+    ]
