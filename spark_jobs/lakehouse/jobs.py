@@ -71,7 +71,9 @@ def _dms_arguments(parser: argparse.ArgumentParser) -> None:
         "--reload_margin_seconds",
         type=int,
         default=300,
-        help="a reload whose LOAD rows carry no AR_H_CHANGE_SEQ is placed this long before DMS started it",
+        help="a reload whose LOAD rows carry no AR_H_CHANGE_SEQ is placed by when DMS started it, give or "
+        "take this long: newer than the table's rows up to this long after, older than later changes only "
+        "from this long before",
     )
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
 

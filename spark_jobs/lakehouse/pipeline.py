@@ -114,7 +114,7 @@ class ApplyOptions:
     parallel_tables: int = 4
     no_primary_key: str = "append"  # "append": inserts are appended, updates/deletes quarantined; "skip"
     type_mismatch: str = "fail"  # "fail": the table stops with the values named; "quarantine"
-    reload_margin_seconds: int = 300  # a reload's floor from a time: this long before DMS started it
+    reload_margin_seconds: int = 300  # a reload placed by time: DMS's start, give or take this long
 
 
 @dataclass
