@@ -639,16 +639,30 @@ def _resume(
 def _full_load_started(s3: Any, where: Locations) -> datetime | None:
     """When the pipeline's full-load job started: LOAD files created before it were read by it."""
     try:
-        marker = json.loads(
-            s3.get_object(Bucket=where.artifacts_bucket, Key=where.full_load_marker_key)["Body"].read()
-        )
-        started = datetime.fromisoformat(str(marker["started_at"]).replace("Z", "+00:00"))
+        body = s3.get_object(Bucket=where.artifacts_bucket, Key=where.full_load_marker_key)["Body"].read()
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") in MISSING:
             return None
         raise
+    return read_full_load_marker(body)
+
+
+def read_full_load_marker(document: bytes) -> datetime | None:
+    """`started_at` of the full-load marker (manifests/full-load.json), or None when it is unreadable (then
+    every LOAD file is a reload request: costs a reload, loses nothing).
+
+    The state machine writes it with aws-sdk:s3:putObject and `"Body.$": "States.JsonToString($.full_load)"`:
+    AWS writes that string as is, `{"started_at":"…"}`; LocalStack 2026.3's Step Functions JSON-encodes any
+    non-bytes blob parameter, a string too (state_task_service.py `_to_boto_request_value`), so it writes
+    `"{\"started_at\":\"…\"}"`, a JSON string holding the object. Both are read; the time is Step
+    Functions' `$$.State.EnteredTime` (`…T03:32:48.177403+00:00`) or any ISO-8601 with `Z`."""
+    try:
+        marker = json.loads(document)
+        if isinstance(marker, str):
+            marker = json.loads(marker)  # LocalStack's encoding of a string Body (see above)
+        started = datetime.fromisoformat(str(marker["started_at"]).replace("Z", "+00:00"))
     except (ValueError, KeyError, TypeError):
-        return None  # unreadable: every LOAD file is a reload request (costs a reload, loses nothing)
+        return None
     return started if started.tzinfo else started.replace(tzinfo=UTC)
 
 
@@ -792,6 +806,10 @@ def _sort_page(
             result.leaving.append(message)
             continue
         if found.kind == "load":
+            # Skipped only when created in a whole second before the one the job started in: `created` is
+            # at most the write time (LastModified is the write's second, an event is stamped after it), so
+            # a file written at or after the start is never skipped; one written in the start's second
+            # before it is a reload (S3 says the second only): that costs a reload, it loses nothing.
             if full_load_started is not None and found.created < full_load_started.replace(microsecond=0):
                 result.skipped_full_load += 1  # read by the pipeline's full-load job
             else:
