@@ -20,7 +20,14 @@ from typing import Any
 import boto3
 
 SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
-GLUE_SCRIPTS = ("full_load_job.py", "cdc_job.py", "refine_job.py", "maintenance_job.py")
+GLUE_SCRIPTS = (
+    "full_load_job.py",
+    "cdc_job.py",
+    "refine_job.py",
+    "maintenance_job.py",
+    "reconcile_job.py",
+    "raw_audit_job.py",
+)
 SCHEMA_KEY = "config/schema.json"
 
 

@@ -32,7 +32,7 @@ def stack(monkeypatch: pytest.MonkeyPatch):
 
 def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tmp_path: Path, capsys):
     """Given a deployed stack (moto) and a schema file, When `python -m deploy.glue_artifacts` runs,
-    Then the four entry scripts, lakehouse.zip, the tested Iceberg runtime jar and config/schema.json are in
+    Then the six entry scripts, lakehouse.zip, the tested Iceberg runtime jar and config/schema.json are in
     the artifacts bucket at the keys the template's Glue jobs name, and the zip holds the package at its root."""
     schema = tmp_path / "schema.json"
     schema.write_text('{"version": 1, "tables": {}}')
@@ -45,6 +45,8 @@ def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tm
         "glue/scripts/cdc_job.py",
         "glue/scripts/refine_job.py",
         "glue/scripts/maintenance_job.py",
+        "glue/scripts/reconcile_job.py",
+        "glue/scripts/raw_audit_job.py",
         "glue/lib/lakehouse.zip",
         "glue/jars/iceberg-spark-runtime-3.5_2.12-1.10.2.jar",
         "config/schema.json",
@@ -75,7 +77,7 @@ def _imported_lakehouse_modules(path: Path) -> set[str]:
 
 
 def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
-    """Given the four Glue entry scripts, When the modules they import are followed through `lakehouse`,
+    """Given the six Glue entry scripts, When the modules they import are followed through `lakehouse`,
     Then lakehouse.zip holds exactly those (and the package's __init__): the demo, the test-data generator,
     the verifier, the dashboard, the BI runner and the schema generator live in `tools/`, not on Glue.
     The file list is what `python -m deploy.glue_artifacts --list` prints."""
