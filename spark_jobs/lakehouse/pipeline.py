@@ -1043,6 +1043,7 @@ def _replace_with_load(
     target = _target_schema(spark, table, spec, batch.types)
     if has_rows:
         floor = figures["min_seq"]
+        by_time: tuple[Decimal, Decimal] | None = None
         if figures["without_seq"]:
             # LOAD rows without AR_H_CHANGE_SEQ: the reload is placed by the time DMS started it.
             if started_at is None:
@@ -1059,7 +1060,8 @@ def _replace_with_load(
             _check_sequences_comparable(spark, table, spec, placed)
             rows = rows.withColumn(C.SEQ, F.coalesce(F.col(C.SEQ), F.lit(str(placed)).cast(C.SEQ_TYPE)))
             floor = placed if floor is None else min(floor, placed)
-        result = _reloaded(run, spec, table, rows, floor, target, (placed, settled))
+            by_time = (placed, settled)
+        result = _reloaded(run, spec, table, rows, floor, target, by_time)
         summary_extra = {REPLACED_SNAPSHOT: str(current_snapshot_id(spark, table))}
     else:
         floor = figures["min_seq"]
