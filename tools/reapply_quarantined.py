@@ -37,11 +37,12 @@ from typing import Any
 
 from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_files import NotADmsFileError, parse_dms_key
+from lakehouse.iceberg import table_exists
 from lakehouse.manifest import Manifest, ManifestFile
 from lakehouse.pipeline import ApplyOptions, RunReport, apply_cdc
 from lakehouse.quarantine import QuarantinedFile, quarantined_files
 from lakehouse.schema import SchemaFile
-from lakehouse.state import StateTables
+from lakehouse.state import RecordedFile, StateTables, applied_files
 from lakehouse.storage import is_missing, read_bytes
 from pyspark.sql import SparkSession
 
@@ -99,7 +100,7 @@ def reapply_quarantined(
     recorded = state.recorded([_name(q.source_uri) for q in candidates])
     tags: dict[str, str] = {}
     for q in candidates:
-        if not any(r.file_name == _name(q.source_uri) for r in recorded.get(q.source_table, [])):
+        if not _applied(spark, config, schema, q, recorded.get(q.source_table, [])):
             report.refused[q.source_uri] = (
                 "its batch is not applied yet (the ledger does not name it): the pending batch applies the "
                 "file as it is now; nothing to re-apply"
@@ -120,6 +121,23 @@ def reapply_quarantined(
     manifest = Manifest(report.run_id, tuple(ManifestFile(uri) for uri in report.files))
     report.run = apply_cdc(spark, config, schema, manifest, options or ApplyOptions(), reapply=tags)
     return report
+
+
+def _applied(
+    spark: SparkSession,
+    config: LakeConfig,
+    schema: SchemaFile,
+    q: QuarantinedFile,
+    recorded: list[RecordedFile],
+) -> bool:
+    """Whether the file's table applied it (its first content), by the CDC job's own rule: a commit of the
+    table's lineage names it, or the ledger does (a ledger copy lost to a crash is no reason to refuse)."""
+    spec = next((s for s in schema.tables.values() if s.qualified_name == q.source_table), None)
+    table = config.clean_table(spec.iceberg_name) if spec else None
+    if table is None or not table_exists(spark, table):
+        return False
+    name = _name(q.source_uri)
+    return name in applied_files(spark, table, q.source_table, [(name, q.source_uri, None)], recorded).applied
 
 
 def _name(uri: str) -> str:

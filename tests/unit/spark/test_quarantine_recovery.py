@@ -92,6 +92,8 @@ def test_a_commit_that_fails_after_the_quarantine_write_is_retried_without_dupli
 ):
     """Given a batch with a bad record and an unreadable file of the same table, whose data commit fails
     (the driver dies) after the quarantine was written,
+    When its files are re-applied before the batch ran again, Then they are refused (the pending batch
+    applies them);
     When the batch is retried with the same run id,
     Then each rejected record and file is quarantined exactly once and the table is right."""
     bad = dms.cdc(ITEM, ["sku", "price"], [("I", ("A-1", 1)), ("I", ("A-2", "x"))])
@@ -108,6 +110,9 @@ def test_a_commit_that_fails_after_the_quarantine_write_is_retried_without_dupli
         )
     monkeypatch.undo()
     written_before_the_commit = quarantine(spark, lake_config)
+    too_early = reapply_quarantined(spark, lake_config, SCHEMA, run_id="run-1")
+    assert too_early.run is None and sorted(too_early.refused) == sorted([bad, str(blank)])
+    assert all("not applied yet" in why for why in too_early.refused.values())
 
     retry = apply_cdc(
         spark, lake_config, SCHEMA, manifest(bad, str(blank), run_id="run-1"), QUARANTINE_MISMATCHES
