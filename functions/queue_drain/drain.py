@@ -303,6 +303,7 @@ class Manifest:
     created_at: str
     files: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 1
+    waited_for_reload: list[str] = field(default_factory=list)  # tables it was held for, files gone
 
     @property
     def total_bytes(self) -> int:
@@ -319,7 +320,7 @@ class Manifest:
             "created_at": self.created_at,
             "attempts": self.attempts,
             "files": self.files,
-        }
+        } | ({"waited_for_reload": self.waited_for_reload} if self.waited_for_reload else {})
 
 
 class CorruptManifestError(ValueError):
@@ -347,7 +348,10 @@ def read_manifest(document: bytes, key: str) -> Manifest:
         created_at = data.get("created_at", "")
         if created_at:
             datetime.fromisoformat(str(created_at).replace("Z", "+00:00"))  # ValueError: not ISO-8601
-        return Manifest(run_id, str(created_at), files, attempts)
+        waited = data.get("waited_for_reload", [])
+        if not isinstance(waited, list) or not all(isinstance(t, str) for t in waited):
+            raise ValueError(f"waited_for_reload {waited!r} is not a list of table names")
+        return Manifest(run_id, str(created_at), files, attempts, waited)
     except Exception as error:
         raise CorruptManifestError(f"{type(error).__name__}: {error}") from None
 
@@ -485,10 +489,16 @@ def drain(
         moved_aside.append(moved)
         on_moved_aside(moved)
 
+    # A batch with files of a table DMS reloads waits for the reload (the reloads run before the next CDC
+    # run, CheckReloads -> RunReload): the files the reload removed would fail it, and so move it aside
+    # or, with OnStuckBatch=stop, stop the pipeline before the reload that fixes it could run.
+    reloading = set(reloads_pending(s3, where))
+    held: list[str] = []
     for key in pending_manifests(s3, where):
-        resumed = _resume(s3, where, limits, key, report_moved_aside, check)
+        resumed = _resume(s3, where, limits, key, report_moved_aside, check, reloading, held)
         if resumed is not None:
-            return resumed | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
+            extra = {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
+            return resumed | extra | ({"held_for_reload": held} if held else {})
 
     manifest = Manifest(new_run_id(moment), moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
     key = where.pending_key(manifest.run_id)
@@ -540,12 +550,61 @@ def drain(
         if sorted_page.released:
             _release(sqs, where.queue_url, sorted_page.released)
             break
-    extra = counts | {"moved_aside": moved_aside, "reloads_pending": reloads_pending(s3, where)}
+    pending = reloads_pending(s3, where)
+    extra = counts | {"moved_aside": moved_aside, "reloads_pending": pending}
     if set_aside:
         extra["reload_requests_set_aside"] = set_aside
-    if not manifest.files:
+    if manifest.files and _manifest_tables(where, manifest) & set(pending):
+        # Kept pending, not handed out, and not counted as an attempt: the drain after the reload gives it out.
+        manifest.attempts = 0
+        check()
+        put_manifest(s3, where.artifacts_bucket, key, manifest.to_dict(), etag)
+        held.append(key)
+    if held:
+        extra["held_for_reload"] = held
+    if not manifest.files or key in held:
         return {"has_work": False, "file_count": 0} | extra
     return _result(where, key, manifest, resumed=False, etag=etag) | extra
+
+
+def _manifest_tables(where: Locations, manifest: Manifest) -> set[str]:
+    """The tables (`schema.table`, as reload requests name them) of a manifest's files."""
+    tables = set()
+    for entry in manifest.files:
+        uri = str(entry.get("uri", ""))
+        key = uri.split("/", 3)[3] if uri.startswith("s3://") and uri.count("/") >= 3 else ""
+        schema, table, _ = dms_layout(key, where.raw_prefix)
+        if schema:
+            tables.add(f"{schema}.{table}")
+    return tables
+
+
+def _reloaded_since(s3: Any, where: Locations, manifest: Manifest, tables: set[str]) -> set[str]:
+    """Of `tables`, those with a file of the manifest gone from the raw zone and a LOAD file written after
+    the manifest was: DMS reloads them (it empties a reloaded table's folder, then writes LOAD files), and
+    their reload requests are still in the queue. Only with the raw bucket known (the Lambda's)."""
+    if not where.raw_bucket:
+        return set()
+    try:
+        created = _aware(datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00")))
+    except ValueError:
+        return set()
+    uris = manifest.uris
+    found = set()
+    for table in sorted(tables):
+        schema, name = table.split(".", 1)
+        prefix = f"{where.raw_prefix.strip('/')}/{schema}/{name}/"
+        present: set[str] = set()
+        reloaded = False
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=where.raw_bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                present.add(f"s3://{where.raw_bucket}/{item['Key']}")
+                if LOAD_FILE.match(item["Key"].rsplit("/", 1)[-1]) and _aware(item["LastModified"]) > created:
+                    reloaded = True
+        mine = {u for u in uris if u.startswith(f"s3://{where.raw_bucket}/{prefix}")}
+        if reloaded and mine - present:
+            found.add(table)
+    return found
 
 
 def _unfenced() -> None:
@@ -600,9 +659,13 @@ def _resume(
     key: str,
     report_moved_aside: MovedAsideReporter,
     check: Callable[[], None] = _unfenced,
+    reloading: set[str] | None = None,
+    held: list[str] | None = None,
 ) -> dict[str, Any] | None:
     """Hand out a pending manifest again (one more attempt), or move it aside when it is corrupt or was
-    handed out `max_manifest_attempts` times (None: look at the next one)."""
+    handed out `max_manifest_attempts` times (None: look at the next one). A manifest with files of a table
+    being reloaded (in `reloading`, or its files gone and LOAD files newer than it) is held: left pending as
+    it is, its key added to `held` (None)."""
     try:
         current = s3.get_object(Bucket=where.artifacts_bucket, Key=key)
         body, etag = current["Body"].read(), str(current["ETag"])
@@ -615,6 +678,19 @@ def _resume(
     except CorruptManifestError as error:
         reason = f"corrupt manifest: {error}"
     else:
+        tables = _manifest_tables(where, manifest)
+        waited = set(manifest.waited_for_reload)
+        gone = _reloaded_since(s3, where, manifest, tables - waited) if manifest.attempts else set()
+        if tables & (reloading or set()) or gone:
+            # Its failures so far were the reload's (files it removed): they don't count. `gone` is asked
+            # once: the drain now reads the queue, where the reload's LOAD files are announced.
+            if gone or manifest.attempts:
+                manifest.attempts, manifest.waited_for_reload = 0, sorted(waited | gone)
+                check()
+                put_manifest(s3, where.artifacts_bucket, key, manifest.to_dict(), etag)
+            if held is not None:
+                held.append(key)
+            return None
         if manifest.attempts < limits.max_manifest_attempts:
             manifest.attempts += 1
             check()
