@@ -266,6 +266,7 @@ import sys
 import boto3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from lakehouse.fence import fenced
 from lakehouse.jobs import cdc_main
 
 BUCKET, KEY = {bucket!r}, "faults/cdc-fail-once"
@@ -273,7 +274,7 @@ s3 = boto3.client("s3")
 try:
     s3.head_object(Bucket=BUCKET, Key=KEY)
 except Exception:
-    sys.exit(cdc_main(sys.argv[1:]))
+    sys.exit(fenced(cdc_main)(sys.argv[1:]))  # as spark_jobs/cdc_job.py: the run carries the lease arguments
 s3.delete_object(Bucket=BUCKET, Key=KEY)
 print("injected failure: this CDC run fails once", file=sys.stderr)
 sys.exit(3)
