@@ -57,6 +57,9 @@ def test_an_execution_stopped_mid_run_loses_the_lease_and_its_run_writes_nothing
 
     sfn = pipeline.aws("stepfunctions")
     sfn.stop_execution(executionArn=first, error="Upgrade", cause="the documented upgrade step")
+    # The runbook's order: execution 2 once execution 1 is no longer RUNNING (LocalStack stops it a moment after
+    # answering; started before that, execution 2 finds the lease held by a RUNNING execution and exits).
+    assert wait_for(lambda: sfn.describe_execution(executionArn=first)["status"] != "RUNNING", 60)
     second = pipeline.start_execution()
 
     assert wait_for(lambda: lease(pipeline).get("holder") == second, 120), lease(pipeline)
