@@ -367,7 +367,9 @@ class _Pipeline:
         with self._lock:
             tables = [source_table] if source_table is not None else list(self.rejections)
             parts = [part for table in tables for part in self.rejections.pop(table, [])]
-            problems = [p for p in self.file_problems if source_table is None or p.source_table == source_table]
+            problems = [
+                p for p in self.file_problems if source_table is None or p.source_table == source_table
+            ]
             self.file_problems = [p for p in self.file_problems if p not in problems]
         if problems:
             parts.append(file_rejections(self.spark, problems))

@@ -139,7 +139,9 @@ class SourceSettings:
             endpoint = postgres_settings or {}
             heartbeat = endpoint.get("HeartbeatEnable", attributes.get("heartbeatenable", False))
             heartbeat_on = heartbeat is True or str(heartbeat).strip().lower() in ("true", "y", "yes", "1")
-            schema_of_heartbeat = endpoint.get("HeartbeatSchema") or attributes.get("heartbeatschema") or "public"
+            schema_of_heartbeat = (
+                endpoint.get("HeartbeatSchema") or attributes.get("heartbeatschema") or "public"
+            )
             minutes = float(endpoint.get("HeartbeatFrequency") or attributes.get("heartbeatfrequency") or 5)
             return cls(
                 path=database_name or "postgres",

@@ -309,7 +309,9 @@ def _tasks(asl: dict[str, Any], path: list[str]) -> list[str]:
 
 CONFIG = {"refine_every": 5, "maintenance_every": 50, "maintenance_mode": "job", "loop_wait_seconds": 60}
 # what AcquireLease leaves in the state for the rest of the execution (every job run is fenced by it)
-LEASE = {"value": {"acquired": True, "holder": "arn:aws:states:us-east-1:123456789012:execution:p:e", "epoch": 1}}
+LEASE = {
+    "value": {"acquired": True, "holder": "arn:aws:states:us-east-1:123456789012:execution:p:e", "epoch": 1}
+}
 
 
 @pytest.mark.parametrize(
