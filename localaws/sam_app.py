@@ -137,11 +137,21 @@ def _run(command: list[str], endpoint_url: str, what: str, timeout: float) -> st
     return result.stdout + result.stderr
 
 
+def build_dir(endpoint_url: str) -> Path:
+    """Where `sam build` writes for the local AWS at `endpoint_url`: .aws-sam/build on the default port, a
+    folder of its own on another (two local AWSs building at once never deploy each other's half-built app)."""
+    port = urlparse(endpoint_url).port
+    return BUILD_DIR if port in (None, 4566) else BUILD_DIR.with_name(f"build-{port}")
+
+
 def build(endpoint_url: str, timeout: float = 600) -> None:
     """`sam build` (no container; the project's python3.11 first on PATH)."""
     sam = str(setup_sam.install())
+    target = build_dir(endpoint_url)
     # --parallel: the seven functions' dependencies install at once; --cached: unchanged ones are reused
     command = [sam, "build", "--template-file", str(TEMPLATE), "--parallel", "--cached"]
+    cache = target.with_name("cache" if target == BUILD_DIR else f"cache-{target.name}")
+    command += ["--build-dir", str(target), "--cache-dir", str(cache)]
     _run(command, endpoint_url, "sam build", timeout)
 
 
@@ -163,6 +173,8 @@ def deploy(
         config_env,
         "--stack-name",
         stack_name,
+        "--template-file",
+        str(build_dir(endpoint_url) / "template.yaml"),
         "--no-confirm-changeset",
         "--no-fail-on-empty-changeset",
         "--region",
