@@ -175,6 +175,8 @@ def deploy(
         stack_name,
         "--template-file",
         str(build_dir(endpoint_url) / "template.yaml"),
+        "--config-file",
+        str(SAMCONFIG),  # else looked for beside the template
         "--no-confirm-changeset",
         "--no-fail-on-empty-changeset",
         "--region",
