@@ -14,6 +14,14 @@ then stops the state machine, runs the refine job once more and one maintenance 
 table against a recomputation from the source database, runs the BI queries (bi/queries) and writes the
 dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;
 `--keep-running` leaves it all running; `--source sqlite` replicates an SQLite file through triggers instead).
+
+Divergence and repair (issue 25; PostgreSQL source, `--no-divergence` skips it): before the last workload round
+the source's calendar `date_dim` is rebuilt without its first year (TRUNCATE + INSERT, which DMS does not
+replicate: the lake keeps the dropped rows) and a customer is renumbered (a primary-key update, which DMS does
+write to S3); once the lake caught up the demo shows the lake against the source, runs the deployed reconcile
+Glue job with `--repair_mode reload`, prints what it found and repaired (its report, `dms_divergence`), waits
+until the loop applied DMS's reload, and a second reconcile run shows every table equal
+(localaws/divergence.py).
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import socket
 import sys
 import threading
 import time
@@ -30,7 +39,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from localaws import replication, sam_app, stack
+from localaws import divergence, replication, sam_app, stack
 from localaws.pipeline_run import LocalPipeline, RunSettings
 from localaws.progress import ProgressMonitor
 
@@ -77,10 +86,18 @@ def run_demo(args: argparse.Namespace) -> int:
         replication=replication.ReplicationSettings(bucket="(set at deploy)", data_format=args.dms_format),
         source=args.source,
     )
+    act = args.divergence and args.source == "postgresql"
+    if act and "ReconcileEveryMinutes" in sam_app.template_parameters():
+        settings.parameters["ReconcileEveryMinutes"] = "0"  # the demo runs the reconcile when it chooses
     pipeline = LocalPipeline(config.endpoint_url, settings, config)
     printer: _ProgressPrinter | None = None
     ok = False
+    source_changes: divergence.SourceDivergence | None = None
+    jdbc_url = ""
     try:
+        if act and pipeline.postgres is not None:  # the reconcile job reads the source over JDBC (TCP)
+            port = pipeline.postgres.start(tcp_port=_free_port()).port
+            jdbc_url = f"jdbc:postgresql://127.0.0.1:{port}/postgres"
         counts = pipeline.create_source()
         _step(
             started,
@@ -115,10 +132,15 @@ def run_demo(args: argparse.Namespace) -> int:
             )
             if number == args.rounds // 2:
                 _add_column_mid_stream(pipeline, started)
+            if act and number == max(1, args.rounds - 1):
+                source_changes = _diverge_source(pipeline, started)
             time.sleep(args.pause)
         final = pipeline.wait_until_applied(args.timeout)
         printer.stopped.set()
         print(printer.monitor.snapshot().line(), flush=True)  # the same clock as the lines before it
+        if source_changes is not None:
+            repaired = _reconcile_and_repair(pipeline, app, started, source_changes, jdbc_url, args.timeout)
+            final = repaired or final
         _step(started, "caught up; verifying every clean table against its source")
         checks = pipeline.verify()
         for check in checks:
@@ -178,6 +200,144 @@ def _add_column_mid_stream(pipeline: LocalPipeline, started: float) -> None:
         started,
         f"source DDL: ALTER TABLE item ADD COLUMN i_eco_score NUMERIC(5,2); {changed} rows given a value",
     )
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _diverge_source(pipeline: LocalPipeline, started: float) -> divergence.SourceDivergence:
+    """During CDC: a TRUNCATE DMS does not replicate, and a primary-key update (localaws/divergence.py)."""
+    done = divergence.diverge_source(pipeline.source_db)
+    pipeline.row_changes += done.rows_after + 1
+    _step(
+        started,
+        f"source: {done.rebuilt_table} rebuilt from {divergence.REBUILT_FROM} on (TRUNCATE + INSERT in one "
+        f"transaction: {done.rows_before} -> {done.rows_after} rows); {done.renumbered_table} key "
+        f"{done.old_key} -> {done.new_key} (UPDATE of the primary key)",
+    )
+    return done
+
+
+def _reconcile_job(app: Any) -> str | None:
+    return app.outputs.get("ReconcileJobName") or app.resources.get("ReconcileJob")
+
+
+def _reconcile_and_repair(
+    pipeline: LocalPipeline,
+    app: Any,
+    started: float,
+    changes: divergence.SourceDivergence,
+    jdbc_url: str,
+    timeout: float,
+) -> Any:
+    """The lake against the source, a reconcile run with `--repair_mode reload`, the reload applied by the
+    loop, and a second reconcile run; prints what was found and repaired. Returns the snapshot once caught up
+    after the repair (None when the stack has no reconcile job)."""
+    from lakehouse.schema import SchemaFile
+
+    schema = SchemaFile.from_dict(replication.schema_document(pipeline.source_db))
+    source_schema = pipeline.source_schema
+    specs = {spec.name: spec for spec in schema.tables.values()}
+    lake = pipeline.lake_config()
+    names = {
+        table: lake.clean_table(specs[table].iceberg_name)
+        for table in (changes.rebuilt_table, changes.renumbered_table)
+    }
+    before = divergence.lake_view(
+        pipeline.spark(), names[changes.rebuilt_table], names[changes.renumbered_table], changes
+    )
+    _step(started, "caught up: the lake against the source after the TRUNCATE and the key update")
+    for line in divergence.describe_before_repair(changes, before, source_schema):
+        print("  " + line, flush=True)
+    job = _reconcile_job(app)
+    if job is None:
+        _step(started, "the stack has no reconcile job (template.yaml without it): no reconcile, no repair")
+        return None
+    snapshot = None
+    for number, repair in ((1, True), (2, False)):
+        run_id = f"demo-reconcile-{number}"
+        report_key = f"manifests/reports/{run_id}.json"
+        arguments = divergence.reconcile_arguments(
+            run_id=run_id,
+            jdbc_url=jdbc_url,
+            user="postgres",
+            raw_path=f"s3://{app.raw_bucket}/dms",
+            schema_file=f"s3://{app.artifacts_bucket}/{replication.SCHEMA_FILE_KEY}",
+            report_uri=f"s3://{app.artifacts_bucket}/{report_key}",
+            task_arn=pipeline.task_arn,
+            repair=repair,
+        )
+        since = time.time()
+        _step(
+            started,
+            f"reconcile run {number} (Glue job {job}, --repair_mode {arguments['--repair_mode']}): every clean "
+            "table against its source, by key-range hashes",
+        )
+        pipeline.run_job(job, arguments, timeout=timeout)
+        body = pipeline.aws("s3").get_object(Bucket=app.artifacts_bucket, Key=report_key)["Body"].read()
+        report = json.loads(body)
+        for line in divergence.summarize_report(report, _divergence_rows(pipeline, run_id)):
+            print("  " + line, flush=True)
+        if not repair:
+            break
+        repaired = [t["table"] for t in report["tables"] if t.get("repaired")]
+        if not repaired:
+            _step(started, "nothing to repair")
+            break
+        _wait_for_reload(pipeline, app, repaired, since, timeout)
+        snapshot = pipeline.wait_until_applied(timeout)
+        after = divergence.lake_view(
+            pipeline.spark(), names[changes.rebuilt_table], names[changes.renumbered_table], changes
+        )
+        _step(
+            started,
+            f"repaired: DMS reloaded {', '.join(repaired)} and the loop applied the reload (full-load job "
+            f"--reload); the lake's {changes.rebuilt_table} now {after.rebuilt_rows} rows "
+            f"({after.rebuilt_rows_before_cut} before {divergence.REBUILT_FROM})",
+        )
+    return snapshot
+
+
+def _divergence_rows(pipeline: LocalPipeline, run_id: str) -> dict[str, int]:
+    """The run's `dms_divergence` rows per table (none when nothing diverged: the table may not exist)."""
+    spark = pipeline.spark()
+    table = pipeline.lake_config().clean_table("dms_divergence")
+    if not spark.catalog.tableExists(table):
+        return {}
+    rows = spark.table(table).where(f"run_id = '{run_id}'").groupBy("source_table").count().collect()
+    return {row["source_table"]: int(row["count"]) for row in rows}
+
+
+def _wait_for_reload(
+    pipeline: LocalPipeline, app: Any, tables: list[str], since: float, timeout: float
+) -> None:
+    """Until the full-load job ran a reload of `tables` started after `since` (epoch seconds) and succeeded,
+    and no reload request is pending."""
+    glue = pipeline.aws("glue")
+    deadline = time.monotonic() + timeout
+
+    def reloaded() -> bool:
+        runs = glue.get_job_runs(JobName=app.full_load_job_name)["JobRuns"]
+        done = [
+            r
+            for r in runs
+            if r.get("Arguments", {}).get("--reload") == "true"
+            and r["StartedOn"].timestamp() >= since
+            and r["JobRunState"] == "SUCCEEDED"
+            and all(t in r.get("Arguments", {}).get("--tables", "") for t in tables)
+        ]
+        return bool(done) and not pipeline.reloads_pending()
+
+    while not reloaded():
+        if time.monotonic() > deadline:
+            pending = pipeline.reloads_pending()
+            raise TimeoutError(
+                f"the reload of {tables} not applied after {timeout:.0f}s (pending: {pending})"
+            )
+        time.sleep(2.0)
 
 
 def _wait_for_rollover(pipeline: LocalPipeline, timeout: float) -> int:
@@ -304,6 +464,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         default="postgresql",
         help="the source database: an embedded PostgreSQL server read through a replication slot, or an"
         " SQLite file read through triggers",
+    )
+    parser.add_argument(
+        "--no-divergence",
+        dest="divergence",
+        action="store_false",
+        help="skip the TRUNCATE and key update, the reconcile runs and the repair (PostgreSQL source only)",
     )
     parser.add_argument(
         "--keep-running", action="store_true", help="leave LocalStack, DMS and the execution up"
