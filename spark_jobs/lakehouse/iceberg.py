@@ -9,13 +9,14 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from pyspark.java_gateway import ensure_callback_server_started
-from pyspark.sql import DataFrame, DataFrameWriterV2, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriterV2, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.changes import OP, VALID_OPS
 from lakehouse.fence import check_before_commit
 from lakehouse.names import properties_sql, quote, sql_string
+from lakehouse.schema import parse_transform
 from lakehouse.types import can_widen
 
 log = logging.getLogger(__name__)
@@ -25,6 +26,7 @@ FULL_LOAD_DONE = "dms.full-load.files"  # snapshot summary (and, from now on, ta
 RUN_ID = "dms.run-id"
 REPLACED_SNAPSHOT = "dms.replaced-snapshot"  # snapshot summary of a (re)load: the snapshot it replaced
 SOURCE_TABLE = "dms.source-table"  # table property of a clean replica: the `schema.table` it holds
+TARGET_FILE_SIZE = "write.target-file-size-bytes"  # Iceberg's: writes and maintenance aim at this size
 
 TABLE_PROPERTIES = {
     "format-version": "2",
@@ -51,15 +53,113 @@ def create_table(
     schema: T.StructType,
     comment: str = "",
     extra_properties: dict[str, str] | None = None,
+    partition_by: Sequence[str] = (),
 ) -> None:
-    """Create the table if it does not exist; every name, the comment and every property key and value
-    are written as SQL identifiers and literals (lakehouse.names), so each holds exactly its text."""
+    """Create the table if it does not exist, partitioned by `partition_by` (schema.partition_transforms);
+    every name, the comment and every property key and value are written as SQL identifiers and literals
+    (lakehouse.names), so each holds exactly its text."""
     columns = ", ".join(f"{quote(f.name)} {f.dataType.simpleString()}" for f in schema.fields)
     properties = properties_sql(TABLE_PROPERTIES | (extra_properties or {}))
+    partitioned = f"PARTITIONED BY ({partition_sql(partition_by)}) " if partition_by else ""
     spark.sql(
-        f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg "
+        f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg {partitioned}"
         f"COMMENT {sql_string(comment)} TBLPROPERTIES ({properties})"
     )
+
+
+def file_size_properties(target_file_size_mb: int | None) -> dict[str, str]:
+    """The table property that sets its data files' target size (None: Iceberg's default, 512 MB for
+    writes; maintenance's own default for compaction)."""
+    if target_file_size_mb is None:
+        return {}
+    return {TARGET_FILE_SIZE: str(target_file_size_mb * 1024 * 1024)}
+
+
+def partition_sql(transforms: Sequence[str]) -> str:
+    """Normalised transforms (`bucket(16, id)`, `days(d)`, `c`) as Iceberg's Spark SQL, columns quoted."""
+    parts = []
+    for text in transforms:
+        transform, buckets, column = parse_transform(text)
+        if transform == "bucket":
+            parts.append(f"bucket({buckets}, {quote(column)})")
+        elif transform:
+            parts.append(f"{transform}({quote(column)})")
+        else:
+            parts.append(quote(column))
+    return ", ".join(parts)
+
+
+def partition_columns(transforms: Sequence[str]) -> list[Column]:
+    """Normalised transforms as the partition expressions of a DataFrameWriterV2 (`partitionedBy`)."""
+    columns = []
+    for text in transforms:
+        transform, buckets, column = parse_transform(text)
+        if transform == "bucket":
+            columns.append(F.bucket(int(buckets or 0), F.col(quote(column))))
+        elif transform:
+            columns.append(getattr(F, transform)(F.col(quote(column))))
+        else:
+            columns.append(F.col(quote(column)))
+    return columns
+
+
+_JAVA_TRANSFORMS = {"year": "years", "month": "months", "day": "days", "hour": "hours"}
+
+
+def partition_spec(spark: SparkSession, table: str) -> tuple[str, ...]:
+    """The table's current partition spec, as normalised transforms (unpartitioned: ())."""
+    java_table = iceberg_table(spark, table)
+    schema = java_table.schema()
+    transforms = []
+    for field in java_table.spec().fields():
+        kind, column = str(field.transform().toString()), str(schema.findColumnName(field.sourceId()))
+        if kind == "identity":
+            transforms.append(column)
+        elif kind.startswith("bucket["):
+            transforms.append(f"bucket({int(kind[7:-1])}, {column})")
+        elif kind in _JAVA_TRANSFORMS:
+            transforms.append(f"{_JAVA_TRANSFORMS[kind]}({column})")
+        elif kind != "void":
+            transforms.append(f"{kind}({column})")  # truncate[W] & co: set by someone else, kept as named
+    return tuple(transforms)
+
+
+def align_layout(
+    spark: SparkSession, table: str, partition_by: Sequence[str] | None, target_file_size_mb: int | None
+) -> list[str]:
+    """Give an existing table the schema file's layout: its partition spec (Iceberg partition evolution:
+    files written before keep theirs until maintenance rewrites them) and its target file size. None
+    leaves what the table has. Returns what changed (each is a commit: fenced)."""
+    done: list[str] = []
+    if partition_by is not None:
+        current = partition_spec(spark, table)
+        if tuple(current) != tuple(partition_by):
+            check_before_commit()
+            for text in current:
+                if text not in partition_by:
+                    spark.sql(f"ALTER TABLE {table} DROP PARTITION FIELD {_field_sql(text)}")
+            for text in partition_by:
+                if text not in current:
+                    spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD {partition_sql([text])}")
+            was, now = ", ".join(current) or "nothing", ", ".join(partition_by) or "nothing"
+            done.append(f"partitioned by {now} (was {was})")
+    wanted = file_size_properties(target_file_size_mb)
+    if wanted and table_properties(spark, table).get(TARGET_FILE_SIZE) != wanted[TARGET_FILE_SIZE]:
+        check_before_commit()
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({properties_sql(wanted)})")
+        done.append(f"target file size {target_file_size_mb} MB")
+    if done:
+        spark.catalog.refreshTable(table)
+        log.info("%s: layout: %s", table, "; ".join(done))
+    return done
+
+
+def _field_sql(text: str) -> str:
+    """A transform of the table's spec as DROP PARTITION FIELD takes it (one `partition_spec` returned)."""
+    kind, _, rest = text.partition("(")
+    if kind.startswith("truncate["):  # set by someone else: the schema file has no truncate
+        return f"truncate({int(kind[9:-1])}, {quote(rest.removesuffix(')'))})"
+    return partition_sql([text])
 
 
 def evolve_schema(spark: SparkSession, table: str, wanted: dict[str, T.DataType]) -> list[str]:
@@ -282,13 +382,19 @@ def replace_table(
     properties: dict[str, str],
     summary: dict[str, str],
     comment: str = "",
+    partition_by: Sequence[str] | None = None,
 ) -> None:
     """Replace the table's schema, rows and properties in ONE commit (Iceberg REPLACE TABLE AS SELECT:
     the history stays, so time travel and rollback still reach the rows before). Creates the table if
-    it does not exist. Properties the owner set (e.g. copy-on-write modes) are kept."""
+    it does not exist. Properties the owner set (e.g. copy-on-write modes) are kept; so is its partition
+    spec unless `partition_by` names one (() unpartitioned)."""
     exists = table_exists(spark, table)
     kept = table_properties(spark, table) if exists else {}
+    if partition_by is None:
+        partition_by = partition_spec(spark, table) if exists else ()
     writer = rows.writeTo(table).using("iceberg")
+    if partition_by:
+        writer = writer.partitionedBy(*partition_columns(partition_by))
     for key, value in (TABLE_PROPERTIES | kept | properties).items():
         if not (exists and key == "format-version"):  # never change an existing table's format
             writer = writer.tableProperty(key, value)

@@ -43,6 +43,7 @@ from lakehouse.iceberg import (
     REPLACED_SNAPSHOT,
     RUN_ID,
     SOURCE_TABLE,
+    TARGET_FILE_SIZE,
     current_snapshot_id,
     table_exists,
     table_properties,
@@ -257,10 +258,12 @@ def _maintain_table(
     entry.snapshots_before = _snapshots(spark, table)
     if current_snapshot_id(spark, table) is None:
         return
+    # A table's own target file size (the schema file's target_file_size_mb) wins over the pass's.
+    target = table_properties(spark, table).get(TARGET_FILE_SIZE) or options.target_file_size_mb * 1024 * 1024
     rewrite_options = {
         "min-input-files": options.min_input_files,
         "delete-file-threshold": options.delete_file_threshold,
-        "target-file-size-bytes": options.target_file_size_mb * 1024 * 1024,
+        "target-file-size-bytes": target,
         "partial-progress.enabled": "true",
     }
     check_before_commit()

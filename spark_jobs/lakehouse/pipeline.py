@@ -36,12 +36,14 @@ from lakehouse.iceberg import (
     REPLACED_SNAPSHOT,
     RUN_ID,
     SOURCE_TABLE,
+    align_layout,
     append_rows,
     commit_of_run,
     create_table,
     current_snapshot_id,
     ensure_namespace,
     evolve_schema,
+    file_size_properties,
     key_upper_bound,
     merge_changes,
     replace_table,
@@ -486,7 +488,7 @@ def _apply_table_changes(
     recorded: dict[str, list[RecordedFile]],
 ) -> None:
     spark, config = run.spark, run.config
-    table = _ensure_table(spark, config, spec)
+    table = _ensure_table(spark, config, spec, report)
     known = applied_files(
         spark,
         table,
@@ -540,7 +542,8 @@ def _require_key_columns(spec: TableSpec, raw: RawRead) -> None:
             )
 
 
-def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> str:
+def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec, report: TableReport) -> str:
+    """The table, created with the schema file's layout, or given it (`iceberg.align_layout`)."""
     table = config.clean_table(spec.iceberg_name)
     if not table_exists(spark, table):
         create_table(
@@ -548,8 +551,11 @@ def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> s
             table,
             clean_schema(spec),
             f"DMS replica of {spec.qualified_name}",
-            {SOURCE_TABLE: spec.qualified_name},
+            {SOURCE_TABLE: spec.qualified_name} | file_size_properties(spec.target_file_size_mb),
+            spec.partition_by or (),
         )
+    else:
+        report.schema_changes += align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
     return table
 
 
@@ -984,15 +990,18 @@ def _load_table(
             marks = {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name}
             check_before_commit()
             spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({properties_sql(marks)})")
+            report.schema_changes += align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
             return
         empty = spark.createDataFrame([], clean_schema(spec))
         replace_table(
             spark,
             table,
             empty,
-            {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name},
+            {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name}
+            | file_size_properties(spec.target_file_size_mb),
             {FULL_LOAD_DONE: "0", RUN_ID: run.report.run_id},
             f"DMS replica of {spec.qualified_name}",
+            spec.partition_by,
         )
         return
     raw = run.read_raw(spec, files, report)
@@ -1038,6 +1047,7 @@ def _replace_with_load(
         m for _, m in found if m
     ]
     properties = {LOAD_DONE: str(len(files)), SOURCE_TABLE: spec.qualified_name}
+    properties |= file_size_properties(spec.target_file_size_mb)
     if started_at is not None:
         properties[LOAD_STARTED] = started_at.isoformat()
     if written:
@@ -1078,6 +1088,7 @@ def _replace_with_load(
         properties,
         {FULL_LOAD_DONE: str(len(files)), RUN_ID: run.report.run_id} | summary_extra,
         f"DMS replica of {spec.qualified_name}",
+        spec.partition_by,
     )
     report.inserted_or_updated = figures["records"] - figures["bad"] - figures["mismatched"]
     report.snapshot_id = current_snapshot_id(spark, table)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from pyspark.sql import types as T
@@ -27,6 +28,12 @@ class TableSpec:
     columns: tuple[ColumnSpec, ...]
     primary_key: tuple[str, ...]
     dialect: str
+    # The clean table's layout (docs/CONTRACTS.md, "Schema file"): Iceberg partition transforms, each as
+    # `bucket(N, col)`, `years|months|days|hours(col)` or `col` (identity), columns in lower case; and the
+    # target size of its data files (the writes' and maintenance's). partition_by None: the table keeps
+    # the spec it has (a new table: unpartitioned); () unpartitioned. target_file_size_mb None: 128 MB.
+    partition_by: tuple[str, ...] | None = None
+    target_file_size_mb: int | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -120,10 +127,104 @@ class SchemaFile:
                     "columns": [
                         {"name": c.name, "type": c.source_type, "nullable": c.nullable} for c in spec.columns
                     ],
+                    **({"partition_by": list(spec.partition_by)} if spec.partition_by is not None else {}),
+                    **(
+                        {"target_file_size_mb": spec.target_file_size_mb}
+                        if spec.target_file_size_mb is not None
+                        else {}
+                    ),
                 }
                 for qualified, spec in self.tables.items()
             },
         }
+
+
+_TRANSFORM = re.compile(
+    r"^\s*(?:(bucket)\s*\(\s*(\d+)\s*,\s*(.+?)\s*\)|(years|months|days|hours)\s*\(\s*(.+?)\s*\)|(.+?))\s*$",
+    re.IGNORECASE,
+)
+_TIME_TRANSFORMS = {
+    "years": (T.DateType, T.TimestampType, T.TimestampNTZType),
+    "months": (T.DateType, T.TimestampType, T.TimestampNTZType),
+    "days": (T.DateType, T.TimestampType, T.TimestampNTZType),
+    "hours": (T.TimestampType, T.TimestampNTZType),
+}
+MAX_BUCKETS = 65536
+
+
+def partition_transforms(
+    name: str, value: Any, columns: tuple[ColumnSpec, ...], dialect: str
+) -> tuple[str, ...] | None:
+    """The schema file's `partition_by` of table `name`, checked and normalised (`bucket(16, id)`,
+    `days(sold_at)`, `region`): each transform one Iceberg has, of one of the table's columns (lower
+    case, as in the clean table), of a type it applies to. A ValueError says what is wrong."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(
+            f"schema file: {name!r} partition_by must be a list of transforms such as "
+            '["bucket(16, id)"] or ["days(created_at)"], not ' + repr(value)
+        )
+    by_name = {c.name.lower(): c for c in columns}
+    transforms: list[str] = []
+    for text in value:
+        match = _TRANSFORM.match(text)
+        bucket, buckets, bucket_column, time_unit, time_column, identity = (
+            match.groups() if match else (None,) * 6
+        )
+        column = (bucket_column or time_column or identity or "").lower()
+        if not match or column not in by_name:
+            raise ValueError(
+                f"schema file: {name!r} partition_by {text!r}: expected bucket(N, column), years(column), "
+                "months(column), days(column), hours(column) or a column, of one of the table's columns"
+            )
+        data_type = spark_type(by_name[column].source_type, dialect)
+        if bucket:
+            if not 1 <= int(buckets) <= MAX_BUCKETS:
+                raise ValueError(
+                    f"schema file: {name!r} partition_by {text!r}: between 1 and {MAX_BUCKETS} buckets"
+                )
+            transforms.append(f"bucket({int(buckets)}, {column})")
+        elif time_unit:
+            time_unit = time_unit.lower()
+            if not isinstance(data_type, _TIME_TRANSFORMS[time_unit]):
+                raise ValueError(
+                    f"schema file: {name!r} partition_by {text!r}: {time_unit} applies to a "
+                    f"{'timestamp' if time_unit == 'hours' else 'date or timestamp'} column, and {column} is "
+                    f"{data_type.simpleString()}"
+                )
+            transforms.append(f"{time_unit}({column})")
+        else:
+            transforms.append(column)
+    if len({t for t in transforms}) != len(transforms):
+        raise ValueError(f"schema file: {name!r} partition_by {value!r} names one transform twice")
+    return tuple(transforms)
+
+
+def parse_transform(text: str) -> tuple[str | None, int | None, str]:
+    """A normalised transform (`partition_transforms`) as (transform or None for identity, bucket count
+    or None, column)."""
+    match = _TRANSFORM.match(text)
+    if match is None:
+        raise ValueError(f"not a partition transform: {text!r}")
+    bucket, buckets, bucket_column, time_unit, time_column, identity = match.groups()
+    if bucket:
+        return "bucket", int(buckets), bucket_column
+    if time_unit:
+        return time_unit.lower(), None, time_column
+    return None, None, identity
+
+
+def target_file_size(name: str, value: Any) -> int | None:
+    """The schema file's `target_file_size_mb` of table `name`: a whole number of MB, 1 to 4096."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096:
+        raise ValueError(
+            f"schema file: {name!r} target_file_size_mb must be a whole number of MB from 1 to 4096, "
+            f"not {value!r}"
+        )
+    return value
 
 
 def _table_spec(name: str, body: Any, dialect: str) -> TableSpec:
@@ -154,4 +255,8 @@ def _table_spec(name: str, body: Any, dialect: str) -> TableSpec:
             spark_type(column.source_type, spec.dialect)
         except ValueError as error:
             raise ValueError(f"schema file: {name}.{column.name}: {error}") from None
-    return spec
+    return replace(
+        spec,
+        partition_by=partition_transforms(name, body.get("partition_by"), columns, spec.dialect),
+        target_file_size_mb=target_file_size(name, body.get("target_file_size_mb")),
+    )
