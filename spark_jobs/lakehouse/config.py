@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,7 +27,9 @@ class LakeConfig:
     tombstone_table: str = "dms_tombstones"
     s3_endpoint_url: str | None = None
     staging_dir: str = "var/staging"
-    shuffle_partitions: int = 4
+    shuffle_partitions: int = 0  # 0: derived from the cluster (shuffle_partitions_for)
+    worker_type: str | None = None  # Glue's WorkerType of this job (a hint: Spark's own settings come first)
+    number_of_workers: int | None = None  # Glue's NumberOfWorkers of this job, its driver's worker included
     extra: dict[str, str] = field(default_factory=dict)
 
     def table(self, database: str, name: str) -> str:
@@ -70,7 +73,18 @@ def add_lake_arguments(parser: argparse.ArgumentParser) -> None:
         "--s3_endpoint_url", help="a local S3 emulator's endpoint: s3:// inputs are staged through boto3"
     )
     parser.add_argument("--staging_dir", default="var/staging", help="where staged S3 inputs go (local runs)")
-    parser.add_argument("--shuffle_partitions", type=int, default=4, help="spark.sql.shuffle.partitions")
+    parser.add_argument(
+        "--shuffle_partitions",
+        type=int,
+        default=0,
+        help="spark.sql.shuffle.partitions; 0 (default): twice the executor cores the job has (docs/DEPLOY.md)",
+    )
+    parser.add_argument(
+        "--worker_type", help="the Glue job's WorkerType (G.1X, …): its cores if Spark does not say"
+    )
+    parser.add_argument(
+        "--number_of_workers", type=int, help="the Glue job's NumberOfWorkers (driver included)"
+    )
 
 
 def parse_job_arguments(
@@ -103,5 +117,75 @@ def parse_job_arguments(
         s3_endpoint_url=args.s3_endpoint_url,
         staging_dir=args.staging_dir,
         shuffle_partitions=args.shuffle_partitions,
+        worker_type=args.worker_type,
+        number_of_workers=args.number_of_workers,
     )
+    if config.shuffle_partitions < 0:
+        parser.error(f"--shuffle_partitions {config.shuffle_partitions}: 0 (derived) or a positive number")
     return config, args
+
+
+# ---------------------------------------------------------------- parallelism from the cluster
+# vCPUs of a Glue worker (AWS Glue guide, "AWS Glue worker types"): one Spark executor per worker, and one
+# worker of NumberOfWorkers runs the driver.
+GLUE_WORKER_VCPUS = {
+    "G.1X": 4,
+    "G.2X": 8,
+    "G.4X": 16,
+    "G.8X": 32,
+    "G.12X": 48,
+    "G.16X": 64,
+    "R.1X": 4,
+    "R.2X": 8,
+}
+# Shuffle partitions per executor core: Spark's tuning guide advises 2-3 tasks per core; adaptive execution
+# then coalesces what is small (spark.sql.adaptive.advisoryPartitionSizeInBytes, session.TUNING), so a small
+# batch runs a few tasks and a large one all the cores twice over. local[2] gets 4: what it always had.
+TASKS_PER_CORE = 2
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)(?:,\s*\d+)?\])?$")
+_LOCAL_CLUSTER = re.compile(r"^local-cluster\[\s*(\d+)\s*,\s*(\d+)\s*,\s*\d+\s*\]$")
+
+
+def executor_cores(
+    conf: Mapping[str, str],
+    worker_type: str | None = None,
+    number_of_workers: int | None = None,
+    local_cpus: int = 1,
+) -> int | None:
+    """The executor cores a job has, at most, from its Spark settings (what the engine gave it), else from the
+    Glue job's worker type and count; None when neither says (then Spark's defaultParallelism is all we know).
+    - `local[N]` N, `local[*]` the machine's CPUs (`local_cpus`), `local-cluster[E,C,M]` E x C;
+    - dynamic allocation (Glue auto scaling, EMR Serverless): `spark.dynamicAllocation.maxExecutors` x
+      `spark.executor.cores`; otherwise `spark.executor.instances` x `spark.executor.cores`;
+    - Glue: (NumberOfWorkers - 1) x the worker type's vCPUs (one worker runs the driver)."""
+    master = conf.get("spark.master", "").strip()
+    if match := _LOCAL.match(master):
+        return local_cpus if match[1] == "*" else int(match[1] or 1)
+    if match := _LOCAL_CLUSTER.match(master):
+        return int(match[1]) * int(match[2])
+    cores = _positive(conf.get("spark.executor.cores"))
+    if conf.get("spark.dynamicAllocation.enabled", "false").strip().lower() == "true":
+        executors = _positive(conf.get("spark.dynamicAllocation.maxExecutors"))
+    else:
+        executors = _positive(conf.get("spark.executor.instances"))
+    if cores and executors:
+        return cores * executors
+    if worker_type in GLUE_WORKER_VCPUS and number_of_workers:
+        return GLUE_WORKER_VCPUS[worker_type] * max(1, number_of_workers - 1)
+    return None
+
+
+def _positive(value: str | None) -> int | None:
+    try:
+        number = float(value) if value is not None else math.nan
+    except ValueError:
+        return None
+    return int(number) if math.isfinite(number) and number >= 1 else None  # maxExecutors may be "infinity"
+
+
+def shuffle_partitions_for(cores: int | None, default_parallelism: int, override: int = 0) -> int:
+    """spark.sql.shuffle.partitions: `override` when set (> 0), else TASKS_PER_CORE per executor core, else
+    (cores unknown) TASKS_PER_CORE x Spark's defaultParallelism; never fewer than 2."""
+    if override > 0:
+        return override
+    return max(2, TASKS_PER_CORE * (cores if cores else default_parallelism))

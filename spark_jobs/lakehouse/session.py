@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakehouse.config import LakeConfig
+from lakehouse.config import LakeConfig, executor_cores, shuffle_partitions_for
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -32,6 +32,14 @@ TUNING = {
     "spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold": "8GB",
     "spark.sql.optimizer.runtime.bloomFilter.expectedNumItems": "4000000",
     "spark.sql.optimizer.runtime.bloomFilter.numBits": "33554432",
+    # Partitions from the input's size (issue 28): a shuffle starts with spark.sql.shuffle.partitions (twice the
+    # executor cores, parallelism()) and adaptive execution coalesces neighbours up to the advisory size, so a
+    # small batch on 80 cores runs a few tasks, not 160 of a few kB. parallelismFirst=false lets the advisory
+    # size decide (Spark's default keeps at least defaultParallelism partitions of 1 MB: many tiny tasks).
+    "spark.sql.adaptive.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.enabled": "true",
+    "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
+    "spark.sql.adaptive.advisoryPartitionSizeInBytes": "64MB",
 }
 
 # JVM options of a local session (its driver is its executor). Spark compiles each stage into one Java
@@ -70,7 +78,6 @@ def catalog_conf(config: LakeConfig) -> dict[str, str]:
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",
         "spark.sql.extensions": ICEBERG_EXTENSIONS,
-        "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
         "spark.sql.session.timeZone": "UTC",  # DMS writes commit times in UTC
     }
     if config.catalog_type == "glue":
@@ -94,23 +101,45 @@ def _absolute(location: str) -> str:
     return Path(location).resolve().as_uri()
 
 
+def parallelism(config: LakeConfig, conf: dict[str, str], default_parallelism: int | None = None) -> int:
+    """The job's shuffle partitions (and default parallelism): `--shuffle_partitions` when above 0, else
+    derived from the executors the engine gave the job (lakehouse.config.executor_cores: Spark's settings,
+    then the Glue worker type and count), else from Spark's defaultParallelism (None: not known yet)."""
+    cores = executor_cores(conf, config.worker_type, config.number_of_workers, os.cpu_count() or 1)
+    if config.shuffle_partitions <= 0 and cores is None and default_parallelism is None:
+        return 0
+    return shuffle_partitions_for(cores, default_parallelism or 1, config.shuffle_partitions)
+
+
 def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSession:
     """Return the SparkSession for `config`. On Glue our script creates the session (it never makes a
     GlueContext first), so the Iceberg extensions and catalog are set at creation; if a session exists
     already, the catalog settings are applied at run time (catalogs load lazily). On EMR Serverless the run's
-    spark-submit carries the same settings: the builder finds them set, with the same values."""
+    spark-submit carries the same settings: the builder finds them set, with the same values. Shuffle
+    partitions and default parallelism come from the executors the job has (parallelism())."""
     if config.catalog_type == "glue":
+        from pyspark import SparkConf
+
+        submitted = dict(SparkConf().getAll())  # what Glue's or EMR's spark-submit set, before the context
+        partitions = parallelism(config, submitted)
         builder = SparkSession.builder.appName(app_name)
         for key, value in catalog_conf(config).items():
             builder = builder.config(key, value)
+        if partitions and "spark.default.parallelism" not in submitted:
+            builder = builder.config("spark.default.parallelism", str(partitions))
         spark = builder.getOrCreate()
-        for key, value in (catalog_conf(config) | TUNING).items():
+        if not partitions:  # the engine said nothing of its executors: what Spark sees once started
+            partitions = parallelism(config, submitted, spark.sparkContext.defaultParallelism)
+        runtime = catalog_conf(config) | TUNING | {"spark.sql.shuffle.partitions": str(partitions)}
+        for key, value in runtime.items():
             if key != "spark.sql.extensions":
                 spark.conf.set(key, value)
         return spark
+    master = os.environ.get("LAKE_SPARK_MASTER", "local[2]")
+    partitions = parallelism(config, {"spark.master": master})
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(os.environ.get("LAKE_SPARK_MASTER", "local[2]"))
+        .master(master)
         .config("spark.jars", local_jars())
         .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
         .config(
@@ -118,11 +147,16 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
         )
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.adaptive.enabled", "true")
-        .config("spark.default.parallelism", str(config.shuffle_partitions))
     )
+    # a local master says its cores; another (LAKE_SPARK_MASTER=spark://…) is asked once started
+    if partitions:
+        builder = builder.config("spark.default.parallelism", str(partitions))
+        builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
     for key, value in (catalog_conf(config) | TUNING).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
+    if not partitions:
+        partitions = parallelism(config, {}, spark.sparkContext.defaultParallelism)
+        spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     spark.sparkContext.setLogLevel(os.environ.get("LAKE_SPARK_LOG_LEVEL", "WARN"))
     return spark

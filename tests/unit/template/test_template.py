@@ -449,7 +449,8 @@ def test_glue_jobs_follow_the_argument_contract(template):
     """Given the four Glue jobs, Then each runs Glue 5.1 with Iceberg, its script and the library from
     the artifacts bucket, and the arguments docs/CONTRACTS.md names for it."""
     common = {
-        "--datalake-formats",
+        "--extra-jars",
+        "--user-jars-first",
         "--extra-py-files",
         "--catalog_type",
         "--catalog_name",
@@ -469,7 +470,7 @@ def test_glue_jobs_follow_the_argument_contract(template):
         arguments = job["DefaultArguments"]
         assert job["GlueVersion"] == "5.1"
         assert common | wanted <= set(arguments), name
-        assert arguments["--datalake-formats"] == "iceberg" and arguments["--catalog_type"] == "glue"
+        assert "--datalake-formats" not in arguments and arguments["--catalog_type"] == "glue"  # one Iceberg
         assert arguments["--extra-py-files"] == {"Fn::Sub": "s3://${ArtifactsBucket}/glue/lib/lakehouse.zip"}
         script = job["Command"]["ScriptLocation"]["Fn::Sub"]
         assert script.startswith("s3://${ArtifactsBucket}/glue/scripts/")
