@@ -51,6 +51,7 @@ class EmrServerlessJobRunsProvider(ServiceLifecycleHook):
         self._executor = ThreadPoolExecutor(
             settings.glue_max_parallel_runs(), thread_name_prefix="emr-serverless-run"
         )
+        host_runs.start_warm_pool()  # shared with the local Glue's runs
 
     def on_before_stop(self) -> None:
         for runs in self._runs.values():
@@ -58,6 +59,7 @@ class EmrServerlessJobRunsProvider(ServiceLifecycleHook):
                 if run.process and run.process.poll() is None:
                     run.cancel_requested = True
                     host_runs.signal_group(run.process)
+        host_runs.shutdown_warm_pool()  # the idle warm workers too
 
     @staticmethod
     def _application(context: RequestContext, application_id: str) -> Any:

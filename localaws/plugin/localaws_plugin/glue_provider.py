@@ -109,6 +109,7 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
         self._runs: dict[tuple[str, str, str], dict[str, JobRun]] = {}
         self._lock = threading.Lock()
         self._executor = ThreadPoolExecutor(settings.glue_max_parallel_runs(), thread_name_prefix="glue-run")
+        host_runs.start_warm_pool()  # warm Spark workers, ready by the first run (LOCALAWS_WARM_SPARK=0: none)
 
     def on_before_stop(self) -> None:
         for runs in self._runs.values():
@@ -116,6 +117,7 @@ class GlueJobRunsProvider(ServiceLifecycleHook):
                 if run.process and run.process.poll() is None:
                     run.stop_requested = True
                     host_runs.signal_group(run.process)
+        host_runs.shutdown_warm_pool()  # the idle warm workers too
 
     def _job(self, context: RequestContext, job_name: str) -> dict[str, Any]:
         from moto.glue.models import glue_backends

@@ -39,3 +39,25 @@ def host_process_base_env() -> dict[str, str]:
     """What a host process inherits from LocalStack's environment: paths and locale, not LocalStack's config."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "SPARK_HOME", "TZ", "USER")
     return {name: os.environ[name] for name in keep if name in os.environ}
+
+
+def warm_spark() -> bool:
+    """`LOCALAWS_WARM_SPARK=0`: every Glue and EMR Serverless job run starts its own Python and Spark JVM, as
+    before the warm workers (host_runs.WarmPool); by default the runs go to warm workers."""
+    return os.environ.get("LOCALAWS_WARM_SPARK", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def warm_spark_workers() -> int:
+    """Warm workers kept (busy and idle together; more start while more runs overlap, and end after them)."""
+    return int(os.environ.get("LOCALAWS_WARM_SPARK_WORKERS") or glue_max_parallel_runs())
+
+
+def warm_spark_runs_per_worker() -> int:
+    """Runs a worker serves before it is replaced (a long-lived JVM keeps what each SparkContext leaves)."""
+    return int(os.environ.get("LOCALAWS_WARM_SPARK_RUNS") or 25)
+
+
+def spark_library() -> str:
+    """The folder holding the lakehouse package a warm worker starts its JVM with (lakehouse.session's jars
+    and JVM options) and warms up with; the runs themselves import the library their job names."""
+    return os.environ.get("LOCALAWS_SPARK_LIBRARY") or str(_REPO_ROOT / "spark_jobs")
