@@ -6,6 +6,7 @@ import os
 from typing import Any
 
 import boto3
+import periodic
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
@@ -35,5 +36,6 @@ def handler(request: GuardRequest, context: LambdaContext) -> dict[str, Any]:
     count = event_count(sfn, request.execution_arn)
     metrics.add_metric(name="ExecutionHistoryEvents", unit=MetricUnit.Count, value=count)
     result = {"event_count": count, "threshold": threshold, "rollover": should_roll_over(count, threshold)}
+    result |= periodic.answer()  # the reconcile and the raw zone audit: due? (periodic.py)
     logger.info("history size", extra=result)
     return result

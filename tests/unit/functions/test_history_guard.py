@@ -20,6 +20,13 @@ class FakeStepFunctions:
         return {"events": [{"id": self.newest_event_id, "type": "TaskStateExited"}]}
 
 
+# no reconcile or raw audit configured (their job names and periods unset): neither is ever due (periodic.py)
+NO_PERIODIC_JOB = {
+    "due": {"reconcile": False, "raw_audit": False},
+    "overdue": {"reconcile": False, "raw_audit": False},
+}
+
+
 @pytest.mark.parametrize(("events", "rollover"), [(19_999, False), (20_000, True), (24_500, True)])
 def test_rolls_over_at_the_threshold_reading_only_the_newest_event(aws, load_handler, events, rollover):
     """Given an execution with N events, When the guard runs with threshold 20,000,
@@ -30,7 +37,7 @@ def test_rolls_over_at_the_threshold_reading_only_the_newest_event(aws, load_han
 
     result = app.handler(event("history_guard.json"), FakeContext())
 
-    assert result == {"event_count": events, "threshold": 20_000, "rollover": rollover}
+    assert result == {"event_count": events, "threshold": 20_000, "rollover": rollover} | NO_PERIODIC_JOB
     assert fake.calls == [
         {"executionArn": event("history_guard.json")["execution_arn"], "reverseOrder": True, "maxResults": 1}
     ]
@@ -56,5 +63,9 @@ def test_counts_the_events_of_a_real_execution(aws, load_handler):
     app = load_handler("history_guard", HISTORY_THRESHOLD="20")
     request = event("history_guard.json") | {"execution_arn": execution, "threshold": None}
 
-    assert app.handler(request, FakeContext()) == {"event_count": 4, "threshold": 20, "rollover": False}
+    assert app.handler(request, FakeContext()) == {
+        "event_count": 4,
+        "threshold": 20,
+        "rollover": False,
+    } | NO_PERIODIC_JOB
     assert app.handler(request | {"threshold": 4}, FakeContext())["rollover"] is True

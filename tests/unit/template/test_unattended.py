@@ -38,10 +38,15 @@ def _published_metrics() -> set[str]:
 
 
 def _job_metrics() -> dict[str, str]:
-    """Metric names a Spark job publishes itself (the raw zone audit: put_metric_data), with its service."""
-    text = (REPO / "spark_jobs" / "lakehouse" / "raw_audit.py").read_text()
-    service = re.findall(r'^METRICS_SERVICE = "([\w-]+)"', text, re.MULTILINE)[0]
-    return dict.fromkeys(re.findall(r'"(\w+)":\s*report\.', text), service)
+    """Metric names a Spark job publishes itself (put_metric_data: the raw zone audit's `"Name": report.…`, the
+    reconcile's `"Name": totals…` / `len(report…)`), with its service."""
+    found: dict[str, str] = {}
+    for module in ("raw_audit.py", "reconcile.py"):
+        text = (REPO / "spark_jobs" / "lakehouse" / module).read_text()
+        service = re.findall(r'^METRICS_SERVICE = "([\w-]+)"', text, re.MULTILINE)[0]
+        figures = re.findall(r"^    figures = \{\n(.*?)^    \}", text, re.MULTILINE | re.DOTALL)[0]
+        found |= dict.fromkeys(re.findall(r'"(\w+)":\s*(?:report\.|totals\[|len\(report)', figures), service)
+    return found
 
 
 # ---------------------------------------------------------------- 1. one pipeline at a time

@@ -1,0 +1,131 @@
+"""Which of the loop's periodic Spark jobs are due (issue 25): the source <-> lake reconcile and the raw zone
+audit, each every N minutes (template parameters ReconcileEveryMinutes, RawAuditEveryMinutes; 0 = never).
+
+The clock is the job's own run history, not the execution's state: a job is due once its newest run (on Glue,
+or with SparkEngine=emr-serverless on the application, by the run's name) started a period ago. So nothing is
+carried in the loop state or over a rollover, a run started by hand counts, a failed run waits a period like a
+successful one (it is alarmed, not retried at every pass), and a job that never ran is due at once. The history
+guard answers it on every pass (one call: no history events of its own). `overdue` is two periods: the loop
+then runs the reconcile even between two CDC runs, so a queue never found empty cannot starve it.
+
+Reading the run history can fail (throttling, a permission): then the job is not due this pass. The guard
+never fails the execution for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# the loop's names for its periodic jobs -> the environment variables naming the job and its period
+JOBS = {
+    "reconcile": ("RECONCILE_JOB_NAME", "RECONCILE_EVERY_MINUTES"),
+    "raw_audit": ("RAW_AUDIT_JOB_NAME", "RAW_AUDIT_EVERY_MINUTES"),
+}
+EMR_RUNS_LOOKED_AT = 200
+
+
+@dataclass(frozen=True)
+class Periodic:
+    key: str  # reconcile | raw_audit: the answer's field
+    job_name: str  # the Glue job (or the EMR Serverless run name, the Glue job's name)
+    every_minutes: float  # 0: never
+
+
+def periodic_jobs(environ: Mapping[str, str]) -> list[Periodic]:
+    """The periodic jobs the template configured (a job without a name or with no period is left out)."""
+    jobs = []
+    for key, (name_variable, every_variable) in JOBS.items():
+        name = environ.get(name_variable, "").strip()
+        every = float(environ.get(every_variable, "0") or 0)
+        if every < 0:
+            raise ValueError(f"{every_variable} {every}: 0 (never) or a number of minutes")
+        if name and every > 0:
+            jobs.append(Periodic(key, name, every))
+    return jobs
+
+
+def is_due(last_started: datetime | None, every_minutes: float, now: datetime, periods: int = 1) -> bool:
+    """A job whose newest run started at `last_started` (None: never ran) is due `periods` periods later."""
+    if every_minutes <= 0:
+        return False
+    if last_started is None:
+        return True
+    started = last_started if last_started.tzinfo else last_started.replace(tzinfo=UTC)
+    return now >= started + timedelta(minutes=every_minutes * periods)
+
+
+def schedule(
+    jobs: list[Periodic], last_started: Callable[[str], datetime | None], now: datetime
+) -> dict[str, dict[str, bool]]:
+    """`due` and `overdue` for every job of the loop (False for one not configured or whose runs could not
+    be read)."""
+    due = dict.fromkeys(JOBS, False)
+    overdue = dict.fromkeys(JOBS, False)
+    for job in jobs:
+        try:
+            last = last_started(job.job_name)
+        except Exception as error:  # not due this pass; the next pass asks again
+            log.warning("the runs of %s could not be read: %s: %s", job.job_name, type(error).__name__, error)
+            continue
+        due[job.key] = is_due(last, job.every_minutes, now)
+        overdue[job.key] = is_due(last, job.every_minutes, now, periods=2)
+    return {"due": due, "overdue": overdue}
+
+
+def glue_last_started(glue: Any) -> Callable[[str], datetime | None]:
+    def last_started(job_name: str) -> datetime | None:
+        runs = glue.get_job_runs(JobName=job_name, MaxResults=10).get("JobRuns", [])
+        # max(), not runs[0]: newest first on AWS, and right from an emulator that orders otherwise
+        return max((run["StartedOn"] for run in runs if run.get("StartedOn")), default=None)
+
+    return last_started
+
+
+def emr_last_started(emr: Any, application_id: str) -> Callable[[str], datetime | None]:
+    def last_started(job_name: str) -> datetime | None:
+        newest: datetime | None = None
+        seen = 0
+        for page in emr.get_paginator("list_job_runs").paginate(applicationId=application_id):
+            for run in page.get("jobRuns", []):
+                seen += 1
+                if run.get("name") == job_name and (newest is None or run["createdAt"] > newest):
+                    newest = run["createdAt"]
+            if seen >= EMR_RUNS_LOOKED_AT:  # newest first: a job running every period is among them
+                break
+        return newest
+
+    return last_started
+
+
+_clients: dict[str, Any] = {}
+
+
+def _client(service: str) -> Any:
+    if service not in _clients:
+        import boto3
+
+        _clients[service] = boto3.client(service)
+    return _clients[service]
+
+
+def answer(environ: Mapping[str, str] | None = None, now: datetime | None = None) -> dict[str, Any]:
+    """The guard's answer about the periodic jobs, from the function's environment."""
+    environ = os.environ if environ is None else environ
+    moment = now or datetime.now(UTC)
+    jobs = periodic_jobs(environ)
+    if not jobs:
+        return schedule([], lambda _: None, moment)
+    application_id = environ.get("EMR_APPLICATION_ID", "")
+    reader = (
+        emr_last_started(_client("emr-serverless"), application_id)
+        if application_id
+        else glue_last_started(_client("glue"))
+    )
+    return schedule(jobs, reader, moment)
