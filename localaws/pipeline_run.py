@@ -283,8 +283,11 @@ class LocalPipeline:
         settle: float = 3.0,
     ) -> ProgressSnapshot:
         """Wait until every table's CDC files in the raw zone are applied (named by a commit) and the full
-        load is in (after `settle` seconds for DMS to flush its buffer). Raises if an execution fails."""
+        load is in: every table the schema file names is loaded, not only the tables that exist so far
+        (the full load creates them one by one), after `settle` seconds for DMS to flush its buffer.
+        Raises if an execution fails."""
         monitor = self.monitor(ignore_files)
+        wanted = self.schema_tables()
         time.sleep(settle)
         deadline = time.monotonic() + timeout
         last_report = 0.0
@@ -295,12 +298,22 @@ class LocalPipeline:
                 last_report = time.monotonic()
             if snapshot.execution_status in ("FAILED", "TIMED_OUT", "ABORTED"):
                 raise RuntimeError(f"execution {snapshot.execution_status}: {self.execution_failure()}")
-            loaded = snapshot.clean and all(s.full_load_done for s in snapshot.clean.values())
+            done = {name for name, state in snapshot.clean.items() if state.full_load_done}
+            loaded = snapshot.clean and done == set(snapshot.clean) and wanted <= done
             if loaded and not snapshot.pending and snapshot.dms_status in ("running", "stopped"):
                 return snapshot
             if time.monotonic() >= deadline:
                 raise TimeoutError(f"not caught up after {timeout:.0f}s: {snapshot.line()}")
             time.sleep(1.0)
+
+    def schema_tables(self) -> set[str]:
+        """The clean tables of the schema file in the artifacts bucket (the tables the full load creates)."""
+        from lakehouse.schema import SchemaFile
+
+        assert self.app is not None
+        body = self.aws("s3").get_object(Bucket=self.app.artifacts_bucket, Key=replication.SCHEMA_FILE_KEY)
+        schema = SchemaFile.from_dict(json.loads(body["Body"].read()), per_table=True)
+        return {spec.iceberg_name for spec in schema.tables.values()}
 
     def reload_tables(self, *tables: str) -> None:
         """A DBA's table reload during CDC (DMS ReloadTables): DMS empties the tables' folders and writes
