@@ -17,18 +17,17 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from datetime import UTC, datetime
 from typing import Any
 
-from botocore.exceptions import ClientError, ParamValidationError
+from botocore.exceptions import ClientError
+from lake_contracts.layout import LOAD_REPORT_PATTERN, RUN_ID, RUN_ID_PATTERN, ArtifactsLayout
+from lake_contracts.s3 import LeaseLostError, delete_if_unchanged, is_missing
+from lake_contracts.s3 import check_lease as _check_lease
+from lake_contracts.times import parse_time
 
-MISSING = ("NoSuchKey", "404", "NotFound")
-CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
-RUN_ID_PATTERN = r"^\d{8}T\d{12}Z-[0-9a-f]{8}$"
-# The reports of a full load (named after the execution) and of a table reload (the reloads step's run id).
-# (Execution names hold no white space, slash or backslash.)
-LOAD_REPORT_PATTERN = r"^(full-load-[^/\\\s]{1,80}|reload-\d{8}T\d{6}-[0-9a-f]{8})$"
+# Shared with the other functions (functions/shared/lake_contracts); the handler finds them here too.
+__all__ = ["LOAD_REPORT_PATTERN", "RUN_ID_PATTERN", "LeaseLostError"]
 DPU_PER_WORKER = {"G.025X": 0.25, "G.1X": 1.0, "G.2X": 2.0, "G.4X": 4.0, "G.8X": 8.0, "Standard": 1.0}
 
 
@@ -36,36 +35,12 @@ class ManifestNotPendingError(RuntimeError):
     """The manifest is neither pending nor acknowledged: it was never drained."""
 
 
-class LeaseLostError(RuntimeError):
-    """The execution does not hold the pipeline lease, or the manifest is not the version handed out."""
-
-
 class RunNotAppliedError(RuntimeError):
     """The acknowledge's own input says the batch was not (entirely) applied: it is not retired."""
 
 
-def lease_holder(s3: Any, bucket: str, lease_key: str) -> str:
-    """The execution the pipeline lease names; missing or corrupt is a LeaseLostError naming the object."""
-    where = f"s3://{bucket}/{lease_key}"
-    try:
-        body = s3.get_object(Bucket=bucket, Key=lease_key)["Body"].read()
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
-            raise LeaseLostError(f"no pipeline lease at {where}") from None
-        raise
-    try:
-        lease = json.loads(body)
-    except ValueError as error:
-        raise LeaseLostError(f"the pipeline lease {where} is corrupt (not JSON: {error})") from None
-    if not isinstance(lease, dict) or not isinstance(lease.get("holder"), str) or not lease["holder"]:
-        raise LeaseLostError(f"the pipeline lease {where} is corrupt (no holder): {body[:200]!r}")
-    return str(lease["holder"])
-
-
 def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> None:
-    holder = lease_holder(s3, bucket, lease_key)
-    if holder != execution_arn:
-        raise LeaseLostError(f"the pipeline lease is held by {holder}, not {execution_arn}: nothing retired")
+    _check_lease(s3, bucket, lease_key, execution_arn, ": nothing retired")
 
 
 def not_applied(report: dict[str, Any] | None, job_run_state: str | None) -> str:
@@ -95,7 +70,7 @@ def done_key(pending_key: str) -> str:
 
 def check_manifest_key(manifest_key: str, run_id: str, prefix: str = "manifests") -> None:
     """The manifest key the state machine passes must be the pending manifest of that run."""
-    if not re.match(RUN_ID_PATTERN, run_id) or manifest_key != f"{prefix}/pending/{run_id}.json":
+    if not RUN_ID.match(run_id) or manifest_key != ArtifactsLayout(prefix).pending_key(run_id):
         raise ManifestNotPendingError(f"{manifest_key} is not the pending manifest of run {run_id}")
 
 
@@ -119,7 +94,7 @@ def acknowledge(
     try:
         current = s3.get_object(Bucket=bucket, Key=pending_key)
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") not in MISSING:
+        if not is_missing(error):
             raise
         if _exists(s3, bucket, target):
             return {"acknowledged": target, "already": True}
@@ -132,46 +107,17 @@ def acknowledge(
         )
     s3.put_object(Bucket=bucket, Key=target, Body=body, ContentType="application/json")
     fence()
-    try:
-        delete_if_unchanged(s3, bucket, pending_key, etag)
-    except LeaseLostError:
+    if not delete_if_unchanged(s3, bucket, pending_key, etag):
         s3.delete_object(Bucket=bucket, Key=target)  # the pending one stays: not retired
-        raise
+        raise LeaseLostError(f"s3://{bucket}/{pending_key} changed meanwhile: not retired")
     return {"acknowledged": target, "already": False}
-
-
-def delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> None:
-    """As functions/queue_drain/drain.py delete_if_unchanged: DeleteObject If-Match, or where S3 does not
-    implement it (LocalStack answers 501) the ETag read again just before an unconditional delete."""
-    try:
-        s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
-        return
-    except ParamValidationError:
-        pass  # an SDK whose DeleteObject has no If-Match: the ETag check below
-    except ClientError as error:
-        code = str(error.response.get("Error", {}).get("Code", ""))
-        if code in CONFLICT:
-            raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not retired") from None
-        if code in MISSING:
-            return
-        if code not in ("NotImplemented", "501"):
-            raise
-    try:
-        current = s3.head_object(Bucket=bucket, Key=key)["ETag"]
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
-            return
-        raise
-    if current != etag:
-        raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not retired")
-    s3.delete_object(Bucket=bucket, Key=key)
 
 
 def _exists(s3: Any, bucket: str, key: str) -> bool:
     try:
         s3.head_object(Bucket=bucket, Key=key)
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
+        if is_missing(error):
             return False
         raise  # 403 and the like: a missing permission must not look like "never drained"
     return True
@@ -217,10 +163,11 @@ def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
     newest = report.get("newest_commit_ts")
     if isinstance(newest, str) and newest:
         try:
-            moment = datetime.fromisoformat(newest.replace("Z", "+00:00"))
+            moment = parse_time(newest)
         except ValueError:
             return values
-        moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        if moment is None:
+            return values
         values["LagSeconds"] = max((now - moment).total_seconds(), 0.0)
     return values
 

@@ -3,7 +3,6 @@ load or a table reload (`load_run_id`), publish what that run quarantined."""
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -25,11 +24,26 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from lake_contracts.config import from_environment
+from lake_contracts.layout import ArtifactsLayout
+from lake_contracts.s3 import DEFAULT_LEASE_KEY
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-ARTIFACTS_BUCKET = os.environ.get("ARTIFACTS_BUCKET", "")
-MANIFEST_PREFIX = os.environ.get("MANIFEST_PREFIX", "manifests")
-LEASE_KEY = os.environ.get("LEASE_KEY", "locks/pipeline-lease.json")
+
+class Settings(BaseModel):
+    """The function's environment (template.yaml sets it), validated at cold start."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    artifacts_bucket: str = Field(alias="ARTIFACTS_BUCKET", min_length=1)
+    manifest_prefix: str = Field("manifests", alias="MANIFEST_PREFIX", min_length=1)
+    lease_key: str = Field(DEFAULT_LEASE_KEY, alias="LEASE_KEY", min_length=1)
+
+
+SETTINGS = from_environment(Settings)
+ARTIFACTS_BUCKET = SETTINGS.artifacts_bucket
+MANIFEST_PREFIX = SETTINGS.manifest_prefix
+LEASE_KEY = SETTINGS.lease_key
+LAYOUT = ArtifactsLayout(MANIFEST_PREFIX)
 EXECUTION_ARN = r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$"
 UNITS = {"LagSeconds": MetricUnit.Seconds, "CdcRunSeconds": MetricUnit.Seconds}
 
@@ -86,7 +100,7 @@ def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, An
     # the model says so
     assert request.manifest_key and request.run_id and request.manifest_etag and request.execution_arn
     check_manifest_key(request.manifest_key, request.run_id, MANIFEST_PREFIX)
-    report, why_not = read_report(s3, ARTIFACTS_BUCKET, f"{MANIFEST_PREFIX}/reports/{request.run_id}.json")
+    report, why_not = read_report(s3, ARTIFACTS_BUCKET, LAYOUT.report_key(request.run_id))
     refusal = not_applied(report, request.glue_run.JobRunState if request.glue_run else None)
     if refusal:
         raise RunNotAppliedError(f"batch {request.run_id} not retired: {refusal}")
@@ -111,7 +125,7 @@ def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, An
 
 
 def publish_load_report(load_run_id: str) -> dict[str, Any]:
-    report, why_not = read_report(s3, ARTIFACTS_BUCKET, f"{MANIFEST_PREFIX}/reports/{load_run_id}.json")
+    report, why_not = read_report(s3, ARTIFACTS_BUCKET, LAYOUT.report_key(load_run_id))
     if report is None:
         logger.warning("load report not published", extra={"run_id": load_run_id, "reason": why_not})
         return {"run_id": load_run_id, "published": {}}

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any, Literal
 
 import boto3
@@ -11,10 +10,23 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from lake_contracts.config import from_environment
 from progress import check_full_load, describe_task, task_health, task_progress
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_TASK_ARN = os.environ.get("DMS_TASK_ARN", "")
+# A DMS replication task's ARN, or empty where the stack has no task (each request then names one).
+DMS_TASK_ARN_PATTERN = r"^(arn:aws[a-z-]*:dms:[a-z0-9-]+:\d{12}:task:\S+)?$"
+
+
+class Settings(BaseModel):
+    """The function's environment (template.yaml sets it), validated at cold start."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    dms_task_arn: str = Field("", alias="DMS_TASK_ARN", pattern=DMS_TASK_ARN_PATTERN)
+
+
+SETTINGS = from_environment(Settings)
+DEFAULT_TASK_ARN = SETTINGS.dms_task_arn
 
 logger = Logger()
 tracer = Tracer()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import boto3
@@ -11,10 +10,20 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from guard import event_count, should_roll_over
-from pydantic import BaseModel
+from guard import STEP_FUNCTIONS_HISTORY_LIMIT, event_count, should_roll_over
+from lake_contracts.config import from_environment
+from pydantic import BaseModel, ConfigDict, Field
 
-THRESHOLD = int(os.environ.get("HISTORY_THRESHOLD", "20000"))
+
+class Settings(BaseModel):
+    """The function's environment (template.yaml sets it), validated at cold start."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    history_threshold: int = Field(20_000, alias="HISTORY_THRESHOLD", gt=0, lt=STEP_FUNCTIONS_HISTORY_LIMIT)
+
+
+SETTINGS = from_environment(Settings)
+THRESHOLD = SETTINGS.history_threshold
 
 logger = Logger()
 tracer = Tracer()

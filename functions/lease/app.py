@@ -3,7 +3,6 @@ runs of other executions still going (fencing: docs/CONTRACTS.md)."""
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
@@ -12,14 +11,35 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from lake_contracts.config import from_environment
+from lake_contracts.s3 import DEFAULT_LEASE_KEY
 from lease import acquire, stop_other_runs
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-ARTIFACTS_BUCKET = os.environ.get("ARTIFACTS_BUCKET", "")
-LEASE_KEY = os.environ.get("LEASE_KEY", "locks/pipeline-lease.json")
-# the pipeline's Spark jobs (comma list) and, with SparkEngine=emr-serverless, its application
-GLUE_JOB_NAMES = [n.strip() for n in os.environ.get("GLUE_JOB_NAMES", "").split(",") if n.strip()]
-EMR_APPLICATION_ID = os.environ.get("EMR_APPLICATION_ID", "")
+
+class Settings(BaseModel):
+    """The function's environment (template.yaml sets it), validated at cold start."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    artifacts_bucket: str = Field(alias="ARTIFACTS_BUCKET", min_length=1)
+    lease_key: str = Field(DEFAULT_LEASE_KEY, alias="LEASE_KEY", min_length=1)
+    # the pipeline's Spark jobs (a comma list) and, with SparkEngine=emr-serverless, its application
+    glue_job_names: tuple[str, ...] = Field((), alias="GLUE_JOB_NAMES")
+    emr_application_id: str = Field("", alias="EMR_APPLICATION_ID")
+
+    @field_validator("glue_job_names", mode="before")
+    @classmethod
+    def comma_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            return tuple(name.strip() for name in value.split(",") if name.strip())
+        return value
+
+
+SETTINGS = from_environment(Settings)
+ARTIFACTS_BUCKET = SETTINGS.artifacts_bucket
+LEASE_KEY = SETTINGS.lease_key
+GLUE_JOB_NAMES = list(SETTINGS.glue_job_names)
+EMR_APPLICATION_ID = SETTINGS.emr_application_id
 EXECUTION_ARN = r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[^\s:]+:[^\s:]{1,80}$"
 
 logger = Logger()

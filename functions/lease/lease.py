@@ -28,10 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-
-MISSING = ("NoSuchKey", "404", "NotFound")
-LOST_RACE = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
-
+from lake_contracts.s3 import error_code, is_conflict
 
 ACTIVE_GLUE_STATES = ("STARTING", "RUNNING", "STOPPING", "WAITING")
 ACTIVE_EMR_STATES = ["SUBMITTED", "PENDING", "SCHEDULED", "RUNNING", "QUEUED", "CANCELLING"]
@@ -57,10 +54,6 @@ class LeaseDecision:
             "old_runs_running": bool(self.stopping_runs),
             "stopping_runs": list(self.stopping_runs),
         }
-
-
-def _code(error: ClientError) -> str:
-    return str(error.response.get("Error", {}).get("Code", ""))
 
 
 def _document(execution_arn: str, now: datetime, taken_from: str | None, epoch: int) -> bytes:
@@ -100,7 +93,7 @@ def execution_status(sfn: Any, execution_arn: str) -> str:
     try:
         return str(sfn.describe_execution(executionArn=execution_arn)["status"])
     except ClientError as error:
-        if _code(error) in ("ExecutionDoesNotExist", "InvalidArn"):
+        if error_code(error) in ("ExecutionDoesNotExist", "InvalidArn"):
             return "MISSING"
         raise
 
@@ -119,7 +112,7 @@ def acquire(
         s3.put_object(Bucket=bucket, Key=key, Body=_document(execution_arn, moment, None, 1), IfNoneMatch="*")
         return LeaseDecision(True, execution_arn, "the lease was free", 1)
     except ClientError as error:
-        if _code(error) not in LOST_RACE:
+        if not is_conflict(error):
             raise
     current = s3.get_object(Bucket=bucket, Key=key)
     document = json.loads(current["Body"].read())
@@ -150,7 +143,7 @@ def acquire(
             IfMatch=current["ETag"],
         )
     except ClientError as error:
-        if _code(error) not in LOST_RACE:
+        if not is_conflict(error):
             raise
         won = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
         winner = str(won.get("holder", ""))

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import math
-import os
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
@@ -13,24 +12,48 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from drain import DrainFence, DrainLimits, Locations, drain, oldest_moved_aside_days
-from pydantic import BaseModel, Field
+from lake_contracts.config import from_environment
+from lake_contracts.s3 import DEFAULT_LEASE_KEY
+from pydantic import BaseModel, ConfigDict, Field
 
+
+class Settings(BaseModel):
+    """The function's environment (template.yaml sets it), validated at cold start."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    queue_url: str = Field(alias="QUEUE_URL", min_length=1)
+    dead_letter_queue_url: str = Field(alias="DEAD_LETTER_QUEUE_URL", min_length=1)
+    artifacts_bucket: str = Field(alias="ARTIFACTS_BUCKET", min_length=1)
+    manifest_prefix: str = Field("manifests", alias="MANIFEST_PREFIX", min_length=1)
+    # Empty: events of any bucket, their objects not looked up (tests of the manifest logic only).
+    raw_bucket: str = Field("", alias="RAW_BUCKET")
+    raw_prefix: str = Field("dms", alias="RAW_PREFIX")
+    lease_key: str = Field(DEFAULT_LEASE_KEY, alias="LEASE_KEY", min_length=1)
+    max_files_per_run: int = Field(500, alias="MAX_FILES_PER_RUN", gt=0)
+    max_bytes_per_run: int = Field(2 * 1024**3, alias="MAX_BYTES_PER_RUN", gt=0)
+    drain_time_budget_seconds: float = Field(60, alias="DRAIN_TIME_BUDGET_SECONDS", gt=0, allow_inf_nan=False)
+    queue_max_receive_count: int = Field(5, alias="QUEUE_MAX_RECEIVE_COUNT", ge=1)
+    max_manifest_attempts: int = Field(3, alias="MAX_MANIFEST_ATTEMPTS", ge=1)
+    on_stuck_batch: Literal["continue", "stop"] = Field("continue", alias="ON_STUCK_BATCH")
+
+
+SETTINGS = from_environment(Settings)
 LOCATIONS = Locations(
-    queue_url=os.environ.get("QUEUE_URL", ""),
-    dead_letter_queue_url=os.environ.get("DEAD_LETTER_QUEUE_URL", ""),
-    artifacts_bucket=os.environ.get("ARTIFACTS_BUCKET", ""),
-    manifest_prefix=os.environ.get("MANIFEST_PREFIX", "manifests"),
-    raw_bucket=os.environ.get("RAW_BUCKET", ""),
-    raw_prefix=os.environ.get("RAW_PREFIX", "dms"),
+    queue_url=SETTINGS.queue_url,
+    dead_letter_queue_url=SETTINGS.dead_letter_queue_url,
+    artifacts_bucket=SETTINGS.artifacts_bucket,
+    manifest_prefix=SETTINGS.manifest_prefix,
+    raw_bucket=SETTINGS.raw_bucket,
+    raw_prefix=SETTINGS.raw_prefix,
 )
-LEASE_KEY = os.environ.get("LEASE_KEY", "locks/pipeline-lease.json")
+LEASE_KEY = SETTINGS.lease_key
 DEFAULT_LIMITS = DrainLimits(
-    max_files=int(os.environ.get("MAX_FILES_PER_RUN", "500")),
-    max_bytes=int(os.environ.get("MAX_BYTES_PER_RUN", str(2 * 1024**3))),
-    time_budget_seconds=float(os.environ.get("DRAIN_TIME_BUDGET_SECONDS", "60")),
-    max_receive_count=int(os.environ.get("QUEUE_MAX_RECEIVE_COUNT", "5")),
-    max_manifest_attempts=int(os.environ.get("MAX_MANIFEST_ATTEMPTS", "3")),
-    on_stuck_batch="stop" if os.environ.get("ON_STUCK_BATCH", "continue") == "stop" else "continue",
+    max_files=SETTINGS.max_files_per_run,
+    max_bytes=SETTINGS.max_bytes_per_run,
+    time_budget_seconds=SETTINGS.drain_time_budget_seconds,
+    max_receive_count=SETTINGS.queue_max_receive_count,
+    max_manifest_attempts=SETTINGS.max_manifest_attempts,
+    on_stuck_batch=SETTINGS.on_stuck_batch,
 )
 
 logger = Logger()

@@ -33,31 +33,59 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
-from urllib.parse import unquote, unquote_plus
 
 from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
-from botocore.exceptions import ClientError, ParamValidationError
+from botocore.exceptions import ClientError
+from lake_contracts.documents import (
+    CorruptManifestError,
+    CorruptReloadRequestError,
+    Manifest,
+    read_manifest,
+    read_reload_request,
+)
+from lake_contracts.layout import ArtifactsLayout, new_run_id, run_id_time
+from lake_contracts.names import (
+    LOAD_FILE,
+    FileKind,
+    decode_key,
+    decode_name,
+    dms_layout,
+    key_readings,
+    unusable_name,
+)
+from lake_contracts.s3 import (
+    MISSING,
+    LeaseLostError,
+    check_lease,
+    delete_if_unchanged,
+    error_code,
+    is_conflict,
+    is_missing,
+)
+from lake_contracts.times import aware, iso, parse_time
 
 RECEIVE_PAGE = 10  # SQS's maximum per ReceiveMessage
 MAX_OBJECT_SIZE = 5 * 1024**4  # S3's largest object (5 TiB)
-RUN_ID_PATTERN = re.compile(r"^\d{8}T\d{12}Z-[0-9a-f]{8}$")
-# The names DMS gives its files, as spark_jobs/lakehouse/dms_files.py reads them (a test keeps the two equal):
-# LOAD00000001.csv or LOAD_<segment>_<hex counter>; CDC files by time, 20141029-1134010000.csv (any fraction
-# digits); CSV, gzipped CSV or Parquet; CDC files optionally below date folders (DatePartitionEnabled).
-_EXTENSION = r"\.(?:csv(?:\.gz)?|parquet)"
-LOAD_FILE = re.compile(r"^LOAD(?:_\d+_)?[0-9A-Fa-f]{8}" + _EXTENSION + "$")
-CDC_FILE = re.compile(r"^\d{8}-\d{6}\d*" + _EXTENSION + "$")
-DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
-MAX_DATE_FOLDERS = 4
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-MISSING = ("NoSuchKey", "404", "NotFound")
+# Shared with the other functions (functions/shared/lake_contracts); the drain's callers find them here too.
+__all__ = [
+    "MISSING",
+    "CorruptManifestError",
+    "CorruptReloadRequestError",
+    "LeaseLostError",
+    "Manifest",
+    "decode_key",
+    "key_readings",
+    "new_run_id",
+    "read_manifest",
+    "read_reload_request",
+    "run_id_time",
+]
 StuckBatchPolicy = Literal["continue", "stop"]
 # Called with {"manifest_key", "failed_key", "reason"} right after a pending manifest was moved to failed/.
 MovedAsideReporter = Callable[[dict[str, str]], None]
@@ -85,6 +113,8 @@ class DrainLimits:
 
 @dataclass(frozen=True)
 class Locations:
+    """The drain's queues and buckets; its keys in the artifacts bucket are the shared layout's."""
+
     queue_url: str
     dead_letter_queue_url: str
     artifacts_bucket: str
@@ -92,34 +122,35 @@ class Locations:
     raw_bucket: str = ""  # empty: any bucket (tests of the manifest logic only)
     raw_prefix: str = "dms"
 
+    @property
+    def layout(self) -> ArtifactsLayout:
+        return ArtifactsLayout(self.manifest_prefix)
+
     def pending_key(self, run_id: str) -> str:
-        return f"{self.manifest_prefix}/pending/{run_id}.json"
+        return self.layout.pending_key(run_id)
 
     @property
     def pending_prefix(self) -> str:
-        return f"{self.manifest_prefix}/pending/"
+        return self.layout.pending_prefix
 
     def failed_key(self, name: str) -> str:
-        return f"{self.manifest_prefix}/failed/{name}"
+        return self.layout.failed_key(name)
 
     @property
     def reloads_prefix(self) -> str:
-        return f"{self.manifest_prefix}/reloads/"
+        return self.layout.reloads_prefix
 
     def reload_key(self, table: str) -> str:
-        """The reload request of `schema.table`, the name encoded (`encode_name`): any name DMS can write
-        makes one key, and the key gives the name back."""
-        return f"{self.reloads_prefix}{encode_name(table)}.json"
+        return self.layout.reload_key(table)
 
     @property
     def claim_key(self) -> str:
         """The drain that may write: the newest invocation (`DrainFence`)."""
-        return f"{self.manifest_prefix}/drain-claim.json"
+        return self.layout.claim_key
 
     @property
     def full_load_marker_key(self) -> str:
-        """Written by the state machine when its full-load job starts: `{"started_at": ISO-8601}`."""
-        return f"{self.manifest_prefix}/full-load.json"
+        return self.layout.full_load_marker_key
 
 
 class PoisonMessageError(ValueError):
@@ -128,10 +159,6 @@ class PoisonMessageError(ValueError):
 
 class StuckBatchError(RuntimeError):
     """A pending manifest failed too often (or is corrupt) and the policy is to stop."""
-
-
-class LeaseLostError(RuntimeError):
-    """The execution calling the drain does not hold the pipeline lease."""
 
 
 @dataclass(frozen=True)
@@ -144,7 +171,7 @@ class DmsFile:
     table: str
     size: int
     created: datetime
-    kind: Literal["load", "cdc"]
+    kind: FileKind
 
     @property
     def uri(self) -> str:
@@ -155,84 +182,12 @@ class DmsFile:
         return f"{self.schema}.{self.table}"
 
 
-# How `detail.object.key` of an EventBridge "Object Created" event encodes the key (docs/CONTRACTS.md, "Object
-# keys in events"). It is NOT the rule of S3 event *notifications* (form-URL-encoding: a space is `+`, a `+` is
-# `%2B`, AWS's notification-content-structure page), and the sources disagree on what it is:
-# - a recorded real event (S3 → EventBridge, 2023) carries `raw/health-check/2023-08-08T14:03:40.532432.zip`: the
-#   `:` a notification encodes as `%3A` is left as is; issue 26 reports a space as `%20` and a `+` left as is,
-#   i.e. percent-encoding of a URL path (RFC 3986), where `+` is a literal plus;
-# - LocalStack 2026.3 (services/s3/notifications.py, EventBridgeNotifier) sends `urllib.parse.quote(key)`:
-#   a space is `%20`, a `+` is `%2B`; percent-decoding restores the key;
-# - moto 5.2 (s3/notifications.py) sends the key unencoded (a literal `%` stays `%`);
-# - Powertools' S3EventBridgeNotificationObject.key applies unquote_plus, the notification rule, which turns a
-#   literal `+` into a space: the bug of issue 26 (`plus+sign` recorded as `plus sign`).
-# So the key is percent-decoded with `+` kept literal (`decode_key`), which is right for AWS's path encoding
-# and LocalStack's; and because the sources disagree, the drain does not trust one rule blindly: it asks the raw
-# bucket which reading exists (`key_readings`, in this order), and a key that exists under none of them is a
-# poison message (dead-letter queue, with the keys tried), never a batch entry naming a missing file.
-def decode_key(encoded: str) -> str:
-    """The object key of an EventBridge S3 event: percent-escapes decoded (UTF-8), `+` kept as a plus."""
-    return unquote(encoded, errors="strict")
-
-
-def key_readings(encoded: str) -> list[str]:
-    """The keys an event's `detail.object.key` may stand for, most likely first: percent-decoded (AWS,
-    LocalStack), as sent (moto sends it unencoded), form-decoded (the notification rule). Duplicates and
-    readings that are not UTF-8 are left out."""
-    readings: list[str] = []
-    for decode in (decode_key, str, lambda text: unquote_plus(text, errors="strict")):
-        try:
-            key = decode(encoded)
-        except UnicodeDecodeError:
-            continue
-        if key not in readings:
-            readings.append(key)
-    return readings
-
-
-def encode_name(name: str) -> str:
-    """A table name as one S3 key segment, reversibly: every UTF-8 byte outside [A-Za-z0-9._-] as %XX
-    (so `sales.a,b` is `sales.a%2Cb`, ` x` is `%20x`); `decode_name` gives the name back."""
-    return "".join(c if _NAME_SAFE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
-
-
-def decode_name(segment: str) -> str:
-    return unquote(segment, errors="strict")
-
-
-_NAME_SAFE = re.compile(r"[A-Za-z0-9._-]")
-
-
 def _size(value: float | None) -> int:
     if value is None:
         raise PoisonMessageError("the event has no object size")
     if not math.isfinite(value) or value != int(value) or not 0 <= value <= MAX_OBJECT_SIZE:
         raise PoisonMessageError(f"object size {value!r} is not a byte count")
     return int(value)
-
-
-def dms_layout(key: str, raw_prefix: str) -> tuple[str, str, Literal["load", "cdc"]]:
-    """(schema, table, kind) of a DMS file key below `raw_prefix`; ("", "", "cdc") when it is not one."""
-    not_dms: tuple[str, str, Literal["load", "cdc"]] = ("", "", "cdc")
-    parts = key.split("/")
-    prefix = [p for p in raw_prefix.strip("/").split("/") if p]
-    if parts[: len(prefix)] != prefix or not all(parts):
-        return not_dms
-    folders, name = parts[len(prefix) : -1], parts[-1]
-    kind: Literal["load", "cdc"]
-    if LOAD_FILE.match(name):
-        kind = "load"
-    elif CDC_FILE.match(name):
-        kind = "cdc"
-    else:
-        return not_dms
-    dated = 0
-    while dated < MAX_DATE_FOLDERS and len(folders) > 2 and DATE_FOLDER.match(folders[-1]):
-        folders.pop()
-        dated += 1
-    if len(folders) != 2:
-        return not_dms
-    return folders[0], folders[1], kind
 
 
 # (bucket, key) -> the object's LastModified, or None when there is no such object
@@ -284,80 +239,17 @@ def parse_file_event(
             f"s3://{bucket}/{key} is not a DMS file <{raw_prefix}>/<schema>/<table>/[<date folders>/]<file>"
             " named LOAD…(.csv|.csv.gz|.parquet) or <yyyymmdd-hhmmss…>(.csv|.csv.gz|.parquet)"
         )
-    unusable = [name for name in (schema, table) if CONTROL.search(name) or name in (".", "..")]
+    unusable = [name for name in (schema, table) if unusable_name(name)]
     if unusable:
         # the rule of spark_jobs/lakehouse/names.py check_source_name: the jobs refuse such a table, and
         # the reloads function refuses its name, so its reload request could never be retired
         raise PoisonMessageError(
             f"s3://{bucket}/{key}: a schema or table named {unusable[0]!r} (control characters, '.' or '..')"
         )
-    created = event.time if event.time.tzinfo else event.time.replace(tzinfo=UTC)
+    created = aware(event.time)
     if written is not None:
-        created = min(created, _aware(written))
+        created = min(created, aware(written))
     return DmsFile(bucket, key, schema, table, _size(event.detail.object.size), created, kind)
-
-
-@dataclass
-class Manifest:
-    run_id: str
-    created_at: str
-    files: list[dict[str, Any]] = field(default_factory=list)
-    attempts: int = 1
-    waited_for_reload: list[str] = field(default_factory=list)  # tables it was held for, files gone
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(int(f.get("size", 0)) for f in self.files)
-
-    @property
-    def uris(self) -> set[str]:
-        return {f["uri"] for f in self.files}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "version": 1,
-            "run_id": self.run_id,
-            "created_at": self.created_at,
-            "attempts": self.attempts,
-            "files": self.files,
-        } | ({"waited_for_reload": self.waited_for_reload} if self.waited_for_reload else {})
-
-
-class CorruptManifestError(ValueError):
-    pass
-
-
-def read_manifest(document: bytes, key: str) -> Manifest:
-    """A pending manifest as the drain wrote it; anything else is corrupt."""
-    try:
-        data = json.loads(document)
-        run_id = data["run_id"]
-        files = data["files"]
-        if data.get("version", 1) != 1 or not isinstance(run_id, str) or not RUN_ID_PATTERN.match(run_id):
-            raise ValueError(f"bad version or run_id {run_id!r}")
-        if key.rsplit("/", 1)[-1] != f"{run_id}.json":
-            raise ValueError(f"run_id {run_id} does not match the key")
-        if not isinstance(files, list) or not all(
-            isinstance(f, dict) and isinstance(f.get("uri"), str) and _is_count(f.get("size", 0))
-            for f in files
-        ):
-            raise ValueError("files is not a list of {uri, size (a byte count), …}")
-        attempts = data.get("attempts", 1)
-        if not _is_count(attempts):
-            raise ValueError(f"attempts {attempts!r} is not a count")
-        created_at = data.get("created_at", "")
-        if created_at:
-            datetime.fromisoformat(str(created_at).replace("Z", "+00:00"))  # ValueError: not ISO-8601
-        waited = data.get("waited_for_reload", [])
-        if not isinstance(waited, list) or not all(isinstance(t, str) for t in waited):
-            raise ValueError(f"waited_for_reload {waited!r} is not a list of table names")
-        return Manifest(run_id, str(created_at), files, attempts, waited)
-    except Exception as error:
-        raise CorruptManifestError(f"{type(error).__name__}: {error}") from None
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def pending_manifests(s3: Any, where: Locations) -> list[str]:
@@ -368,39 +260,6 @@ def pending_manifests(s3: Any, where: Locations) -> list[str]:
     ):
         keys += [item["Key"] for item in page.get("Contents", []) if item["Key"].endswith(".json")]
     return sorted(keys)
-
-
-def new_run_id(now: datetime) -> str:
-    return f"{now:%Y%m%dT%H%M%S%fZ}-{uuid.uuid4().hex[:8]}"
-
-
-def lease_holder(s3: Any, bucket: str, lease_key: str) -> str:
-    """The execution the pipeline lease names. A missing or corrupt lease object (empty, not JSON, not an
-    object, no holder) is a LeaseLostError that names the object: nobody provably holds the lease."""
-    where = f"s3://{bucket}/{lease_key}"
-    try:
-        body = s3.get_object(Bucket=bucket, Key=lease_key)["Body"].read()
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
-            raise LeaseLostError(f"no pipeline lease at {where}") from None
-        raise
-    try:
-        lease = json.loads(body)
-    except ValueError as error:
-        raise LeaseLostError(f"the pipeline lease {where} is corrupt (not JSON: {error})") from None
-    if not isinstance(lease, dict) or not isinstance(lease.get("holder"), str) or not lease["holder"]:
-        raise LeaseLostError(f"the pipeline lease {where} is corrupt (no holder): {body[:200]!r}")
-    return str(lease["holder"])
-
-
-def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> None:
-    """Fencing: only the execution holding the pipeline lease may drain."""
-    holder = lease_holder(s3, bucket, lease_key)
-    if holder != execution_arn:
-        raise LeaseLostError(f"the pipeline lease is held by {holder}, not {execution_arn}")
-
-
-CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
 
 
 @dataclass
@@ -421,7 +280,7 @@ class DrainFence:
 
     def claim(self, now: datetime) -> None:
         check_lease(self.s3, self.bucket, self.lease_key, self.execution_arn)
-        document = {"execution_arn": self.execution_arn, "drain_id": self.drain_id, "claimed_at": _iso(now)}
+        document = {"execution_arn": self.execution_arn, "drain_id": self.drain_id, "claimed_at": iso(now)}
         _put_json(self.s3, self.bucket, self.claim_key, document)
 
     def check(self) -> None:
@@ -429,10 +288,9 @@ class DrainFence:
         try:
             claim = json.loads(self.s3.get_object(Bucket=self.bucket, Key=self.claim_key)["Body"].read())
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in MISSING:
-                claim = {}
-            else:
+            if not is_missing(error):
                 raise
+            claim = {}
         except ValueError:
             claim = {}
         if not isinstance(claim, dict) or claim.get("drain_id") != self.drain_id:
@@ -455,8 +313,8 @@ def put_manifest(s3: Any, bucket: str, key: str, document: dict[str, Any], etag:
             **condition,
         )
     except ClientError as error:
-        code = str(error.response.get("Error", {}).get("Code", ""))
-        if code in CONFLICT or (etag is not None and code in MISSING):
+        code = error_code(error)
+        if is_conflict(error) or (etag is not None and is_missing(error)):
             raise LeaseLostError(
                 f"s3://{bucket}/{key} was {'created' if etag is None else 'changed or removed'} by another drain"
                 f" ({code}): this one writes nothing more"
@@ -586,8 +444,10 @@ def _reloaded_since(s3: Any, where: Locations, manifest: Manifest, tables: set[s
     if not where.raw_bucket:
         return set()
     try:
-        created = _aware(datetime.fromisoformat(manifest.created_at.replace("Z", "+00:00")))
+        created = parse_time(manifest.created_at)
     except ValueError:
+        return set()
+    if created is None:
         return set()
     uris = manifest.uris
     found = set()
@@ -599,7 +459,7 @@ def _reloaded_since(s3: Any, where: Locations, manifest: Manifest, tables: set[s
         for page in s3.get_paginator("list_objects_v2").paginate(Bucket=where.raw_bucket, Prefix=prefix):
             for item in page.get("Contents", []):
                 present.add(f"s3://{where.raw_bucket}/{item['Key']}")
-                if LOAD_FILE.match(item["Key"].rsplit("/", 1)[-1]) and _aware(item["LastModified"]) > created:
+                if LOAD_FILE.match(item["Key"].rsplit("/", 1)[-1]) and aware(item["LastModified"]) > created:
                     reloaded = True
         mine = {u for u in uris if u.startswith(f"s3://{where.raw_bucket}/{prefix}")}
         if reloaded and mine - present:
@@ -616,40 +476,12 @@ def _object_exists(s3: Any) -> ObjectExists:
         try:
             head = s3.head_object(Bucket=bucket, Key=key)
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") in MISSING:
+            if is_missing(error):
                 return None
             raise  # 403, throttling: the drain fails (and is retried), the message is not judged
         return head.get("LastModified") or datetime.max.replace(tzinfo=UTC)
 
     return exists
-
-
-def delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> None:
-    """Delete `key` only while its ETag is `etag` (DeleteObject If-Match); a changed object is a
-    LeaseLostError. Where S3 does not implement conditional deletes (LocalStack 2026.3 answers 501), the
-    ETag is read again just before an unconditional delete."""
-    try:
-        s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
-        return
-    except ParamValidationError:
-        pass  # an SDK whose DeleteObject has no If-Match: the ETag check below
-    except ClientError as error:
-        code = str(error.response.get("Error", {}).get("Code", ""))
-        if code in CONFLICT:
-            raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not deleted") from None
-        if code in MISSING:
-            return
-        if code not in ("NotImplemented", "501"):
-            raise
-    try:
-        current = s3.head_object(Bucket=bucket, Key=key)["ETag"]
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
-            return
-        raise
-    if current != etag:
-        raise LeaseLostError(f"s3://{bucket}/{key} changed meanwhile: not deleted")
-    s3.delete_object(Bucket=bucket, Key=key)
 
 
 def _resume(
@@ -670,7 +502,7 @@ def _resume(
         current = s3.get_object(Bucket=where.artifacts_bucket, Key=key)
         body, etag = current["Body"].read(), str(current["ETag"])
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
+        if is_missing(error):
             return None  # acknowledged meanwhile
         raise
     try:
@@ -707,7 +539,8 @@ def _resume(
         Body=body,
         Metadata={"reason": reason[:1000].encode("ascii", "replace").decode()},
     )
-    delete_if_unchanged(s3, where.artifacts_bucket, key, etag)
+    if not delete_if_unchanged(s3, where.artifacts_bucket, key, etag):
+        raise LeaseLostError(f"s3://{where.artifacts_bucket}/{key} changed meanwhile: not deleted")
     report_moved_aside({"manifest_key": key, "failed_key": target, "reason": reason})
     return None
 
@@ -717,7 +550,7 @@ def _full_load_started(s3: Any, where: Locations) -> datetime | None:
     try:
         body = s3.get_object(Bucket=where.artifacts_bucket, Key=where.full_load_marker_key)["Body"].read()
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
+        if is_missing(error):
             return None
         raise
     return read_full_load_marker(body)
@@ -736,10 +569,10 @@ def read_full_load_marker(document: bytes) -> datetime | None:
         marker = json.loads(document)
         if isinstance(marker, str):
             marker = json.loads(marker)  # LocalStack's encoding of a string Body (see above)
-        started = datetime.fromisoformat(str(marker["started_at"]).replace("Z", "+00:00"))
+        started = parse_time(str(marker["started_at"]))
     except (ValueError, KeyError, TypeError):
         return None
-    return started if started.tzinfo else started.replace(tzinfo=UTC)
+    return started
 
 
 def reloads_pending(s3: Any, where: Locations) -> list[str]:
@@ -758,34 +591,6 @@ def reloads_pending(s3: Any, where: Locations) -> list[str]:
     return sorted(tables)
 
 
-class CorruptReloadRequestError(ValueError):
-    pass
-
-
-def read_reload_request(document: bytes, key: str, table: str) -> dict[str, Any]:
-    """A reload request as the drain writes it (`table`, `files`, ISO-8601 `first_seen`/`last_seen`, a
-    count `attempts`); anything else raises CorruptReloadRequestError naming the object."""
-    try:
-        request = json.loads(document)
-        if not isinstance(request, dict):
-            raise ValueError(f"a JSON {type(request).__name__}, not an object")
-        if request.get("table", table) != table:
-            raise ValueError(f"names table {request.get('table')!r}, its key {table!r}")
-        files = request.get("files", [])
-        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
-            raise ValueError("files is not a list of URIs")
-        for name in ("first_seen", "last_seen", "last_attempt_at"):
-            if request.get(name) is not None:
-                datetime.fromisoformat(str(request[name]).replace("Z", "+00:00"))
-        if not _is_count(request.get("attempts", 0)):
-            raise ValueError(f"attempts {request.get('attempts')!r} is not a count")
-    except Exception as error:
-        raise CorruptReloadRequestError(
-            f"reload request {key} is corrupt: {type(error).__name__}: {error}"
-        ) from None
-    return request
-
-
 def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: datetime) -> int:
     """Add LOAD files to their table's reload request (created at the first one; written conditionally on
     the version read). A corrupt request is kept aside under `reloads-failed/` and replaced by a new one:
@@ -797,17 +602,17 @@ def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: dateti
     for table, found in by_table.items():
         key = where.reload_key(table)
         etag: str | None = None
-        fresh = {"version": 1, "table": table, "recorded_at": _iso(now), "files": [], "attempts": 0}
+        fresh = {"version": 1, "table": table, "recorded_at": iso(now), "files": [], "attempts": 0}
         request: dict[str, Any] = fresh
         try:
             current = s3.get_object(Bucket=where.artifacts_bucket, Key=key)
             body, etag = current["Body"].read(), str(current["ETag"])
             request = read_reload_request(body, key, table)
         except ClientError as error:
-            if error.response.get("Error", {}).get("Code") not in MISSING:
+            if not is_missing(error):
                 raise
         except CorruptReloadRequestError as error:
-            aside = f"{where.manifest_prefix}/reloads-failed/{key.rsplit('/', 1)[-1][: -len('.json')]}.{_iso(now)}.json"
+            aside = where.layout.reload_aside_key(key, now)
             s3.put_object(
                 Bucket=where.artifacts_bucket,
                 Key=aside,
@@ -819,22 +624,12 @@ def _record_reloads(s3: Any, where: Locations, files: list[DmsFile], now: dateti
         request["table"] = table
         times = [f.created for f in found]
         known = [request.get("first_seen"), request.get("last_seen")]
-        times += [
-            _aware(datetime.fromisoformat(t.replace("Z", "+00:00"))) for t in known if isinstance(t, str)
-        ]
+        times += [moment for t in known if isinstance(t, str) and (moment := parse_time(t)) is not None]
         request["files"] = sorted(set(request.get("files", [])) | {f.uri for f in found})
-        request["first_seen"] = _iso(min(times))
-        request["last_seen"] = _iso(max(times))
+        request["first_seen"] = iso(min(times))
+        request["last_seen"] = iso(max(times))
         put_manifest(s3, where.artifacts_bucket, key, request, etag)
     return set_aside
-
-
-def _aware(moment: datetime) -> datetime:
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 @dataclass
@@ -992,13 +787,3 @@ def oldest_moved_aside_days(s3: Any, where: Locations, now: datetime) -> float:
             if drained is not None and (oldest is None or drained < oldest):
                 oldest = drained
     return 0.0 if oldest is None else max((now - oldest).total_seconds() / 86400, 0.0)
-
-
-def run_id_time(run_id: str) -> datetime | None:
-    """When the drain created the batch `run_id` (`new_run_id`), or None for another name."""
-    if not RUN_ID_PATTERN.match(run_id):
-        return None
-    try:
-        return datetime.strptime(run_id[:22], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any, Literal
 
 import boto3
@@ -10,11 +9,26 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from pydantic import BaseModel, Field
+from lake_contracts.config import from_environment
+from pydantic import BaseModel, ConfigDict, Field
 from reloads import TABLE_NAME, Store, check, done, failed
 
-STORE = Store(os.environ.get("ARTIFACTS_BUCKET", ""), os.environ.get("MANIFEST_PREFIX", "manifests"))
-DMS_TASK_ARN = os.environ.get("DMS_TASK_ARN", "")
+# A DMS replication task's ARN, or empty where the stack has no task (DmsReplicationTaskArn left empty).
+DMS_TASK_ARN_PATTERN = r"^(arn:aws[a-z-]*:dms:[a-z0-9-]+:\d{12}:task:\S+)?$"
+
+
+class Settings(BaseModel):
+    """The function's environment (template.yaml sets it), validated at cold start."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    artifacts_bucket: str = Field(alias="ARTIFACTS_BUCKET", min_length=1)
+    manifest_prefix: str = Field("manifests", alias="MANIFEST_PREFIX", min_length=1)
+    dms_task_arn: str = Field("", alias="DMS_TASK_ARN", pattern=DMS_TASK_ARN_PATTERN)
+
+
+SETTINGS = from_environment(Settings)
+STORE = Store(SETTINGS.artifacts_bucket, SETTINGS.manifest_prefix)
+DMS_TASK_ARN = SETTINGS.dms_task_arn
 
 logger = Logger()
 tracer = Tracer()

@@ -17,65 +17,49 @@ under `<prefix>/reloads-failed/` and reported (alarmed) while the others proceed
 from __future__ import annotations
 
 import json
-import re
-import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import unquote
 
-from botocore.exceptions import ClientError, ParamValidationError
+from botocore.exceptions import ClientError
+from lake_contracts.documents import CorruptReloadRequestError, check_reload_request, read_reload_request
+from lake_contracts.layout import ArtifactsLayout, new_reload_run_id
+from lake_contracts.names import TABLE_NAME, decode_name
+from lake_contracts.s3 import delete_if_unchanged, is_conflict, is_missing
+from lake_contracts.times import iso, parse_time
 
-MISSING = ("NoSuchKey", "404", "NotFound")
+# Shared with the other functions (functions/shared/lake_contracts); the handler and tests find them here too.
+__all__ = ["TABLE_NAME", "iso", "parse_time"]
+CorruptRequestError = CorruptReloadRequestError
 COMPLETED = "Table completed"
 ERRORED = ("Table error", "Error")
 BACKOFF_FIRST = timedelta(minutes=5)
 BACKOFF_MAX = timedelta(hours=6)
-# The qualified names the drain can write (schema and table as DMS names its folders: no `/`, no control
-# characters; spark_jobs/lakehouse/names.py check_source_name), which this function's requests accept.
-TABLE_NAME = r"^[^/\x00-\x1f\x7f]+\.[^/\x00-\x1f\x7f]+$"
-_NAME_SAFE = re.compile(r"[A-Za-z0-9._-]")
-
-
-def encode_name(name: str) -> str:
-    """As functions/queue_drain/drain.py encode_name (a test keeps the two equal)."""
-    return "".join(c if _NAME_SAFE.fullmatch(c) else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
-
-
-class CorruptRequestError(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
 class Store:
+    """The artifacts bucket; the keys in it are the shared layout's."""
+
     bucket: str
     prefix: str = "manifests"
 
     @property
+    def layout(self) -> ArtifactsLayout:
+        return ArtifactsLayout(self.prefix)
+
+    @property
     def reloads_prefix(self) -> str:
-        return f"{self.prefix}/reloads/"
+        return self.layout.reloads_prefix
 
     def key(self, table: str) -> str:
-        return f"{self.reloads_prefix}{encode_name(table)}.json"
+        return self.layout.reload_key(table)
 
     def aside_key(self, key: str, now: datetime) -> str:
-        return f"{self.prefix}/reloads-failed/{key[len(self.reloads_prefix) : -len('.json')]}.{iso(now)}.json"
+        return self.layout.reload_aside_key(key, now)
 
     def report_uri(self, run_id: str) -> str:
-        return f"s3://{self.bucket}/{self.prefix}/reports/{run_id}.json"
-
-
-def parse_time(value: Any) -> datetime | None:
-    if isinstance(value, datetime):
-        return value if value.tzinfo else value.replace(tzinfo=UTC)
-    if not isinstance(value, str) or not value:
-        return None
-    moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        return f"s3://{self.bucket}/{self.layout.report_key(run_id)}"
 
 
 def backoff(attempts: int) -> timedelta:
@@ -98,7 +82,7 @@ def read_requests(
                 continue
             try:
                 try:
-                    table = unquote(key[len(store.reloads_prefix) : -len(".json")], errors="strict")
+                    table = decode_name(key[len(store.reloads_prefix) : -len(".json")])
                 except UnicodeDecodeError as error:
                     raise CorruptRequestError(
                         f"reload request {key}: its key is not an encoded name ({error})"
@@ -134,22 +118,7 @@ def _move_to_encoded_key(
 
 def check_request(request: Any, key: str, table: str) -> dict[str, Any]:
     """A reload request as the drain writes it; anything else is a CorruptRequestError naming the object."""
-    try:
-        if not re.match(TABLE_NAME, table):
-            raise ValueError(f"{table!r} is not a schema.table name")
-        if not isinstance(request, dict):
-            raise ValueError(f"a JSON {type(request).__name__}, not an object")
-        if request.get("table", table) != table:
-            raise ValueError(f"names table {request.get('table')!r}, its key {table!r}")
-        for name in ("first_seen", "last_seen", "last_attempt_at"):
-            if request.get(name) is not None:
-                parse_time(request[name])
-        attempts = request.get("attempts", 0)
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
-            raise ValueError(f"attempts {attempts!r} is not a count")
-    except (ValueError, TypeError) as error:
-        raise CorruptRequestError(f"reload request {key} is corrupt: {error}") from None
-    return request
+    return check_reload_request(request, key, table)
 
 
 def _read_key(s3: Any, store: Store, key: str, table: str) -> dict[str, Any] | None:
@@ -162,49 +131,18 @@ def _read_versioned(s3: Any, store: Store, key: str, table: str) -> tuple[dict[s
         current = s3.get_object(Bucket=store.bucket, Key=key)
         body, etag = current["Body"].read(), str(current["ETag"])
     except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
+        if is_missing(error):
             return None, ""
         raise
-    try:
-        request = json.loads(body)
-    except ValueError as error:
-        raise CorruptRequestError(f"reload request {key} is corrupt: not JSON ({error})") from None
-    return check_request(request, key, table), etag
+    return read_reload_request(body, key, table), etag
 
 
 def _read(s3: Any, store: Store, table: str) -> dict[str, Any] | None:
     return _read_key(s3, store, store.key(table), table)
 
 
-CONFLICT = ("PreconditionFailed", "412", "ConditionalRequestConflict", "409")
-
-
 def _changed_meanwhile(error: ClientError) -> bool:
-    return str(error.response.get("Error", {}).get("Code", "")) in CONFLICT + MISSING
-
-
-def _delete_if_unchanged(s3: Any, bucket: str, key: str, etag: str) -> bool:
-    """Delete `key` only while its ETag is `etag` (If-Match; where S3 answers 501, the ETag read again just
-    before). False when the drain changed it meanwhile (a new LOAD file): it stays."""
-    try:
-        s3.delete_object(Bucket=bucket, Key=key, IfMatch=etag)
-        return True
-    except ParamValidationError:
-        pass  # an SDK whose DeleteObject has no If-Match: the ETag check below
-    except ClientError as error:
-        if _changed_meanwhile(error):
-            return False
-        if str(error.response.get("Error", {}).get("Code", "")) not in ("NotImplemented", "501"):
-            raise
-    try:
-        if s3.head_object(Bucket=bucket, Key=key)["ETag"] != etag:
-            return False
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") in MISSING:
-            return True
-        raise
-    s3.delete_object(Bucket=bucket, Key=key)
-    return True
+    return is_conflict(error) or is_missing(error)
 
 
 def _set_aside(s3: Any, store: Store, key: str, reason: str, now: datetime) -> dict[str, str]:
@@ -255,7 +193,7 @@ class CheckResult:
     set_aside: list[dict[str, str]] = field(default_factory=list)  # corrupt requests moved aside
 
     def as_dict(self, store: Store, now: datetime) -> dict[str, Any]:
-        run_id = f"reload-{now:%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
+        run_id = new_reload_run_id(now)
         return {
             "ready": self.ready,
             "has_ready": bool(self.ready),
@@ -316,7 +254,7 @@ def done(s3: Any, store: Store, checked: dict[str, str], now: datetime | None = 
             retired.append(table)  # a retried retire
         elif str(request.get("last_seen", "")) != last_seen:
             kept.append(table)  # DMS wrote LOAD files after the check: reloaded again later
-        elif _delete_if_unchanged(s3, store.bucket, store.key(table), etag):
+        elif delete_if_unchanged(s3, store.bucket, store.key(table), etag):
             retired.append(table)
         else:
             kept.append(table)  # the drain recorded a LOAD file between the read and the delete

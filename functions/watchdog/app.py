@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
+from lake_contracts.config import from_environment
+from pydantic import BaseModel, ConfigDict, Field
 from watchdog import running_executions
 
-STATE_MACHINE_ARN = os.environ.get("STATE_MACHINE_ARN", "")
+
+class Settings(BaseModel):
+    """The function's environment (template.yaml sets it), validated at cold start."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    state_machine_arn: str = Field(
+        alias="STATE_MACHINE_ARN", pattern=r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:stateMachine:\S+$"
+    )
+
+
+SETTINGS = from_environment(Settings)
+STATE_MACHINE_ARN = SETTINGS.state_machine_arn
 
 logger = Logger()
 tracer = Tracer()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -61,11 +62,29 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         yield
 
 
+# The variables a function's init refuses to start without (its Settings; template.yaml always sets them):
+# placeholders, which a test replaces with its own where it uses them.
+REQUIRED_ENVIRONMENT = {
+    "queue_drain": {
+        "QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/unused.fifo",
+        "DEAD_LETTER_QUEUE_URL": "https://sqs.us-east-1.amazonaws.com/123456789012/unused-dlq.fifo",
+        "ARTIFACTS_BUCKET": "unused-artifacts",
+    },
+    "acknowledge": {"ARTIFACTS_BUCKET": "unused-artifacts"},
+    "lease": {"ARTIFACTS_BUCKET": "unused-artifacts"},
+    "reloads": {"ARTIFACTS_BUCKET": "unused-artifacts"},
+    "watchdog": {"STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:unused"},
+}
+
+
 @pytest.fixture
 def load_handler(monkeypatch: pytest.MonkeyPatch) -> Callable[..., ModuleType]:
     """Import functions/<name>/app.py fresh, after the environment it reads once is set."""
 
     def load(name: str, **environment: str) -> ModuleType:
+        for key, value in REQUIRED_ENVIRONMENT.get(name, {}).items():
+            if key not in os.environ and key not in environment:
+                monkeypatch.setenv(key, value)
         for key, value in environment.items():
             monkeypatch.setenv(key, value)
         folder = str(FUNCTIONS / name)
