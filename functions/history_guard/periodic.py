@@ -3,10 +3,11 @@ audit, each every N minutes (template parameters ReconcileEveryMinutes, RawAudit
 
 The clock is the job's own run history, not the execution's state: a job is due once its newest run (on Glue,
 or with SparkEngine=emr-serverless on the application, by the run's name) started a period ago. So nothing is
-carried in the loop state or over a rollover, a run started by hand counts, a failed run waits a period like a
-successful one (it is alarmed, not retried at every pass), and a job that never ran is due at once. The history
-guard answers it on every pass (one call: no history events of its own). `overdue` is two periods: the loop
-then runs the reconcile even between two CDC runs, so a queue never found empty cannot starve it.
+carried in the loop state or over a rollover, a run started by hand counts, and a failed run waits a period
+like a successful one (it is alarmed, not retried at every pass). The history
+guard answers it on every pass (one call: no history events of its own). A job that never ran counts from the
+execution's start (a new pipeline audits and reconciles one period in, not at once). `overdue` is two periods:
+the loop then runs the reconcile even between two CDC runs, so a queue never found empty cannot starve it.
 
 Reading the run history can fail (throttling, a permission): then the job is not due this pass. The guard
 never fails the execution for it.
@@ -14,6 +15,7 @@ never fails the execution for it.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Callable, Mapping
@@ -51,26 +53,27 @@ def periodic_jobs(environ: Mapping[str, str]) -> list[Periodic]:
     return jobs
 
 
-def is_due(last_started: datetime | None, every_minutes: float, now: datetime, periods: int = 1) -> bool:
-    """A job whose newest run started at `last_started` (None: never ran) is due `periods` periods later."""
+def is_due(last_started: datetime, every_minutes: float, now: datetime, periods: int = 1) -> bool:
+    """A job whose newest run started at `last_started` is due `periods` periods later (never when off)."""
     if every_minutes <= 0:
         return False
-    if last_started is None:
-        return True
     started = last_started if last_started.tzinfo else last_started.replace(tzinfo=UTC)
     return now >= started + timedelta(minutes=every_minutes * periods)
 
 
 def schedule(
-    jobs: list[Periodic], last_started: Callable[[str], datetime | None], now: datetime
+    jobs: list[Periodic],
+    last_started: Callable[[str], datetime | None],
+    now: datetime,
+    since: Callable[[], datetime] | None = None,
 ) -> dict[str, dict[str, bool]]:
     """`due` and `overdue` for every job of the loop (False for one not configured or whose runs could not
-    be read)."""
+    be read); a job that never ran counts from `since()` (the execution's start), or is due now without it."""
     due = dict.fromkeys(JOBS, False)
     overdue = dict.fromkeys(JOBS, False)
     for job in jobs:
         try:
-            last = last_started(job.job_name)
+            last = last_started(job.job_name) or (since() if since else now - timedelta(days=36500))
         except Exception as error:  # not due this pass; the next pass asks again
             log.warning("the runs of %s could not be read: %s: %s", job.job_name, type(error).__name__, error)
             continue
@@ -115,8 +118,10 @@ def _client(service: str) -> Any:
     return _clients[service]
 
 
-def answer(environ: Mapping[str, str] | None = None, now: datetime | None = None) -> dict[str, Any]:
-    """The guard's answer about the periodic jobs, from the function's environment."""
+def answer(
+    execution_arn: str, environ: Mapping[str, str] | None = None, now: datetime | None = None
+) -> dict[str, Any]:
+    """The guard's answer about the periodic jobs of the execution's loop, from the function's environment."""
     environ = os.environ if environ is None else environ
     moment = now or datetime.now(UTC)
     jobs = periodic_jobs(environ)
@@ -128,4 +133,9 @@ def answer(environ: Mapping[str, str] | None = None, now: datetime | None = None
         if application_id
         else glue_last_started(_client("glue"))
     )
-    return schedule(jobs, reader, moment)
+
+    @functools.cache
+    def execution_start() -> datetime:
+        return _client("stepfunctions").describe_execution(executionArn=execution_arn)["startDate"]
+
+    return schedule(jobs, reader, moment, execution_start)
