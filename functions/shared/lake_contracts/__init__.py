@@ -13,5 +13,6 @@ pyproject.toml's pythonpath).
 - `config`: a function's environment as a typed model, validated at cold start.
 
 The Spark jobs read the same formats with their own code (spark_jobs/lakehouse: dms_files.py, manifest.py);
-tests/unit/functions/test_contracts_match_the_jobs.py keeps the two readings of a DMS file name equal.
+tests/unit/functions/test_queue_drain_hardening.py (test_the_drain_accepts_exactly_the_files_the_spark_jobs_read)
+keeps the two readings of a DMS file name equal.
 """

@@ -7,7 +7,7 @@ from typing import Literal
 from urllib.parse import unquote, unquote_plus
 
 # The names DMS gives its files, as spark_jobs/lakehouse/dms_files.py reads them
-# (tests/unit/functions/test_contracts_match_the_jobs.py keeps the two equal): LOAD00000001.csv or
+# (test_the_drain_accepts_exactly_the_files_the_spark_jobs_read keeps the two equal): LOAD00000001.csv or
 # LOAD_<segment>_<hex counter>; CDC files by time, 20141029-1134010000.csv (any fraction digits); CSV, gzipped
 # CSV or Parquet; CDC files optionally below date folders (DatePartitionEnabled).
 _EXTENSION = r"\.(?:csv(?:\.gz)?|parquet)"

@@ -114,6 +114,30 @@ def test_the_decoding_rule_keeps_a_plus_and_decodes_percent_escapes():
     assert drain.decode_key("dms/sales/per%252Bcent/%C3%BC.csv") == "dms/sales/per%2Bcent/ü.csv"
 
 
+def test_powertools_reading_of_the_key_is_not_the_eventbridge_rule_so_the_drain_decodes_it_itself():
+    """Issue 29 asked whether Powertools' S3 EventBridge model can replace `decode_key`. Given an event whose
+    key AWS encoded as a URL path (`plus+sign`, a space as `%20`), When Powertools' data class reads the key,
+    Then it applies the notification rule (`+` becomes a space: the bug of issue 26), while its parser model
+    (which the drain validates the event with) carries the key as sent, and the drain's parse gives the real
+    key. So the drain keeps Powertools for the event and the shared rule (lake_contracts.names) for the key."""
+    from aws_lambda_powertools.utilities.data_classes import S3EventBridgeNotificationEvent
+    from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
+
+    drain = _load("queue_drain", "drain")
+    body = copy.deepcopy(event("s3_object_created_message.json"))
+    body["detail"]["object"] |= {"key": "dms/plus+sign/a%20b/20261122-101010000.csv", "size": 1}
+    body["detail"]["bucket"]["name"] = RAW
+
+    assert (
+        S3EventBridgeNotificationEvent(body).detail.object.key == "dms/plus sign/a b/20261122-101010000.csv"
+    )
+    assert (
+        S3EventNotificationEventBridgeModel.model_validate(body).detail.object.key
+        == body["detail"]["object"]["key"]
+    )
+    assert drain.parse_file_event(json.dumps(body), RAW).key == "dms/plus+sign/a b/20261122-101010000.csv"
+
+
 def test_an_event_whose_object_exists_under_no_reading_of_its_key_is_dead_lettered(queues, drain_app):
     """Given an event naming a file that is not in the raw bucket (under any reading of its key) and one
     whose file is, When drained, Then the first goes to the DLQ with a reason naming the missing object,

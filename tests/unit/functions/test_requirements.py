@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
@@ -24,8 +25,23 @@ def requirements(function: str) -> dict[str, Requirement]:
     return {requirement.name.lower(): requirement for requirement in parsed}
 
 
+SHARED = FUNCTIONS / "shared"  # the layer every function has (template.yaml, Globals: Layers)
+ALL_FUNCTIONS = [f for f in ALL_FUNCTIONS if (FUNCTIONS / f / "app.py").exists()]
+
+
+def sources(function: str) -> list[Path]:
+    """The code a function runs: its own, and the shared layer's modules it imports (`lake_contracts.x`)."""
+    own = sorted((FUNCTIONS / function).glob("*.py"))
+    imported = {
+        m
+        for source in own
+        for m in re.findall(r"^from lake_contracts\.(\w+) import", source.read_text(), re.M)
+    }
+    return own + [SHARED / "lake_contracts" / f"{module}.py" for module in sorted(imported)]
+
+
 def uses_conditional_writes(function: str) -> bool:
-    return any(CONDITIONAL_WRITE.search(source.read_text()) for source in (FUNCTIONS / function).glob("*.py"))
+    return any(CONDITIONAL_WRITE.search(source.read_text()) for source in sources(function))
 
 
 def lowest_allowed(requirement: Requirement) -> Version | None:
@@ -38,6 +54,16 @@ def test_the_lease_is_found_to_use_conditional_writes():
     """Given the lease's compare-and-swap on S3, When the functions are searched for conditional writes,
     Then the lease is among them (the search below is not vacuous)."""
     assert uses_conditional_writes("lease")
+
+
+def test_a_conditional_write_in_the_shared_layer_counts_for_the_functions_that_import_it():
+    """Given the acknowledge, whose only conditional write is the shared conditional delete
+    (lake_contracts.s3.delete_if_unchanged), When the functions are searched, Then it is found (the SDK
+    the layer's code runs with is the function's own), and so are the drain's and the reloads'."""
+    assert not any(CONDITIONAL_WRITE.search(p.read_text()) for p in (FUNCTIONS / "acknowledge").glob("*.py"))
+    assert {"acknowledge", "queue_drain", "reloads", "lease"} <= {
+        f for f in ALL_FUNCTIONS if uses_conditional_writes(f)
+    }
 
 
 @pytest.mark.parametrize("function", [f for f in ALL_FUNCTIONS if uses_conditional_writes(f)])

@@ -42,7 +42,7 @@ def test_template_transforms_with_the_sam_translator(template, monkeypatch):
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     packaged = copy.deepcopy(template)  # as `sam package` leaves it: local paths become S3 objects
     for name, resource in packaged["Resources"].items():
-        for uri in ("CodeUri", "DefinitionUri"):
+        for uri in ("CodeUri", "DefinitionUri", "ContentUri"):
             if uri in resource.get("Properties", {}):
                 resource["Properties"][uri] = f"s3://artifacts/{name}.zip"
     transformed = transform(packaged, {}, _OfflinePolicyLoader())
