@@ -22,8 +22,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 from lake_contracts.layout import LOAD_REPORT_PATTERN, RUN_ID, RUN_ID_PATTERN, ArtifactsLayout
-from lake_contracts.s3 import LeaseLostError, delete_if_unchanged, is_missing
-from lake_contracts.s3 import check_lease as _check_lease
+from lake_contracts.s3 import LeaseLostError, check_lease, delete_if_unchanged, is_missing
 from lake_contracts.times import parse_time
 
 # Shared with the other functions (functions/shared/lake_contracts); the handler finds them here too.
@@ -37,10 +36,6 @@ class ManifestNotPendingError(RuntimeError):
 
 class RunNotAppliedError(RuntimeError):
     """The acknowledge's own input says the batch was not (entirely) applied: it is not retired."""
-
-
-def check_lease(s3: Any, bucket: str, lease_key: str, execution_arn: str) -> None:
-    _check_lease(s3, bucket, lease_key, execution_arn, ": nothing retired")
 
 
 def not_applied(report: dict[str, Any] | None, job_run_state: str | None) -> str:
@@ -88,7 +83,7 @@ def acknowledge(
 
     def fence() -> None:
         if lease is not None:
-            check_lease(s3, bucket, lease[0], lease[1])
+            check_lease(s3, bucket, lease[0], lease[1], ": nothing retired")
 
     fence()
     try:
