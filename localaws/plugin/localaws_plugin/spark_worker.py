@@ -71,6 +71,7 @@ def launch_jvm(library: str) -> None:
                 spark.table("warm_up.db.t").collect()
             finally:
                 spark.stop()
+                SparkContext._jvm.java.lang.System.gc()
     finally:
         sys.path.remove(library)
         forget_modules(_library_modules(library))
@@ -123,7 +124,8 @@ def exit_status(code: Any) -> int:
 
 
 def stop_spark() -> None:
-    """Stop the run's session and context, if it made one: the next run starts from a new SparkContext."""
+    """Stop the run's session and context, if it made one: the next run starts from a new SparkContext. Then
+    a full GC, after which the JVM gives back the heap it no longer needs (an idle worker stays small)."""
     if "pyspark" not in sys.modules:
         return
     from pyspark import SparkContext
@@ -134,6 +136,8 @@ def stop_spark() -> None:
         session.stop()
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
+    if SparkContext._jvm is not None:
+        SparkContext._jvm.java.lang.System.gc()
 
 
 def run_one(request: dict[str, Any], base_path: list[str], prefixes: tuple[str, ...]) -> int:
