@@ -94,3 +94,81 @@ def test_powertools_handler(aws) -> None:
     response = aws("lambda").invoke(FunctionName=name, Payload=b'{"n": 21}', LogType="Tail")
     assert "FunctionError" not in response
     assert json.loads(response["Payload"].read()) == {"doubled": 42}
+
+
+LAYER_HANDLER = """
+from lake_contracts.names import decode_key
+
+
+def handler(event, context):
+    return {"key": decode_key(event["key"])}
+"""
+
+
+def _contracts_layer(aws) -> str:
+    """functions/shared/lake_contracts as `sam build` packages the layer (under python/): its version ARN."""
+    from pathlib import Path
+
+    shared = Path(__file__).resolve().parents[3] / "functions" / "shared"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for source in sorted((shared / "lake_contracts").glob("*.py")):
+            archive.write(source, f"python/lake_contracts/{source.name}")
+    published = aws("lambda").publish_layer_version(
+        LayerName=f"contracts-{uuid.uuid4().hex[:8]}",
+        Content={"ZipFile": buffer.getvalue()},
+        CompatibleRuntimes=["python3.11"],
+    )
+    return published["LayerVersionArn"]
+
+
+def test_a_function_imports_the_shared_contracts_from_its_layer(aws) -> None:
+    """Given the contracts layer as sam build packages it and a function whose code has no copy of it, When
+    invoked on the local AWS, Then the function imports it from the layer (python/ on its path, as on AWS)."""
+    layer = _contracts_layer(aws)
+    name = f"probe-{uuid.uuid4().hex[:8]}"
+    client = aws("lambda")
+    client.create_function(
+        FunctionName=name,
+        Runtime="python3.11",
+        Role="arn:aws:iam::000000000000:role/lambda-role",
+        Handler="app.handler",
+        Code={"ZipFile": zipped(LAYER_HANDLER)},
+        Layers=[layer],
+        Timeout=30,
+    )
+    client.get_waiter("function_active_v2").wait(FunctionName=name)
+    response = client.invoke(
+        FunctionName=name, Payload=json.dumps({"key": "dms/plus+sign/a%20b.csv"}).encode()
+    )
+    assert "FunctionError" not in response, response["Payload"].read()
+    assert json.loads(response["Payload"].read()) == {"key": "dms/plus+sign/a b.csv"}
+
+
+def test_a_function_whose_environment_is_invalid_fails_its_init_naming_the_variable(aws) -> None:
+    """Given the watchdog's own code with its layer and no STATE_MACHINE_ARN, When invoked, Then the invoke
+    fails at init with the error naming the variable (not at the first call with an empty ARN)."""
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[3] / "functions" / "watchdog"
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for source in sorted(folder.glob("*.py")):
+            archive.write(source, source.name)
+    name = f"watchdog-{uuid.uuid4().hex[:8]}"
+    client = aws("lambda")
+    client.create_function(
+        FunctionName=name,
+        Runtime="python3.11",
+        Role="arn:aws:iam::000000000000:role/lambda-role",
+        Handler="app.handler",
+        Code={"ZipFile": buffer.getvalue()},
+        Layers=[_contracts_layer(aws)],
+        Timeout=30,
+        Environment={"Variables": {"POWERTOOLS_TRACE_DISABLED": "1"}},
+    )
+    client.get_waiter("function_active_v2").wait(FunctionName=name)
+    response = client.invoke(FunctionName=name, Payload=b"{}")
+    assert response.get("FunctionError") == "Unhandled"
+    error = json.loads(response["Payload"].read())
+    assert "STATE_MACHINE_ARN (not set)" in error["errorMessage"], error
