@@ -143,12 +143,15 @@ class _Worker:
 
     _numbers = itertools.count(1)
 
-    def __init__(self, python: str, library: str, log_dir: Path, env: dict[str, str]) -> None:
+    def __init__(
+        self, python: str, library: str, log_dir: Path, env: dict[str, str], warm_up: bool = True
+    ) -> None:
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_file = log_dir / f"worker-{os.getpid()}-{next(self._numbers)}.log"
+        options = [] if warm_up else ["--no-warm-up"]
         with self.log_file.open("ab") as log:
             self.process = subprocess.Popen(
-                [python, str(WORKER_SCRIPT), "--library", library],
+                [python, str(WORKER_SCRIPT), "--library", library, *options],
                 cwd=log_dir,
                 env=env,
                 stdin=subprocess.PIPE,
@@ -257,10 +260,17 @@ class WarmPool:
     dies (its run fails with the worker's exit status)."""
 
     def __init__(
-        self, python: str, library: str, log_dir: Path, env: dict[str, str], size: int, runs_per_worker: int
+        self,
+        python: str,
+        library: str,
+        log_dir: Path,
+        env: dict[str, str],
+        size: int,
+        runs_per_worker: int,
+        warm_up: bool = True,
     ) -> None:
         self.python, self.library, self.log_dir, self.env = python, library, log_dir, env
-        self.size, self.runs_per_worker = size, runs_per_worker
+        self.size, self.runs_per_worker, self.warm_up = size, runs_per_worker, warm_up
         self._idle: list[_Worker] = []
         self._busy: set[_Worker] = set()
         self._lock = threading.Lock()
@@ -268,7 +278,7 @@ class WarmPool:
         self.replenish()
 
     def _spawn(self) -> _Worker:
-        worker = _Worker(self.python, self.library, self.log_dir, self.env)
+        worker = _Worker(self.python, self.library, self.log_dir, self.env, self.warm_up)
         LOG.info("warm Spark worker %s started (log %s)", worker.process.pid, worker.log_file)
         return worker
 

@@ -39,10 +39,11 @@ from typing import Any
 THREAD_GRACE_SECONDS = 30.0
 
 
-def launch_jvm(library: str) -> None:
+def launch_jvm(library: str, warm_up: bool = True) -> None:
     """Start the Spark JVM with the settings a local job session asks for at launch (jars, driver memory, JVM
-    options: lakehouse.session's), then warm it: a session writes, merges into and reads an Iceberg table in
-    a scratch warehouse, so the classes are loaded and the hot paths compiled before the first run."""
+    options: lakehouse.session's), then (`warm_up`) warm it: a session writes, merges into and reads an
+    Iceberg table in a scratch warehouse, so the classes are loaded and the hot paths compiled before the
+    first run."""
     sys.path.insert(0, library)
     try:
         from lakehouse.config import LakeConfig
@@ -56,6 +57,8 @@ def launch_jvm(library: str) -> None:
             "spark.driver.extraJavaOptions", os.environ.get("LAKE_SPARK_JAVA_OPTIONS", LOCAL_JAVA_OPTIONS)
         )
         SparkContext._ensure_initialized(conf=conf)  # the JVM only: no context, nothing else in its defaults
+        if not warm_up:
+            return
         with tempfile.TemporaryDirectory(prefix="spark-worker-warm-up-") as scratch:
             spark = build_session(LakeConfig(catalog_name="warm_up", warehouse=scratch), "warm-up")
             try:
@@ -219,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--library", required=True, help="the folder holding the lakehouse package (warm-up)")
     parser.add_argument("--idle-seconds", type=float, default=900.0)
+    parser.add_argument("--no-warm-up", action="store_true", help="start the JVM, run nothing in it")
     args = parser.parse_args(argv)
     # The protocol keeps the descriptors the worker was started with; 0 becomes /dev/null (a job reads no
     # stdin) and 1 joins 2 (the worker's log), which the JVM inherits.
@@ -231,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path[:] = [
         p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))
     ]
-    launch_jvm(args.library)
+    launch_jvm(args.library, warm_up=not args.no_warm_up)
     answers.write(json.dumps({"ready": True}) + "\n")
     answers.flush()
     serve(requests, answers, args.idle_seconds)

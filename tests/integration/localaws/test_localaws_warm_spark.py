@@ -24,7 +24,8 @@ REPO_ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[host_runs.WarmPool]:
-    """One worker kept (as a pool of size 1), warm before the first test."""
+    """One worker kept (as a pool of size 1), its JVM up before the first test (no Iceberg warm-up: the tests
+    are about what a run gets, not how fast)."""
     env = settings.host_process_base_env() | {"PYSPARK_PYTHON": sys.executable, "PYTHONUNBUFFERED": "1"}
     warm = host_runs.WarmPool(
         sys.executable,
@@ -33,6 +34,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[host_runs.WarmPoo
         env,
         size=1,
         runs_per_worker=25,
+        warm_up=False,
     )
     assert warm.wait_warm(300), "the worker did not warm up"
     yield warm
