@@ -250,7 +250,8 @@ def _reconcile_and_repair(
         pipeline.spark(), names[changes.rebuilt_table], names[changes.renumbered_table], changes
     )
     _step(started, "caught up: the lake against the source after the TRUNCATE and the key update")
-    for line in divergence.describe_before_repair(changes, before, source_schema):
+    source_keys = divergence.source_key_rows(pipeline.source_db, changes)
+    for line in divergence.describe_before_repair(changes, before, source_keys, source_schema):
         print("  " + line, flush=True)
     job = _reconcile_job(app)
     if job is None:

@@ -29,7 +29,6 @@ REBUILT_TABLE = "date_dim"
 REBUILT_FROM = date(2024, 1, 1)  # the first sales day: no sale refers to an earlier day
 RENUMBERED_TABLE = "customer"
 RENUMBERED_KEY = "c_customer_sk"
-RENUMBER_OFFSET = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,8 @@ class SourceDivergence:
 
 def diverge_source(source: SourceDatabase) -> SourceDivergence:
     """On a PostgreSQL source: rebuild `date_dim` from `REBUILT_FROM` on (TRUNCATE + INSERT, one transaction)
-    and renumber the customer with the smallest key (`+ RENUMBER_OFFSET`)."""
+    and give the customer with the smallest key the next free key (the largest + 1: a key far above the others
+    would draw the workload's random picks on PostgreSQL, the first key at or above a random value)."""
     if source.dialect != "postgresql":
         raise ValueError("the divergence act needs a PostgreSQL source (SQLite has no TRUNCATE)")
     with source.connect() as db:
@@ -69,7 +69,7 @@ def diverge_source(source: SourceDatabase) -> SourceDivergence:
             raise
         after = db.execute(f"SELECT count(*) FROM {REBUILT_TABLE}").fetchone()[0]
         old_key = db.execute(f"SELECT min({RENUMBERED_KEY}) FROM {RENUMBERED_TABLE}").fetchone()[0]
-        new_key = old_key + RENUMBER_OFFSET
+        new_key = db.execute(f"SELECT max({RENUMBERED_KEY}) FROM {RENUMBERED_TABLE}").fetchone()[0] + 1
         changed = db.execute(
             f"UPDATE {RENUMBERED_TABLE} SET {RENUMBERED_KEY} = ? WHERE {RENUMBERED_KEY} = ?",
             (new_key, old_key),
@@ -114,8 +114,21 @@ def lake_view(spark: Any, rebuilt: str, renumbered: str, divergence: SourceDiver
     )
 
 
-def describe_before_repair(divergence: SourceDivergence, lake: LakeView, schema: str) -> list[str]:
-    """What the lake holds against the source once it applied every CDC file DMS wrote after the changes."""
+def source_key_rows(source: SourceDatabase, divergence: SourceDivergence) -> tuple[int, int]:
+    """The source's rows of the renumbered table under the old key and under the new one, now (the workload
+    may have changed the row since)."""
+    query = f"SELECT count(*) FROM {RENUMBERED_TABLE} WHERE {RENUMBERED_KEY} = ?"
+    with source.connect() as db:
+        old = db.execute(query, (divergence.old_key,)).fetchone()[0]
+        new = db.execute(query, (divergence.new_key,)).fetchone()[0]
+    return int(old), int(new)
+
+
+def describe_before_repair(
+    divergence: SourceDivergence, lake: LakeView, source_keys: tuple[int, int], schema: str
+) -> list[str]:
+    """What the lake holds against the source once it applied every CDC file DMS wrote after the changes;
+    `source_keys`: `source_key_rows` at the same moment."""
     dropped = lake.rebuilt_rows - divergence.rows_after
     lines = [
         f"{schema}.{divergence.rebuilt_table}: source {divergence.rows_after} rows, lake {lake.rebuilt_rows}"
@@ -126,14 +139,15 @@ def describe_before_repair(divergence: SourceDivergence, lake: LakeView, schema:
             else " -> equal in count (the TRUNCATE's loss is not visible)"
         ),
     ]
-    moved = lake.new_key_rows == 1 and lake.old_key_rows == 0
+    same = (lake.old_key_rows, lake.new_key_rows) == source_keys
     lines.append(
-        f"{schema}.{divergence.renumbered_table}: key {divergence.old_key} -> {divergence.new_key}: the lake has"
-        f" {lake.new_key_rows} row(s) under the new key, {lake.old_key_rows} under the old one"
+        f"{schema}.{divergence.renumbered_table}: key {divergence.old_key} -> {divergence.new_key}: rows under"
+        f" the old / new key: source {source_keys[0]} / {source_keys[1]}, lake {lake.old_key_rows} /"
+        f" {lake.new_key_rows}"
         + (
             " -> replicated (DMS writes a key update to S3 with the old key as before-image; the CDC job moves"
             " the row)"
-            if moved
+            if same
             else " -> DIVERGED"
         )
     )

@@ -40,7 +40,7 @@ def test_the_act_rebuilds_date_dim_without_its_first_year_and_moves_one_customer
 ) -> None:
     """Given the demo's source, When the act runs, Then date_dim holds exactly its rows from 2024-01-01 on (the
     whole table, by key, values unchanged), every customer is unchanged but the one with the smallest key,
-    which holds the same values under key + 1,000,000, and the result says so."""
+    which holds the same values under the next free key (the largest + 1), and the result says so."""
     dates_before = rows(source, "date_dim", "d_date_sk")
     customers_before = rows(source, "customer", "c_customer_sk")
     done = divergence.diverge_source(source)
@@ -49,10 +49,10 @@ def test_the_act_rebuilds_date_dim_without_its_first_year_and_moves_one_customer
     first = customers_before[0]
     assert rows(source, "customer", "c_customer_sk") == [
         *customers_before[1:],
-        (first[0] + 1_000_000, *first[1:]),
+        (customers_before[-1][0] + 1, *first[1:]),
     ]
     assert done == divergence.SourceDivergence(
-        "date_dim", len(dates_before), len(kept), "customer", first[0], first[0] + 1_000_000
+        "date_dim", len(dates_before), len(kept), "customer", first[0], customers_before[-1][0] + 1
     )
     assert done.rows_dropped == len(dates_before) - len(kept) == 365  # 2023: nothing before it is kept
 
@@ -78,17 +78,35 @@ def test_lake_view_counts_the_rebuilt_tables_rows_and_the_moved_key(spark) -> No
 
 
 def test_before_the_repair_a_kept_truncated_year_is_divergence_and_a_moved_key_is_not() -> None:
-    lines = divergence.describe_before_repair(DONE, divergence.LakeView(1826, 365, 0, 1), "public")
+    """Given the lake holding 365 rows more than the rebuilt source table, and the moved key as the source has
+    it, Then the first is DIVERGED and the second replicated; and the reverse: counts equal, and a lake that
+    kept the old key (the key update lost) is DIVERGED."""
+    lines = divergence.describe_before_repair(DONE, divergence.LakeView(1826, 365, 0, 1), (0, 1), "public")
     assert lines == [
         "public.date_dim: source 1461 rows, lake 1826 -> DIVERGED: the TRUNCATE was not replicated, the lake"
         " keeps 365 rows the source no longer has (365 dated before 2024-01-01)",
-        "public.customer: key 1 -> 1000001: the lake has 1 row(s) under the new key, 0 under the old one"
+        "public.customer: key 1 -> 1000001: rows under the old / new key: source 0 / 1, lake 0 / 1"
         " -> replicated (DMS writes a key update to S3 with the old key as before-image; the CDC job moves"
         " the row)",
     ]
-    lost = divergence.describe_before_repair(DONE, divergence.LakeView(1461, 0, 1, 0), "public")
+    lost = divergence.describe_before_repair(DONE, divergence.LakeView(1461, 0, 1, 0), (0, 1), "public")
     assert lost[0].endswith("-> equal in count (the TRUNCATE's loss is not visible)")
-    assert lost[1].endswith("under the old one -> DIVERGED")
+    assert lost[1].endswith("source 0 / 1, lake 1 / 0 -> DIVERGED")
+    deleted_since = divergence.describe_before_repair(
+        DONE, divergence.LakeView(1461, 0, 0, 0), (0, 0), "public"
+    )
+    assert deleted_since[1].endswith(
+        "source 0 / 0, lake 0 / 0 -> replicated (DMS writes a key update to S3 with"
+        " the old key as before-image; the CDC job moves the row)"
+    )
+
+
+def test_source_key_rows_counts_the_renumbered_table_under_both_keys(source: SourceDatabase) -> None:
+    done = divergence.diverge_source(source)
+    assert divergence.source_key_rows(source, done) == (0, 1)
+    with source.connect() as db:
+        db.execute("DELETE FROM customer WHERE c_customer_sk = ?", (done.new_key,))
+    assert divergence.source_key_rows(source, done) == (0, 0)
 
 
 def test_the_report_summary_names_what_was_found_and_repaired_per_table() -> None:
