@@ -247,6 +247,17 @@ def x_ranges(segments: Iterable[int], shift: int) -> list[tuple[int, int]]:
     return ranges
 
 
+def aligned_segments(ranges: Sequence[tuple[int, int]]) -> tuple[int, list[int]]:
+    """The ranges as whole segments of one size: (shift, segment numbers), the largest shift that every
+    range's bounds are aligned to (ranges made by `x_ranges` of one level: at least that level's shift)."""
+    shift = HASH_BITS + 4
+    for a, b in ranges:
+        for bound in (a, b + 1):
+            if bound:
+                shift = min(shift, (bound & -bound).bit_length() - 1)
+    return shift, [j for a, b in ranges for j in range(a >> shift, (b >> shift) + 1)]
+
+
 def split_ranges(ranges: Sequence[tuple[int, int]], parts: int) -> list[list[tuple[int, int]]]:
     """Cut x ranges into at most `parts` groups of about equal span (one source query each)."""
     if not ranges:
@@ -329,7 +340,14 @@ class PostgresJdbcSource:
         return pg_row_hash(fields)
 
     def _from_where(self, plan: TablePlan, lo: int, ranges: Sequence[tuple[int, int]] | None) -> str:
-        """FROM … WHERE x in the ranges: an integer key by index range scans (a join with the ranges)."""
+        """FROM … WHERE x in the ranges, read in time proportional to the rows of the ranges.
+
+        An integer key: one index range scan per range. The ranges are a LATERAL subquery's parameters
+        behind `OFFSET 0`: joined to the table directly, PostgreSQL estimates each parameterised range at
+        0.5 % of the table and, for a few hundred ranges, prefers one sequential scan that tests every row
+        against every range (10M rows by 200 ranges: minutes). A hash key (no index on its hash): one
+        scan, each row's segment looked up in a hashed array (not one OR arm, each re-hashing the key, per
+        range)."""
         table = self._table(plan)
         if ranges is None:
             return f"FROM {table} t"
@@ -340,13 +358,13 @@ class PostgresJdbcSource:
                 return f"FROM {table} t WHERE {key} BETWEEN {lo + a} AND {lo + b}"
             starts = ",".join(str(lo + a) for a, _ in ranges)
             ends = ",".join(str(lo + b) for _, b in ranges)
-            return (
-                f"FROM unnest('{{{starts}}}'::bigint[], '{{{ends}}}'::bigint[]) AS r(a, b) "
-                f"JOIN {table} t ON {key} BETWEEN r.a AND r.b"
+            return (  # the outer subquery shows the table's columns only (a column may be named a or b)
+                f"FROM (SELECT t.* FROM unnest('{{{starts}}}'::bigint[], '{{{ends}}}'::bigint[]) AS r(a, b)"
+                f" CROSS JOIN LATERAL (SELECT * FROM {table} t WHERE {key} BETWEEN r.a AND r.b OFFSET 0) t) t"
             )
-        x = self._x(plan, lo)
-        condition = " OR ".join(f"({x} BETWEEN {a} AND {b})" for a, b in ranges)
-        return f"FROM {table} t WHERE {condition}"
+        shift, segments = aligned_segments(ranges)
+        ids = ",".join(map(str, segments))
+        return f"FROM {table} t WHERE ({self._x(plan, lo)} >> {shift}) = ANY('{{{ids}}}'::bigint[])"
 
     def _read(self, queries: Sequence[str]) -> list[Any]:
         frames = [
@@ -358,9 +376,13 @@ class PostgresJdbcSource:
             frame = frame.unionByName(other)
         return frame.collect()
 
-    def _groups(self, level: Level) -> list[list[tuple[int, int]] | None]:
+    def _groups(self, plan: TablePlan, level: Level) -> list[list[tuple[int, int]] | None]:
+        """One query per group of key ranges. A hash key's level is one query: each would scan the whole
+        table (PostgreSQL's parallel workers share that scan instead)."""
         if level.within is None:
             return [None]
+        if not plan.integer_key:
+            return [list(level.within)]
         return list(split_ranges(level.within, self.parallelism))
 
     # -- the SourceSide protocol
@@ -379,7 +401,7 @@ class PostgresJdbcSource:
             f"SELECT (x >> {level.shift}) AS seg, count(*) AS n, sum(h)::numeric(38,0) AS h FROM ("
             f"SELECT {x} AS x, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
             ") s GROUP BY 1"
-            for group in self._groups(level)
+            for group in self._groups(plan, level)
         ]
         sums: dict[int, tuple[int, int]] = {}
         for row in self._read(queries):
@@ -393,7 +415,7 @@ class PostgresJdbcSource:
         keys = ", ".join(f"{text} AS k{i}" for i, text in enumerate(self._key_texts(plan)))
         queries = [
             f"SELECT {keys}, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
-            for group in self._groups(level)
+            for group in self._groups(plan, level)
         ]
         found: dict[tuple[str, ...], int] = {}
         for row in self._read(queries):
@@ -416,9 +438,12 @@ class LakeSide:
     def _key_texts(self, plan: TablePlan, frame: DataFrame) -> list[Column]:
         return [lake_text(frame[quote(k.name)], k.data_type) for k in plan.keys]
 
-    def hashed(self, plan: TablePlan, lo: int) -> DataFrame:
-        """`x`, `k0…`, `h` of every row of the clean table."""
+    def hashed(self, plan: TablePlan, lo: int, span: tuple[int, int] | None = None) -> DataFrame:
+        """`x`, `k0…`, `h` of every row of the clean table (an integer key: of its rows with x in `span`,
+        a filter on the key column itself, which Iceberg prunes data files and row groups by)."""
         frame = self.spark.table(plan.lake_table)
+        if span is not None and plan.integer_key:
+            frame = frame.where(F.col(quote(plan.keys[0].name)).between(lo + span[0], lo + span[1]))
         fields = [
             _lake_field(lake_text(frame[quote(c.name)], c.data_type) if c.in_lake else F.lit(None))
             for c in plan.columns
@@ -441,7 +466,10 @@ class LakeSide:
         cached = None if fresh else self._cached.get((plan.lake_table, level.lo))
         if cached is not None:
             return self._within(cached, level, parent_shift)
-        frame = self._within(self.hashed(plan, level.lo), level, parent_shift)
+        span = None
+        if level.within is not None:
+            span = (min(a for a, _ in level.within), max(b for _, b in level.within))
+        frame = self._within(self.hashed(plan, level.lo, span), level, parent_shift)
         if self.cache and may_cache and not fresh and parent_shift is not None:
             frame = frame.cache()
             self._cached[(plan.lake_table, level.lo)] = frame
