@@ -37,6 +37,11 @@ import traceback
 from typing import Any
 
 THREAD_GRACE_SECONDS = 30.0
+# A worker lives long and idles between runs: G1 collects every 30 s when idle and gives back what it freed, so
+# an idle worker holds a few hundred MB, not the heap its biggest run grew (a run's own JVM ended with it).
+IDLE_HEAP_OPTIONS = (
+    "-XX:+UseG1GC -XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
+)
 
 
 def launch_jvm(library: str, warm_up: bool = True) -> None:
@@ -54,7 +59,8 @@ def launch_jvm(library: str, warm_up: bool = True) -> None:
         conf.set("spark.jars", local_jars())
         conf.set("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
         conf.set(
-            "spark.driver.extraJavaOptions", os.environ.get("LAKE_SPARK_JAVA_OPTIONS", LOCAL_JAVA_OPTIONS)
+            "spark.driver.extraJavaOptions",
+            f"{os.environ.get('LAKE_SPARK_JAVA_OPTIONS', LOCAL_JAVA_OPTIONS)} {IDLE_HEAP_OPTIONS}".strip(),
         )
         SparkContext._ensure_initialized(conf=conf)  # the JVM only: no context, nothing else in its defaults
         if not warm_up:
@@ -203,19 +209,35 @@ def run_one(request: dict[str, Any], base_path: list[str], prefixes: tuple[str, 
     return returncode
 
 
-def serve(requests: Any, answers: Any, idle_seconds: float) -> None:
+def jvm_alive() -> bool:
+    """Whether the worker's JVM still runs (the OOM killer may have taken it: the worker must not serve on)."""
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    return gateway is not None and (process is None or process.poll() is None)
+
+
+def serve(requests: Any, answers: Any, idle_seconds: float, check_seconds: float = 5.0) -> int:
+    """Serve runs until EOF (0), `idle_seconds` without one (0), or the JVM died (3: the pool replaces it)."""
     base_path = list(sys.path)
     prefixes = installed_prefixes()
+    idle_since = time.monotonic()
     while True:
-        ready, _, _ = select.select([requests], [], [], idle_seconds)
+        if not jvm_alive():
+            return 3
+        ready, _, _ = select.select([requests], [], [], check_seconds)
         if not ready:
-            return  # idle too long: the pool starts another when it needs one
+            if time.monotonic() - idle_since >= idle_seconds:
+                return 0  # idle too long: the pool starts another when it needs one
+            continue
         line = requests.readline()
         if not line:
-            return  # the local AWS is gone
+            return 0  # the local AWS is gone
         returncode = run_one(json.loads(line), base_path, prefixes)
         answers.write(json.dumps({"returncode": returncode}) + "\n")
         answers.flush()
+        idle_since = time.monotonic()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -238,8 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     launch_jvm(args.library, warm_up=not args.no_warm_up)
     answers.write(json.dumps({"ready": True}) + "\n")
     answers.flush()
-    serve(requests, answers, args.idle_seconds)
-    return 0
+    return serve(requests, answers, args.idle_seconds)
 
 
 if __name__ == "__main__":

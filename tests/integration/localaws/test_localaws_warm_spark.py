@@ -235,3 +235,36 @@ def test_a_run_that_finished_is_not_signalled_through_its_reused_worker(
     done.terminate()
     host_runs.kill_group(done)
     assert finished(going) == 0 and (going_dir / "stdout.log").read_text() == "survived\n"
+
+
+def java_children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (its JVM)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def test_a_worker_whose_jvm_died_ends_and_runs_go_elsewhere(pool: host_runs.WarmPool, tmp_path: Path) -> None:
+    """Given an idle warm worker whose JVM is killed (as the OOM killer does),
+    Then the worker ends by itself (status 3) instead of failing every later run, and the next run goes to a
+    new worker."""
+    assert pool.wait_warm(300)
+    probe, _ = run_script(pool, tmp_path / "probe", "print('x')\n")
+    assert finished(probe) == 0
+    (jvm,) = java_children(probe.pid)
+    os.kill(jvm, signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while probe.worker.process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert probe.worker.process.returncode == 3
+    assert pool.run("unused.py", [], tmp_path, {}, []) is None  # no warm worker: a run starts its own process
+    assert pool.wait_warm(300)
+    after, _ = run_script(pool, tmp_path / "after", "print('ok')\n")
+    assert finished(after) == 0 and after.pid != probe.pid
