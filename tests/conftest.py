@@ -31,7 +31,10 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def spark(base_config) -> Iterator:
-    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
+    # LAKE_SPARK_MASTER=local-cluster[2,1,1024] (tests/unit/spark/test_multi_jvm.py): the executors are
+    # other JVMs with their own memory, so the driver needs less.
+    multi_jvm = os.environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster")
+    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "1g" if multi_jvm else "3g")
     from lakehouse.session import build_session
 
     session = build_session(base_config, "lakehouse-tests")
