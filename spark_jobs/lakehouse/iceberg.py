@@ -291,12 +291,17 @@ def merge_changes(
     key: Sequence[str],
     properties: dict[str, str],
     order_column: str | None = None,
+    key_range: tuple[str, int, int] | None = None,
 ) -> None:
     """One MERGE: deletes, updates and inserts (an insert of an existing key, or an update of a
     missing one, is an upsert; a delete of a missing key does nothing). `changes` has one row per key.
     With `order_column` (the change sequence), a change applies to a row only if it is newer than the
     change the row holds: an older change (a late file, a replay from before a load) never regresses a
-    row, and the same change applied again changes nothing."""
+    row, and the same change applied again changes nothing. With `key_range` (an integer key column, the
+    lowest and the highest key of the batch) the target is read only where the key is in that range: a
+    condition on the target alone, which Iceberg evaluates against each data file's key bounds, so a
+    batch of recent keys of a serial key reads only the files that may hold them (every matching row is
+    in the range: the outcome is the same)."""
     target_columns = [f.name for f in spark.table(table).schema.fields]
     view = f"changes_{abs(hash((table, threading.get_ident())))}"
     source = changes.select(
@@ -311,6 +316,9 @@ def merge_changes(
     # shuffled and joined (the thresholds are in session.TUNING; bench/RESULTS.md).
     source.createOrReplaceTempView(view)
     on = " AND ".join(f"t.{quote(k)} = s.{quote(k)}" for k in key)
+    if key_range is not None:
+        column, lowest, highest = key_range
+        on += f" AND t.{quote(column)} >= {int(lowest)} AND t.{quote(column)} <= {int(highest)}"
     updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in target_columns if c not in key)
     inserts = ", ".join(quote(c) for c in target_columns)
     values = ", ".join(f"s.{quote(c)}" for c in target_columns)

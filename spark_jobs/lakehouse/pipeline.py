@@ -776,6 +776,7 @@ def _apply_keyed(
         ]
         if append_key is not None:
             figures.append(F.min(quote(append_key)).cast("string").alias("lowest_key"))
+            figures.append(F.max(quote(append_key)).cast("string").alias("highest_key"))
         return latest.observe(outcome, *figures).where(~buried)
 
     batch = _typed_batch(run, spec, table, raw, floor, report, latest_changes)
@@ -801,7 +802,12 @@ def _apply_keyed(
         log.info("%s: every key of the batch is above the table's highest; appending", table)
         append_rows(spark, table, batch.product.where(F.col(C.OP) != "D"), properties)
         return
-    merge_changes(spark, table, batch.product, key, properties, order_column=CHANGE_SEQ_COLUMN)
+    key_range = None
+    if append_key is not None and counts.get("lowest_key") is not None:
+        key_range = (append_key, int(counts["lowest_key"]), int(counts["highest_key"]))
+    merge_changes(
+        spark, table, batch.product, key, properties, order_column=CHANGE_SEQ_COLUMN, key_range=key_range
+    )
 
 
 def _integral_key(spark: SparkSession, table: str, key: Sequence[str]) -> str | None:

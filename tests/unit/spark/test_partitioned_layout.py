@@ -287,3 +287,56 @@ def test_the_layout_survives_the_schema_files_round_trip():
         64,
     )
     assert "partition_by" not in schema().to_dict()["tables"][CUSTOMER]
+
+
+RESULT_FILES, SKIPPED_FILES = "number of result data files", "number of skipped data files"  # Iceberg's
+
+
+def merge_scan_metrics(spark, after: int) -> dict[str, int]:
+    """Iceberg's scan metrics of the MERGE executions (WriteDelta plans) after execution id `after`."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
+    store = spark._jsparkSession.sharedState().statusStore()
+    executions = store.executionsList()
+    totals: dict[str, int] = {}
+    for i in range(executions.size()):
+        execution = executions.apply(i)
+        if execution.executionId() <= after or "WriteDelta" not in execution.physicalPlanDescription():
+            continue
+        values = store.executionMetrics(execution.executionId())
+        metrics = execution.metrics()
+        for j in range(metrics.size()):
+            metric, value = metrics.apply(j), values.get(metrics.apply(j).accumulatorId())
+            if metric.name() in (RESULT_FILES, SKIPPED_FILES) and value.isDefined():
+                totals[metric.name()] = totals.get(metric.name(), 0) + int(str(value.get()).replace(",", ""))
+    return totals
+
+
+def last_execution(spark) -> int:
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
+
+
+def test_a_batch_of_recent_serial_keys_reads_only_the_files_that_may_hold_them(spark, lake_config, dms):
+    """Given a table of keys 1..10 (full load) to which batches of new keys 11..20 and 21..30 were
+    appended (each its own data files),
+    When a batch updates 25, deletes 27 and inserts 31,
+    Then the MERGE reads only the data files whose key bounds meet 25..31 (the others are skipped by the
+    batch's key range), and the table is exactly what the rules give."""
+    silent = schema()
+    dms.load(CUSTOMER, COLUMNS, [(i, f"c{i}", i) for i in range(1, 11)])
+    assert full_load(spark, lake_config, silent, str(dms.root)).ok
+    for start in (11, 21):
+        rows = [("I", (i, f"c{i}", i)) for i in range(start, start + 10)]
+        applied(spark, lake_config, silent, dms.cdc(CUSTOMER, COLUMNS, rows), run_id=f"new{start}")
+    batch = dms.cdc(
+        CUSTOMER, COLUMNS, [("U", (25, "c25 v2", 250)), ("D", (27, None, None)), ("I", (31, "c31", 31))]
+    )
+    before = last_execution(spark)
+
+    applied(spark, lake_config, silent, batch, run_id="b1")
+
+    scanned = merge_scan_metrics(spark, before)
+    assert scanned.get(SKIPPED_FILES, 0) >= 2 and scanned.get(RESULT_FILES, 0) >= 1, scanned
+    expected = [(i, f"c{i}", d(i)) for i in range(1, 32) if i != 27]
+    expected[24] = (25, "c25 v2", d(250))
+    assert rows_of(spark, table(lake_config)) == expected
