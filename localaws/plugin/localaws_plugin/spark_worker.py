@@ -191,6 +191,8 @@ def run_one(request: dict[str, Any], base_path: list[str], prefixes: tuple[str, 
         except Exception:
             traceback.print_exc()
             returncode = returncode or 1
+        if "boto3" in sys.modules:  # its default session keeps the credentials and region it first read
+            sys.modules["boto3"].DEFAULT_SESSION = None
         for handler in set(logging.root.handlers) - set(saved_handlers):
             logging.root.removeHandler(handler)
         logging.root.setLevel(saved_level)

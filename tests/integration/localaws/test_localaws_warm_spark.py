@@ -268,3 +268,22 @@ def test_a_worker_whose_jvm_died_ends_and_runs_go_elsewhere(pool: host_runs.Warm
     assert pool.wait_warm(300)
     after, _ = run_script(pool, tmp_path / "after", "print('ok')\n")
     assert finished(after) == 0 and after.pid != probe.pid
+
+
+def test_a_run_gets_the_credentials_of_its_environment_not_an_earlier_runs_boto3_session(
+    pool: host_runs.WarmPool, tmp_path: Path
+) -> None:
+    """boto3 stays imported between runs (an installed package); its default session, which keeps the
+    credentials it first read, does not."""
+    source = """
+    import boto3
+    print(boto3.client("s3", region_name="us-east-1")._request_signer._credentials.access_key)
+    """
+    keys = []
+    for key in ("FIRSTKEY", "SECONDKEY"):
+        run, run_dir = run_script(
+            pool, tmp_path / key, source, env={"AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": "s"}
+        )
+        assert finished(run) == 0, (run_dir / "stderr.log").read_text()
+        keys.append((run_dir / "stdout.log").read_text())
+    assert keys == ["FIRSTKEY\n", "SECONDKEY\n"]
