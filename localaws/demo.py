@@ -277,7 +277,7 @@ def _reconcile_and_repair(
             f"reconcile run {number} (Glue job {job}, --repair_mode {arguments['--repair_mode']}): every clean "
             "table against its source, by key-range hashes",
         )
-        pipeline.run_job(job, arguments, timeout=timeout)
+        _run_unleased(pipeline, job, arguments, timeout, started)
         body = pipeline.aws("s3").get_object(Bucket=app.artifacts_bucket, Key=report_key)["Body"].read()
         report = json.loads(body)
         for line in divergence.summarize_report(report, _divergence_rows(pipeline, run_id)):
@@ -300,6 +300,21 @@ def _reconcile_and_repair(
             f"({after.rebuilt_rows_before_cut} before {divergence.REBUILT_FROM})",
         )
     return snapshot
+
+
+def _run_unleased(
+    pipeline: LocalPipeline, job: str, arguments: dict[str, str], timeout: float, started: float
+) -> None:
+    """One run started by hand carries no lease: the execution that takes the lease over at a history
+    rollover stops it (none may commit beside the holder). Started again then, up to 4 times."""
+    for attempt in range(1, 5):
+        try:
+            pipeline.run_job(job, arguments, timeout=timeout)
+            return
+        except RuntimeError as error:
+            if not str(error).startswith(f"{job} STOPPED") or attempt == 4:
+                raise
+            _step(started, f"{job}: stopped by the lease hand-over to a fresh execution; started again")
 
 
 def _divergence_rows(pipeline: LocalPipeline, run_id: str) -> dict[str, int]:
