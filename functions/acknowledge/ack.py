@@ -21,12 +21,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
-from lake_contracts.layout import LOAD_REPORT_PATTERN, RUN_ID, RUN_ID_PATTERN, ArtifactsLayout
+from lake_contracts.layout import RUN_ID, ArtifactsLayout
 from lake_contracts.s3 import LeaseLostError, check_lease, delete_if_unchanged, is_missing
 from lake_contracts.times import parse_time
 
-# Shared with the other functions (functions/shared/lake_contracts); the handler finds them here too.
-__all__ = ["LOAD_REPORT_PATTERN", "RUN_ID_PATTERN", "LeaseLostError"]
 DPU_PER_WORKER = {"G.025X": 0.25, "G.1X": 1.0, "G.2X": 2.0, "G.4X": 4.0, "G.8X": 8.0, "Standard": 1.0}
 
 

@@ -8,8 +8,6 @@ from typing import Any
 
 import boto3
 from ack import (
-    LOAD_REPORT_PATTERN,
-    RUN_ID_PATTERN,
     RunNotAppliedError,
     acknowledge,
     check_manifest_key,
@@ -25,7 +23,7 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from lake_contracts.config import from_environment
-from lake_contracts.layout import ArtifactsLayout
+from lake_contracts.layout import LOAD_REPORT_PATTERN, RUN_ID_PATTERN, ArtifactsLayout
 from lake_contracts.s3 import DEFAULT_LEASE_KEY
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 

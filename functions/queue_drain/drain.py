@@ -53,14 +53,13 @@ from lake_contracts.layout import ArtifactsLayout, new_run_id, run_id_time
 from lake_contracts.names import (
     LOAD_FILE,
     FileKind,
-    decode_key,
+    decode_key,  # noqa: F401 - the event-key rule, named where the drain is read
     decode_name,
     dms_layout,
     key_readings,
     unusable_name,
 )
 from lake_contracts.s3 import (
-    MISSING,
     LeaseLostError,
     check_lease,
     delete_if_unchanged,
@@ -72,20 +71,6 @@ from lake_contracts.times import aware, iso, parse_time
 
 RECEIVE_PAGE = 10  # SQS's maximum per ReceiveMessage
 MAX_OBJECT_SIZE = 5 * 1024**4  # S3's largest object (5 TiB)
-# Shared with the other functions (functions/shared/lake_contracts); the drain's callers find them here too.
-__all__ = [
-    "MISSING",
-    "CorruptManifestError",
-    "CorruptReloadRequestError",
-    "LeaseLostError",
-    "Manifest",
-    "decode_key",
-    "key_readings",
-    "new_run_id",
-    "read_manifest",
-    "read_reload_request",
-    "run_id_time",
-]
 StuckBatchPolicy = Literal["continue", "stop"]
 # Called with {"manifest_key", "failed_key", "reason"} right after a pending manifest was moved to failed/.
 MovedAsideReporter = Callable[[dict[str, str]], None]

@@ -10,8 +10,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from lake_contracts.config import from_environment
+from lake_contracts.names import TABLE_NAME
 from pydantic import BaseModel, ConfigDict, Field
-from reloads import TABLE_NAME, Store, check, done, failed
+from reloads import Store, check, done, failed
 
 # A DMS replication task's ARN, or empty where the stack has no task (DmsReplicationTaskArn left empty).
 DMS_TASK_ARN_PATTERN = r"^(arn:aws[a-z-]*:dms:[a-z0-9-]+:\d{12}:task:\S+)?$"

@@ -24,12 +24,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 from lake_contracts.documents import CorruptReloadRequestError, check_reload_request, read_reload_request
 from lake_contracts.layout import ArtifactsLayout, new_reload_run_id
-from lake_contracts.names import TABLE_NAME, decode_name
+from lake_contracts.names import decode_name
 from lake_contracts.s3 import delete_if_unchanged, is_conflict, is_missing
 from lake_contracts.times import iso, parse_time
 
-# Shared with the other functions (functions/shared/lake_contracts); the handler and tests find them here too.
-__all__ = ["TABLE_NAME", "iso", "parse_time"]
 CorruptRequestError = CorruptReloadRequestError
 COMPLETED = "Table completed"
 ERRORED = ("Table error", "Error")
