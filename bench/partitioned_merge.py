@@ -97,16 +97,21 @@ def write_batch(dms: DmsWriter, rows: int, count: int, keys: str, seed: int, fir
     return dms.cdc(TABLE, COLUMNS, changes)
 
 
-def scan_metrics(spark: SparkSession, after: int) -> dict[str, int]:
-    """Iceberg's scan metrics (BatchScan of the target) summed over the SQL executions after `after`."""
+def scan_metrics(spark: SparkSession, after: int, table: str) -> dict[str, int]:
+    """Iceberg's scan metrics of the MERGE into `table` (the SQL executions after `after` whose plan
+    writes it: WriteDelta), summed; "merge executions" says over how many (a nested execution repeats
+    the plan, so per-MERGE figures are these divided by it)."""
     spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
     store = spark._jsparkSession.sharedState().statusStore()
     executions = store.executionsList()
     totals: dict[str, int] = {}
     for i in range(executions.size()):
         execution = executions.apply(i)
-        if execution.executionId() <= after or "WriteDelta" not in execution.physicalPlanDescription():
+        plan = execution.physicalPlanDescription()
+        if execution.executionId() <= after or "WriteDelta" not in plan or table.split(".")[-1] not in plan:
             continue
+        totals["merge executions"] = totals.get("merge executions", 0) + 1
+        totals["dynamic pruning"] = totals.get("dynamic pruning", 0) + plan.count("dynamicpruning")
         values = store.executionMetrics(execution.executionId())
         metrics = execution.metrics()
         for j in range(metrics.size()):
@@ -192,7 +197,7 @@ def main() -> None:
                 "changes": count,
                 "seconds": round(seconds, 2),
                 "load_seconds": round(load_seconds, 1),
-                "scan": scan_metrics(spark, before),
+                "scan": scan_metrics(spark, before, table),
                 "commit": commit_summary(spark, table),
             }
             results.append(result)
