@@ -305,16 +305,32 @@ def _reconcile_and_repair(
 def _run_unleased(
     pipeline: LocalPipeline, job: str, arguments: dict[str, str], timeout: float, started: float
 ) -> None:
-    """One run started by hand carries no lease: the execution that takes the lease over at a history
-    rollover stops it (none may commit beside the holder). Started again then, up to 4 times."""
-    for attempt in range(1, 5):
+    """One run under the pipeline lease as the execution holding it now has it (`--lease_uri`,
+    `--lease_holder`, `--lease_epoch`): the holder stops every run of the pipeline's jobs started under
+    another holder or none (none may commit beside it). A run stopped by a rollover's new holder, or that
+    found the lease lost before its commit, is started again under the new holder, up to 6 times."""
+    assert pipeline.app is not None
+    bucket, key = pipeline.app.artifacts_bucket, "locks/pipeline-lease.json"
+    for attempt in range(1, 7):
+        document: Any = json.loads(pipeline.aws("s3").get_object(Bucket=bucket, Key=key)["Body"].read())
+        if isinstance(document, str):  # a string body JSON-encoded once more (LocalStack)
+            document = json.loads(document)
+        lease = {
+            "--lease_uri": f"s3://{bucket}/{key}",
+            "--lease_holder": str(document["holder"]),
+            "--lease_epoch": str(int(document.get("epoch") or 0)),
+        }
         try:
-            pipeline.run_job(job, arguments, timeout=timeout)
+            pipeline.run_job(job, arguments | lease, timeout=timeout)
             return
         except RuntimeError as error:
-            if not str(error).startswith(f"{job} STOPPED") or attempt == 4:
+            again = str(error).startswith(f"{job} STOPPED") or "LeaseLost" in str(error)
+            if not again or attempt == 6:
                 raise
-            _step(started, f"{job}: stopped by the lease hand-over to a fresh execution; started again")
+            _step(
+                started, f"{job}: the lease went to a fresh execution during the run; started again under it"
+            )
+            time.sleep(3.0)
 
 
 def _divergence_rows(pipeline: LocalPipeline, run_id: str) -> dict[str, int]:
