@@ -15,7 +15,7 @@ table against a recomputation from the source database, runs the BI queries (bi/
 dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;
 `--keep-running` leaves it all running; `--source sqlite` replicates an SQLite file through triggers instead).
 
-Divergence and repair (issue 25; PostgreSQL source, `--no-divergence` skips it): before the last workload round
+Divergence and repair (issue 25; PostgreSQL source, with `--divergence`): before the last workload round
 the source's calendar `date_dim` is rebuilt without its first year (TRUNCATE + INSERT, which DMS does not
 replicate: the lake keeps the dropped rows) and a customer is renumbered (a primary-key update, which DMS does
 write to S3); once the lake caught up the demo shows the lake against the source, runs the deployed reconcile
@@ -498,10 +498,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         " SQLite file read through triggers",
     )
     parser.add_argument(
-        "--no-divergence",
-        dest="divergence",
-        action="store_false",
-        help="skip the TRUNCATE and key update, the reconcile runs and the repair (PostgreSQL source only)",
+        "--divergence",
+        action="store_true",
+        help="the TRUNCATE and key update, the reconcile runs and the repair (PostgreSQL source only; off by"
+        " default: with the demo's low history threshold each rollover's new lease holder stops the"
+        " hand-started reconcile run, see docs/LOCAL_DEMO.md)",
     )
     parser.add_argument(
         "--keep-running", action="store_true", help="leave LocalStack, DMS and the execution up"
