@@ -63,9 +63,13 @@ def test_counts_the_events_of_a_real_execution(aws, load_handler):
     app = load_handler("history_guard", HISTORY_THRESHOLD="20")
     request = event("history_guard.json") | {"execution_arn": execution, "threshold": None}
 
-    assert app.handler(request, FakeContext()) == {
-        "event_count": 4,
-        "threshold": 20,
-        "rollover": False,
-    } | NO_PERIODIC_JOB
+    assert (
+        app.handler(request, FakeContext())
+        == {
+            "event_count": 4,
+            "threshold": 20,
+            "rollover": False,
+        }
+        | NO_PERIODIC_JOB
+    )
     assert app.handler(request | {"threshold": 4}, FakeContext())["rollover"] is True
