@@ -25,9 +25,11 @@ class Settings(BaseModel):
     lease_key: str = Field(DEFAULT_LEASE_KEY, alias="LEASE_KEY", min_length=1)
     # the pipeline's Spark jobs (a comma list) and, with SparkEngine=emr-serverless, its application
     glue_job_names: tuple[str, ...] = Field((), alias="GLUE_JOB_NAMES")
+    # of those, the checks (reconcile, raw audit): a run of one started by hand, without a lease, is left going
+    check_job_names: tuple[str, ...] = Field((), alias="CHECK_JOB_NAMES")
     emr_application_id: str = Field("", alias="EMR_APPLICATION_ID")
 
-    @field_validator("glue_job_names", mode="before")
+    @field_validator("glue_job_names", "check_job_names", mode="before")
     @classmethod
     def comma_list(cls, value: object) -> object:
         if isinstance(value, str):
@@ -39,6 +41,7 @@ SETTINGS = from_environment(Settings)
 ARTIFACTS_BUCKET = SETTINGS.artifacts_bucket
 LEASE_KEY = SETTINGS.lease_key
 GLUE_JOB_NAMES = list(SETTINGS.glue_job_names)
+CHECK_JOB_NAMES = frozenset(SETTINGS.check_job_names)
 EMR_APPLICATION_ID = SETTINGS.emr_application_id
 EXECUTION_ARN = r"^arn:aws[a-z-]*:states:[a-z0-9-]+:\d{12}:execution:[^\s:]+:[^\s:]{1,80}$"
 
@@ -76,7 +79,7 @@ def handler(request: LeaseRequest, context: LambdaContext) -> dict[str, Any]:
     decision = acquire(
         s3, sfn, ARTIFACTS_BUCKET, LEASE_KEY, request.execution_arn, request.previous_execution
     )
-    decision = stop_other_runs(decision, glue, GLUE_JOB_NAMES, emr, EMR_APPLICATION_ID)
+    decision = stop_other_runs(decision, glue, GLUE_JOB_NAMES, emr, EMR_APPLICATION_ID, CHECK_JOB_NAMES)
     if decision.stopping_runs:
         logger.warning("job runs of other executions still going: stopping them", extra=decision.as_dict())
     metrics.add_metric(name="LeaseRefused", unit=MetricUnit.Count, value=0 if decision.acquired else 1)

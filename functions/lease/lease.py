@@ -159,21 +159,29 @@ def stop_other_runs(
     job_names: list[str],
     emr: Any = None,
     emr_application_id: str = "",
+    check_jobs: frozenset[str] = frozenset(),
 ) -> LeaseDecision:
     """For a holder: stop every active job run of the pipeline's Glue jobs (and EMR Serverless application)
     that this execution did not start, i.e. whose `--lease_holder` argument names another execution or is
     absent (a run the previous version of the state machine started, or one started by hand: none may
     commit beside the holder); the decision lists those still going. A run already STOPPING/CANCELLING is
-    listed, not stopped again. Asked again until none is left (the state machine waits in between)."""
+    listed, not stopped again. Asked again until none is left (the state machine waits in between).
+
+    The exception is `check_jobs` (the reconcile and the raw audit) started by hand, without a lease: they
+    never write the clean zone (their own report table, a DMS reload request, a re-sent file event: all safe
+    beside the holder), and an operator's check must not be stopped by every history rollover. A check run
+    carrying another execution's lease is stopped like any other."""
     if not decision.acquired:
         return decision
-    going = [*_stop_glue_runs(glue, job_names, decision.holder)]
+    going = [*_stop_glue_runs(glue, job_names, decision.holder, check_jobs)]
     if emr is not None and emr_application_id:
-        going += _cancel_emr_runs(emr, emr_application_id, decision.holder)
+        going += _cancel_emr_runs(emr, emr_application_id, decision.holder, check_jobs)
     return replace(decision, stopping_runs=tuple(going))
 
 
-def _stop_glue_runs(glue: Any, job_names: list[str], holder: str) -> list[str]:
+def _stop_glue_runs(
+    glue: Any, job_names: list[str], holder: str, check_jobs: frozenset[str] = frozenset()
+) -> list[str]:
     going: list[str] = []
     for job in job_names:
         runs: list[dict[str, Any]] = []
@@ -189,6 +197,7 @@ def _stop_glue_runs(glue: Any, job_names: list[str], holder: str) -> list[str]:
             for run in runs
             if run.get("JobRunState") in ACTIVE_GLUE_STATES
             and (run.get("Arguments") or {}).get(HOLDER_ARGUMENT) != holder
+            and not (job in check_jobs and not (run.get("Arguments") or {}).get(HOLDER_ARGUMENT))
         ]
         to_stop = [run["Id"] for run in others if run.get("JobRunState") != "STOPPING"]
         if to_stop:
@@ -201,7 +210,9 @@ def _stop_glue_runs(glue: Any, job_names: list[str], holder: str) -> list[str]:
     return going
 
 
-def _cancel_emr_runs(emr: Any, application_id: str, holder: str) -> list[str]:
+def _cancel_emr_runs(
+    emr: Any, application_id: str, holder: str, check_jobs: frozenset[str] = frozenset()
+) -> list[str]:
     going: list[str] = []
     listed = emr.list_job_runs(applicationId=application_id, states=ACTIVE_EMR_STATES, maxResults=50)
     for summary in listed.get("jobRuns", []):
@@ -210,7 +221,7 @@ def _cancel_emr_runs(emr: Any, application_id: str, holder: str) -> list[str]:
         started_under = next(
             (arguments[i + 1] for i, a in enumerate(arguments[:-1]) if a == HOLDER_ARGUMENT), None
         )
-        if started_under == holder:
+        if started_under == holder or (started_under is None and run.get("name", "") in check_jobs):
             continue
         if run.get("state") != "CANCELLING":
             emr.cancel_job_run(applicationId=application_id, jobRunId=run["jobRunId"])

@@ -16,7 +16,8 @@ from tools.asl_engine import load_template
 
 ARTIFACTS = "dev-artifacts"
 KEY = "locks/pipeline-lease.json"
-JOBS = "dev-full-load,dev-cdc,dev-refine,dev-maintenance"
+JOBS = "dev-full-load,dev-cdc,dev-refine,dev-maintenance,dev-reconcile,dev-raw-audit"
+CHECKS = "dev-reconcile,dev-raw-audit"
 ASL = Path(__file__).resolve().parents[3] / "statemachine" / "pipeline.asl.json"
 
 
@@ -83,7 +84,9 @@ def glue() -> GlueRuns:
 
 @pytest.fixture
 def lease_app(machine, load_handler, glue):
-    app = load_handler("lease", ARTIFACTS_BUCKET=ARTIFACTS, LEASE_KEY=KEY, GLUE_JOB_NAMES=JOBS)
+    app = load_handler(
+        "lease", ARTIFACTS_BUCKET=ARTIFACTS, LEASE_KEY=KEY, GLUE_JOB_NAMES=JOBS, CHECK_JOB_NAMES=CHECKS
+    )
     app.glue = glue
     return app
 
@@ -168,6 +171,33 @@ def test_the_holder_never_stops_its_own_runs_and_a_refused_execution_stops_nothi
     assert glue.stop_requests == []
 
 
+def test_a_check_started_by_hand_outlives_every_rollover_but_a_check_under_an_old_lease_is_stopped(
+    machine, lease_app, glue
+):
+    """Given execution 1 holds the lease; an operator started a reconcile and a raw audit by hand (no lease
+    arguments) and a refine by hand; execution 1's own reconcile (under its lease) is RUNNING too,
+    When execution 2 takes the lease over, Then the reconcile under execution 1's lease and the hand-started
+    refine are stopped (they could commit beside the holder), and the two hand-started checks go on: they
+    never write the clean zone, and a history rollover every few minutes must not kill an operator's check."""
+    first, second = start(machine, "first"), start(machine, "second")
+    lease_app.handler({"execution_arn": first}, FakeContext())
+    glue.add("dev-reconcile", "jr_by_hand", "RUNNING", None)
+    glue.add("dev-raw-audit", "jr_audit_by_hand", "RUNNING", None)
+    glue.add("dev-refine", "jr_refine_by_hand", "RUNNING", None)
+    glue.add("dev-reconcile", "jr_loop_reconcile", "RUNNING", first)
+    boto3.client("stepfunctions").stop_execution(executionArn=first)
+
+    taken = lease_app.handler({"execution_arn": second}, FakeContext())
+
+    assert sorted(r.split()[2] for r in taken["stopping_runs"]) == ["jr_loop_reconcile", "jr_refine_by_hand"]
+    assert sorted(glue.stop_requests) == [
+        ("dev-reconcile", ["jr_loop_reconcile"]),
+        ("dev-refine", ["jr_refine_by_hand"]),
+    ]
+    states = {run["Id"]: run["JobRunState"] for runs in glue.runs.values() for run in runs}
+    assert (states["jr_by_hand"], states["jr_audit_by_hand"]) == ("RUNNING", "RUNNING")
+
+
 def test_the_state_machine_waits_for_the_old_runs_before_it_starts_anything_and_fences_every_job_run():
     """The lease answer `old_runs_running` loops the execution through a Wait back to AcquireLease; every
     Glue job run it starts carries the lease object, the holder (this execution) and the epoch."""
@@ -183,6 +213,10 @@ def test_the_state_machine_waits_for_the_old_runs_before_it_starts_anything_and_
     stopped = template["Resources"]["LeaseFunction"]["Properties"]["Environment"]["Variables"][
         "GLUE_JOB_NAMES"
     ]
+    checks = template["Resources"]["LeaseFunction"]["Properties"]["Environment"]["Variables"][
+        "CHECK_JOB_NAMES"
+    ]
+    assert checks["Fn::Sub"].split(",") == ["${ReconcileJob}", "${RawAuditJob}"]
     for name, state in runs.items():
         job = substitutions[state["Parameters"]["JobName"].strip("${}")]["Ref"]
         assert f"${{{job}}}" in stopped["Fn::Sub"].split(","), name
