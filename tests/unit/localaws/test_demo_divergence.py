@@ -4,11 +4,9 @@ shape shows here)."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 from datetime import date
-from typing import Any
 
 import psycopg
 import pytest
@@ -177,64 +175,3 @@ def test_reconcile_arguments_repair_through_the_demos_task_and_never_fail_on_div
 
     parsed = reconcile_parser().parse_known_args([a for kv in repair.items() for a in kv])[0]
     assert (parsed.repair_mode, parsed.fail_on_divergence, parsed.max_source_rows) == ("reload", "false", 0)
-
-
-class _Body:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def read(self) -> bytes:
-        return self.data
-
-
-class _LeasedPipeline:
-    """A pipeline whose lease changes hands once: the first run is stopped by the new holder."""
-
-    def __init__(self, outcomes: list[str]) -> None:
-        from types import SimpleNamespace
-
-        self.app = SimpleNamespace(artifacts_bucket="art")
-        self.leases = [
-            {"holder": "arn:exec:1", "epoch": 4},
-            json.dumps({"holder": "arn:exec:2", "epoch": 5}),  # LocalStack's twice-encoded body
-        ]
-        self.outcomes = outcomes
-        self.runs: list[dict[str, str]] = []
-
-    def aws(self, service: str) -> Any:
-        pipeline = self
-
-        class S3:
-            def get_object(self, Bucket: str, Key: str) -> dict[str, Any]:
-                assert (Bucket, Key) == ("art", "locks/pipeline-lease.json")
-                return {"Body": _Body(json.dumps(pipeline.leases[min(len(pipeline.runs), 1)]).encode())}
-
-        return S3()
-
-    def run_job(self, job: str, arguments: dict[str, str], timeout: float) -> None:
-        self.runs.append(arguments)
-        outcome = self.outcomes[len(self.runs) - 1]
-        if outcome != "SUCCEEDED":
-            raise RuntimeError(f"{job} {outcome}")
-
-
-def test_the_hand_started_reconcile_runs_under_the_current_holders_lease_and_again_after_a_rollover(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Given a lease held by execution 1 that goes to execution 2 (epoch 5) while the first run goes, which
-    the new holder stops, Then the run is started again under execution 2's lease and the demo goes on; a run
-    that fails otherwise raises at once."""
-    from localaws import demo
-
-    monkeypatch.setattr(demo.time, "sleep", lambda _seconds: None)
-    pipeline = _LeasedPipeline(["STOPPED", "SUCCEEDED"])
-    demo._run_unleased(pipeline, "demo-reconcile", {"--run_id": "r"}, 60, 0.0)  # type: ignore[arg-type]
-    lease = "s3://art/locks/pipeline-lease.json"
-    assert pipeline.runs == [
-        {"--run_id": "r", "--lease_uri": lease, "--lease_holder": "arn:exec:1", "--lease_epoch": "4"},
-        {"--run_id": "r", "--lease_uri": lease, "--lease_holder": "arn:exec:2", "--lease_epoch": "5"},
-    ]
-    failing = _LeasedPipeline(["FAILED"])
-    with pytest.raises(RuntimeError, match="demo-reconcile FAILED"):
-        demo._run_unleased(failing, "demo-reconcile", {}, 60, 0.0)  # type: ignore[arg-type]
-    assert len(failing.runs) == 1
