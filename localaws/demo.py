@@ -15,7 +15,7 @@ table against a recomputation from the source database, runs the BI queries (bi/
 dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;
 `--keep-running` leaves it all running; `--source sqlite` replicates an SQLite file through triggers instead).
 
-Divergence and repair (issue 25; PostgreSQL source, with `--divergence`): before the last workload round
+Divergence and repair (issue 25; PostgreSQL source, unless `--no-divergence`): before the last workload round
 the source's calendar `date_dim` is rebuilt without its first year (TRUNCATE + INSERT, which DMS does not
 replicate: the lake keeps the dropped rows) and a customer is renumbered (a primary-key update, which DMS does
 write to S3); once the lake caught up the demo shows the lake against the source, runs the deployed reconcile
@@ -86,7 +86,7 @@ def run_demo(args: argparse.Namespace) -> int:
         replication=replication.ReplicationSettings(bucket="(set at deploy)", data_format=args.dms_format),
         source=args.source,
     )
-    act = args.divergence and args.source == "postgresql"
+    act = not args.no_divergence and args.source == "postgresql"
     if act and "ReconcileEveryMinutes" in sam_app.template_parameters():
         settings.parameters["ReconcileEveryMinutes"] = "0"  # the demo runs the reconcile when it chooses
     pipeline = LocalPipeline(config.endpoint_url, settings, config)
@@ -468,9 +468,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         " SQLite file read through triggers",
     )
     parser.add_argument(
-        "--divergence",
+        "--no-divergence",
         action="store_true",
-        help="the TRUNCATE and key update, the reconcile runs and the repair (PostgreSQL source only)",
+        help="skip the TRUNCATE and key update, the reconcile runs and the repair (the PostgreSQL source"
+        " has them by default)",
     )
     parser.add_argument(
         "--keep-running", action="store_true", help="leave LocalStack, DMS and the execution up"
