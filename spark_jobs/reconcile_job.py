@@ -9,5 +9,6 @@ from lakehouse.fence import fenced
 from lakehouse.reconcile import reconcile_main
 
 if __name__ == "__main__":
-    # fenced: dms_divergence and a reload request only while the execution that started it holds the lease
+    # fenced: dms_divergence, a reload request and the emptying of a table whose source is empty (its one
+    # REPLACE) only while the execution that started it holds the lease
     sys.exit(fenced(reconcile_main)(sys.argv[1:]))

@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any, Literal, Protocol
 
@@ -44,7 +44,17 @@ from pyspark.sql import types as T
 
 from lakehouse.config import LakeConfig
 from lakehouse.fence import check_before_commit
-from lakehouse.iceberg import append_rows, create_table, ensure_namespace, table_exists
+from lakehouse.iceberg import (
+    FULL_LOAD_DONE,
+    REPLACED_SNAPSHOT,
+    RUN_ID,
+    append_rows,
+    create_table,
+    current_snapshot_id,
+    ensure_namespace,
+    replace_table,
+    table_exists,
+)
 from lakehouse.names import RESERVED_COLUMNS, quote
 from lakehouse.schema import SchemaFile, TableSpec
 
@@ -655,6 +665,8 @@ class TableResult:
     recheck: str = ""  # "confirmed" | "lake behind" | "not needed" | "no raw path"
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     repaired: bool = False
+    source_empty: bool = False  # the source held no row at the check (a TRUNCATE: DMS reloads write nothing)
+    emptied: bool = False  # repaired by emptying the clean table here (a reload with no rows), not by DMS
     seconds: float = 0.0
     error: str | None = None
 
@@ -687,6 +699,7 @@ class Comparison:
     leaves: list[Level]  # the leaf segments the differences are in (to read again for the recheck)
     segments: int
     levels: int
+    source_rows: int = 0  # the source's rows at the first level (all its keys)
 
 
 def _first_level(
@@ -724,6 +737,7 @@ def compare_table(
     differences: dict[tuple[str, ...], Difference] = {}
     leaves: list[Level] = []
     segments = 0
+    source_total = 0
     levels = 0
     while True:
         levels += 1
@@ -743,6 +757,7 @@ def compare_table(
         )
         if levels == 1:
             segments = len(source_sums.keys() | lake_sums.keys())
+            source_total = sum(n for n, _ in source_sums.values())
         differing = [
             j for j in source_sums.keys() | lake_sums.keys() if source_sums.get(j) != lake_sums.get(j)
         ]
@@ -776,7 +791,7 @@ def compare_table(
             break
         parent_shift = level.shift
         level = Level(max(0, level.shift - step), level.lo, tuple(x_ranges(large, level.shift)))
-    return Comparison(differences, leaves, segments, levels)
+    return Comparison(differences, leaves, segments, levels, source_total)
 
 
 def _both(first: Callable[[], Any], second: Callable[[], Any]) -> tuple[Any, Any]:
@@ -958,6 +973,7 @@ def reconcile(
     names = [spec.qualified_name for spec in chosen]
     order = rotation(names, start_after)
     by_name = {spec.qualified_name: spec for spec in chosen}
+    plans: dict[str, TablePlan] = {}
     lake = LakeSide(spark, cache=options.cache_lake)
     budget = options.max_source_rows
     spent = 0
@@ -965,7 +981,7 @@ def reconcile(
         spec = by_name[name]
         if not spec.has_primary_key or not table_exists(spark, config.clean_table(spec.iceberg_name)):
             continue
-        plan = plan_table(spark, config, spec)
+        plan = plans[name] = plan_table(spark, config, spec)
         if budget is not None and report.tables:
             estimate = lake.estimated_rows(plan)
             if spent + estimate > budget:
@@ -976,14 +992,20 @@ def reconcile(
         spent += result.source_rows_hashed
         report.next_table = name
     if report.diverged and options.repair_mode == "reload" and reload_tables is not None:
-        diverged = [by_name[t.table] for t in report.diverged]
         try:
-            reload_tables(diverged)
-            for result in report.diverged:
-                result.repaired = True
-            report.repairs = len(diverged)
+            for result in report.diverged:  # an empty source: DMS's reload writes no LOAD file to apply
+                if result.source_empty and source_is_empty(plans[result.table], source):
+                    empty_clean_table(spark, config, by_name[result.table], t0, run_id)
+                    result.emptied = result.repaired = True
+                    report.repairs += 1
+            reloaded = [t for t in report.diverged if not t.emptied]
+            if reloaded:
+                reload_tables([by_name[t.table] for t in reloaded])
+                for result in reloaded:
+                    result.repaired = True
+                report.repairs += len(reloaded)
         except Exception as error:  # the divergence stands recorded; the run fails, alarming
-            log.exception("requesting the reload of %s failed", [s.qualified_name for s in diverged])
+            log.exception("repairing %s failed", [t.table for t in report.diverged if not t.repaired])
             report.error = f"repair: {type(error).__name__}: {error}"[:2000]
     report.divergence_rows_added = write_divergence(spark, config, report, t0)
     report.seconds = round(time.monotonic() - started, 3)
@@ -1011,6 +1033,7 @@ def _reconcile_table(
             in_flight,
             what,
         )
+        result.source_empty = comparison.source_rows == 0
         for kind in KINDS:
             keys = sorted((k for k, d in confirmed.items() if d[0] == kind), key=lambda k: _order(plan, k))
             setattr(result, kind, len(keys))
@@ -1061,6 +1084,62 @@ def write_divergence(spark: SparkSession, config: LakeConfig, report: ReconcileR
         spark, table, spark.createDataFrame(rows, DIVERGENCE_SCHEMA), {"dms.reconcile-run": report.run_id}
     )
     return len(rows)
+
+
+def source_is_empty(plan: TablePlan, source: SourceSide) -> bool:
+    """Asked again right before the repair: does the source table hold no row at all? (One segment sum over
+    the whole key space: an empty table returns no sums.)"""
+    return not source.segment_sums(plan, Level(HASH_BITS, 0, None))
+
+
+def empty_clean_table(
+    spark: SparkSession,
+    config: LakeConfig,
+    spec: TableSpec,
+    t0: datetime,
+    run_id: str,
+    margin_seconds: int | None = None,
+) -> None:
+    """Repair a table whose source is empty (a TRUNCATE, which DMS does not replicate): what a reload with no
+    LOAD rows makes of it (lakehouse.pipeline `_replace_with_load` / `_reloaded`), read at `t0` and placed
+    by time as such a reload is: the rows go, except a row holding a change newer than `t0` + the margin
+    (made after the check, which its later changes follow); the table's floor becomes `t0` - the margin, so
+    a late change older than the check can't bring a row back and a newer one applies. One fenced REPLACE,
+    the history kept (time travel and rollback reach the rows before). DMS is not asked: its reload of an
+    empty table writes no LOAD file and would remove the table's raw files (CDC not applied yet with them)."""
+    from lakehouse.changes import SEQ_TYPE
+    from lakehouse.names import CHANGE_SEQ_COLUMN
+    from lakehouse.pipeline import (
+        LOAD_FLOOR,
+        ApplyOptions,
+        _aligned,
+        _check_sequences_comparable,
+        _floor,
+        _target_schema,
+        sequence_at,
+    )
+
+    table = config.clean_table(spec.iceberg_name)
+    margin = timedelta(
+        seconds=ApplyOptions().reload_margin_seconds if margin_seconds is None else margin_seconds
+    )
+    placed, settled = sequence_at(t0 - margin), sequence_at(t0 + margin)
+    _check_sequences_comparable(spark, table, spec, placed)
+    floor = max(placed, _floor(spark, table) or placed)
+    target = _target_schema(spark, table, spec, {})
+    seq = F.col(quote(CHANGE_SEQ_COLUMN))
+    kept = _aligned(spark.table(table), target).where(
+        seq.isNotNull() & (seq > F.lit(str(settled)).cast(SEQ_TYPE))
+    )
+    replace_table(
+        spark,
+        table,
+        kept,
+        {LOAD_FLOOR: str(floor)},
+        {FULL_LOAD_DONE: "0", RUN_ID: run_id, REPLACED_SNAPSHOT: str(current_snapshot_id(spark, table))},
+        f"DMS replica of {spec.qualified_name}",
+    )
+    log.warning("%s: the source is empty; emptied the clean table (floor %s)", spec.qualified_name, floor)
 
 
 def dms_reloader(dms_client: Any, task_arn: str) -> Callable[[list[TableSpec]], None]:
