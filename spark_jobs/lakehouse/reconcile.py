@@ -993,17 +993,21 @@ def reconcile(
         report.next_table = name
     if report.diverged and options.repair_mode == "reload" and reload_tables is not None:
         try:
-            for result in report.diverged:  # an empty source: DMS's reload writes no LOAD file to apply
-                if result.source_empty and source_is_empty(plans[result.table], source):
-                    empty_clean_table(spark, config, by_name[result.table], t0, run_id)
-                    result.emptied = result.repaired = True
-                    report.repairs += 1
-            reloaded = [t for t in report.diverged if not t.emptied]
+            # an empty source: DMS's reload writes no LOAD file, so the run empties the table itself
+            empty = {
+                t.table for t in report.diverged if t.source_empty and source_is_empty(plans[t.table], source)
+            }
+            reloaded = [t for t in report.diverged if t.table not in empty]
             if reloaded:
                 reload_tables([by_name[t.table] for t in reloaded])
                 for result in reloaded:
                     result.repaired = True
                 report.repairs += len(reloaded)
+            for result in report.diverged:
+                if result.table in empty:
+                    empty_clean_table(spark, config, by_name[result.table], t0, run_id)
+                    result.emptied = result.repaired = True
+                    report.repairs += 1
         except Exception as error:  # the divergence stands recorded; the run fails, alarming
             log.exception("repairing %s failed", [t.table for t in report.diverged if not t.repaired])
             report.error = f"repair: {type(error).__name__}: {error}"[:2000]
