@@ -43,7 +43,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.config import LakeConfig
-from lakehouse.fence import check_before_commit
+from lakehouse.fence import check_before_commit, installed
 from lakehouse.iceberg import (
     FULL_LOAD_DONE,
     REPLACED_SNAPSHOT,
@@ -89,6 +89,9 @@ class ReconcileOptions:
     recheck_poll_seconds: float = 5.0
     repair_mode: RepairMode = "alarm"
     cache_lake: bool = True  # keep the lake's (segment key, hash) between bisect levels
+    # a run that may write a clean table (emptying one whose source is empty): only a run under the pipeline
+    # lease (the loop's); a run started by hand is unfenced and left going beside the holder, so it only reports
+    empty_clean_tables: bool = True
 
     def __post_init__(self) -> None:
         if self.bisect_factor < 2 or self.bisect_factor & (self.bisect_factor - 1):
@@ -997,7 +1000,16 @@ def reconcile(
             empty = {
                 t.table for t in report.diverged if t.source_empty and source_is_empty(plans[t.table], source)
             }
-            reloaded = [t for t in report.diverged if t.table not in empty]
+            if empty and not options.empty_clean_tables:
+                log.warning(
+                    "%s: the source is empty; a run without the pipeline lease never writes a clean table, so"
+                    " the loop's next reconcile (RepairMode=reload) empties it",
+                    sorted(empty),
+                )
+                unrepaired, empty = empty, set()
+            else:
+                unrepaired = set()
+            reloaded = [t for t in report.diverged if t.table not in empty | unrepaired]
             if reloaded:
                 reload_tables([by_name[t.table] for t in reloaded])
                 for result in reloaded:
@@ -1292,6 +1304,7 @@ def reconcile_main(argv: Sequence[str]) -> int:
         sample_keys=args.sample_keys,
         recheck_wait_seconds=args.recheck_wait_seconds,
         repair_mode=args.repair_mode,
+        empty_clean_tables=installed() is not None,
     )
     if options.repair_mode == "reload" and not args.dms_task_arn:
         parser.error("--repair_mode reload needs --dms_task_arn")

@@ -107,3 +107,44 @@ def test_a_table_the_source_left_empty_is_emptied_and_stays_so_until_a_newer_cha
         (f"{s}.gone", 0, 0, 0, False)
     ]
     assert again.repairs == 0 and len(dms.calls) == 1
+
+
+def test_a_run_without_the_lease_reports_an_empty_source_but_never_writes_the_clean_table(
+    spark,
+    lake_config,
+    pg,  # noqa: F811 (the fixture imported above)
+    tmp_path,
+):
+    """Given a clean table whose source was TRUNCATEd, When a reconcile started by hand (no pipeline lease: the
+    lease function leaves it going beside the holder, so it must not write a clean table) runs with
+    repair_mode reload, Then the divergence is reported, the table keeps its rows, and DMS is not asked either
+    (its reload would write nothing and clear the raw folder): the loop's own reconcile empties it."""
+    s = "rc_empty_hand"
+    with connect(pg) as db:
+        db.execute(f"DROP SCHEMA IF EXISTS {s} CASCADE")
+        db.execute(f"CREATE SCHEMA {s}")
+        db.execute(f"CREATE TABLE {s}.gone (id int PRIMARY KEY, v text)")
+        db.execute(f"INSERT INTO {s}.gone SELECT i, 'v' || i FROM generate_series(1, 20) i")
+    schema = load_lake(spark, lake_config, pg, s, ["gone"], tmp_path / "raw")
+    gone = lake_config.clean_table(schema.tables[f"{s}.gone"].iceberg_name)
+    kept = rows_of(spark, gone)
+    with connect(pg) as db:
+        db.execute(f"TRUNCATE {s}.gone")
+    dms = FakeDms()
+    by_hand = ReconcileOptions(**{**RELOAD.__dict__, "empty_clean_tables": False})
+
+    report = reconcile(
+        spark,
+        lake_config,
+        schema,
+        jdbc_source(spark, pg),
+        by_hand,
+        run_id="h1",
+        reload_tables=dms_reloader(dms, "arn:t"),
+    )
+
+    assert [(t.table, t.extra, t.source_empty, t.emptied, t.repaired) for t in report.tables] == [
+        (f"{s}.gone", 20, True, False, False)
+    ]
+    assert report.repairs == 0 and dms.calls == []
+    assert rows_of(spark, gone) == kept and len(kept) == 20
