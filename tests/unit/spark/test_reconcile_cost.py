@@ -1,3 +1,4 @@
+# ruff: noqa: F811 (pg: the PostgreSQL fixture of test_reconcile, taken as an argument)
 """What reconciling costs the source (issue 25): PostgreSQL reads each level's key ranges, not the table.
 
 The rows PostgreSQL's scans of a table returned are its statistics counters (`pg_stat_user_tables`:
@@ -6,37 +7,15 @@ its counters when it exits). The lake tables are written straight from Spark wit
 
 from __future__ import annotations
 
-import socket
-import tempfile
 import time
-from pathlib import Path
 
 import psycopg
-import pytest
 from lakehouse.reconcile import PostgresJdbcSource, ReconcileOptions, aligned_segments, reconcile, x_ranges
 from lakehouse.schema import SchemaFile
 from pyspark.sql import functions as F
 
+from tests.unit.spark.test_reconcile import connect, pg  # noqa: F401 (pg: the PostgreSQL fixture)
 from tools.schema_gen import reflect_schema
-
-
-@pytest.fixture(scope="module")
-def pg():
-    """A PostgreSQL server of this module's own that also listens on 127.0.0.1 (the JDBC driver needs TCP)."""
-    from localaws.postgres import LocalPostgres
-
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = probe.getsockname()[1]
-    probe.close()
-    server = LocalPostgres(Path(tempfile.mkdtemp(prefix="reconcile-cost-pg-")) / "data")
-    address = server.start(tcp_port=port)
-    yield address
-    server.stop()
-
-
-def connect(pg) -> psycopg.Connection:
-    return psycopg.connect(pg.uri, autocommit=True)
 
 
 def source_of(spark, pg, parallelism: int) -> PostgresJdbcSource:
