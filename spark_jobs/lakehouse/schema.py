@@ -34,6 +34,9 @@ class TableSpec:
     # the spec it has (a new table: unpartitioned); () unpartitioned. target_file_size_mb None: 128 MB.
     partition_by: tuple[str, ...] | None = None
     target_file_size_mb: int | None = None
+    # Keep every version of every row in `<clean table>_history` (lakehouse.history; the schema file's
+    # `"history": true` or the jobs' --history_tables).
+    history: bool = False
 
     @property
     def qualified_name(self) -> str:
@@ -133,6 +136,7 @@ class SchemaFile:
                         if spec.target_file_size_mb is not None
                         else {}
                     ),
+                    **({"history": True} if spec.history else {}),
                 }
                 for qualified, spec in self.tables.items()
             },
@@ -259,4 +263,14 @@ def _table_spec(name: str, body: Any, dialect: str) -> TableSpec:
         spec,
         partition_by=partition_transforms(name, body.get("partition_by"), columns, spec.dialect),
         target_file_size_mb=target_file_size(name, body.get("target_file_size_mb")),
+        history=history_flag(name, body.get("history")),
     )
+
+
+def history_flag(name: str, value: Any) -> bool:
+    """The schema file's `history` of table `name`: true or false (absent: false)."""
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ValueError(f"schema file: {name!r} history must be true or false, not {value!r}")
+    return value
