@@ -60,37 +60,37 @@ def _window_dedup() -> Any:
 def _cache_cdc() -> Any:
     """Keep a CDC batch's first pass in Spark's columnar cache, as the full load does, instead of a local
     checkpoint (rejected: 15.9 vs 10.0 s at 10M rows, bench/RESULTS.md §7)."""
-    from lakehouse import pipeline
+    from lakehouse import typed_batch
 
-    return _patched(pipeline, "_checkpointed", pipeline._cached)
+    return _patched(typed_batch, "_checkpointed", typed_batch.cached)
 
 
 def _checkpoint_load() -> Any:
     """The full load's first pass kept as a local checkpoint (rows as objects), as before the cache."""
-    from lakehouse import pipeline
+    from lakehouse import full_load, typed_batch
 
-    return _patched(pipeline, "_cached", pipeline._checkpointed)
+    return _patched(full_load, "cached", typed_batch._checkpointed)
 
 
 def _merge_always() -> Any:
     """The plan before the append path: every batch of a keyed table is a MERGE, even when each of its
-    keys is above the table's highest (pipeline._keys_all_new)."""
-    from lakehouse import pipeline
+    keys is above the table's highest (cdc_apply._keys_all_new)."""
+    from lakehouse import cdc_apply
 
-    return _patched(pipeline, "_keys_all_new", lambda *args, **kwargs: False)
+    return _patched(cdc_apply, "_keys_all_new", lambda *args, **kwargs: False)
 
 
 def _shuffle_hash_hint() -> Any:
     """Hint the MERGE source `SHUFFLE_HASH`: the join builds a hash table of the batch and streams the
     target through it, instead of sorting both sides (a right outer join may build its right side)."""
-    from lakehouse import pipeline
+    from lakehouse import cdc_apply
 
-    original = pipeline.merge_changes
+    original = cdc_apply.merge_changes
 
     def merge_changes(spark: SparkSession, table: str, changes: DataFrame, *args: Any, **kwargs: Any) -> None:
         original(spark, table, changes.hint("shuffle_hash"), *args, **kwargs)
 
-    return _patched(pipeline, "merge_changes", merge_changes)
+    return _patched(cdc_apply, "merge_changes", merge_changes)
 
 
 TableSetup = Callable[[SparkSession, str], None]

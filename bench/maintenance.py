@@ -74,10 +74,11 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "6g")
+    from lakehouse.cdc_apply import apply_cdc
     from lakehouse.config import LakeConfig
+    from lakehouse.full_load import full_load
     from lakehouse.maintenance import MaintenanceOptions, maintain
     from lakehouse.manifest import Manifest, ManifestFile
-    from lakehouse.pipeline import apply_cdc, full_load
     from lakehouse.schema import SchemaFile
     from lakehouse.session import build_session
 

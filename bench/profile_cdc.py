@@ -83,7 +83,7 @@ def main(argv: Sequence[str]) -> int:
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
     )
-    from lakehouse import pipeline
+    from lakehouse import cdc_apply
     from lakehouse.session import build_session
 
     spark = build_session(lake.config("bench"), "profile")
@@ -96,7 +96,7 @@ def main(argv: Sequence[str]) -> int:
         apply_in_session(spark, lake, database, files, f"warmup{warmup}")
 
     merge_seconds: list[float] = []
-    original_merge = pipeline.merge_changes
+    original_merge = cdc_apply.merge_changes
 
     def timed_merge(*a, **k):
         started = time.perf_counter()
@@ -105,7 +105,7 @@ def main(argv: Sequence[str]) -> int:
         finally:
             merge_seconds.append(time.perf_counter() - started)
 
-    pipeline.merge_changes = timed_merge
+    cdc_apply.merge_changes = timed_merge
     restore(table_dir)
     refreshed(spark, table)
     for setup in table_setups(args.variant):

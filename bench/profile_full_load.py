@@ -50,8 +50,10 @@ def main(argv: Sequence[str]) -> int:
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
     )
+    from lakehouse.apply_run import ApplyOptions, ApplyRun
     from lakehouse.dms_files import parse_dms_key
-    from lakehouse.pipeline import ApplyOptions, TableReport, _Pipeline, full_load
+    from lakehouse.full_load import full_load
+    from lakehouse.run_report import TableReport
     from lakehouse.schema import SchemaFile
     from lakehouse.session import build_session
 
@@ -65,8 +67,8 @@ def main(argv: Sequence[str]) -> int:
     files = [parse_dms_key(p.as_uri(), p.stat().st_size) for p in sorted(folder.glob(f"LOAD*.{args.format}"))]
 
     def frames():
-        pipeline = _Pipeline(spark, config, schema, ApplyOptions(), "profile", "full-load")
-        return pipeline.read_typed(spec, files, TableReport(spec.qualified_name))
+        run = ApplyRun(spark, config, schema, ApplyOptions(), "profile", "full-load")
+        return run.read_typed(spec, files, TableReport(spec.qualified_name))
 
     clean = config.clean_table(spec.iceberg_name)
     copy = config.clean_table("spark_copy")

@@ -31,7 +31,7 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
 
     os.environ["LAKE_SPARK_DRIVER_MEMORY"] = "8g"
-    from lakehouse.pipeline import full_load
+    from lakehouse.full_load import full_load
     from lakehouse.schema import SchemaFile
     from lakehouse.session import build_session
 

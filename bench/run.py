@@ -160,7 +160,7 @@ def base_metadata_json(table_dir: Path) -> Path:
 
 def build_base(spark, lake: Lake, dataset: Dataset, figures: list[Figure]) -> Path:
     """Full-load the dataset's table once (timed: the 10M-row full-load figure) and keep its metadata."""
-    from lakehouse.pipeline import full_load
+    from lakehouse.full_load import full_load
     from lakehouse.schema import SchemaFile
 
     database = lake.database(dataset.rows, dataset.fmt)
@@ -247,8 +247,8 @@ def spark_session(lake: Lake, driver_memory: str):
 
 
 def apply_in_session(spark, lake: Lake, database: str, files: Sequence[Path], run_id: str):
+    from lakehouse.cdc_apply import apply_cdc
     from lakehouse.manifest import Manifest, ManifestFile
-    from lakehouse.pipeline import apply_cdc
     from lakehouse.schema import SchemaFile
 
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
@@ -419,7 +419,7 @@ def arrow_floor(raw_folder: Path, out: Path, target: pa.Schema, fmt: str = "csv"
 def measure_full_load(spark, lake: Lake, rows: int, args: argparse.Namespace, figures: list[Figure]) -> None:
     """The full load of a new table (dropped before each run, outside the timing) against the pyarrow
     floor on the same files: the narrow table in every format asked for, the wide one from CSV."""
-    from lakehouse.pipeline import full_load
+    from lakehouse.full_load import full_load
     from lakehouse.schema import SchemaFile
 
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))

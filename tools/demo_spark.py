@@ -17,11 +17,13 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
+from lakehouse.apply_run import ApplyOptions
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import CsvFormat
 from lakehouse.dms_reader import ReaderOptions
+from lakehouse.full_load import full_load
 from lakehouse.manifest import Manifest, ManifestFile
-from lakehouse.pipeline import ApplyOptions, apply_cdc, full_load
 from lakehouse.schema import SchemaFile
 from lakehouse.session import build_session
 

@@ -35,12 +35,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lakehouse.apply_run import ApplyOptions
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_files import NotADmsFileError, parse_dms_key
 from lakehouse.iceberg import table_exists
 from lakehouse.manifest import Manifest, ManifestFile
-from lakehouse.pipeline import ApplyOptions, RunReport, apply_cdc
 from lakehouse.quarantine import QuarantinedFile, quarantined_files
+from lakehouse.run_report import RunReport
 from lakehouse.schema import SchemaFile
 from lakehouse.state import RecordedFile, StateTables, applied_files
 from lakehouse.storage import is_missing, read_bytes

@@ -8,12 +8,15 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from lakehouse.apply_run import ApplyOptions
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.changes import ChangeColumns
 from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_reader import ReaderOptions
+from lakehouse.full_load import full_load
 from lakehouse.manifest import Manifest
 from lakehouse.names import parse_tables_argument
-from lakehouse.pipeline import ApplyOptions, RunReport, apply_cdc, full_load
+from lakehouse.run_report import RunReport
 from lakehouse.schema import SchemaFile
 from lakehouse.session import build_session
 from lakehouse.storage import read_json, write_text

@@ -8,7 +8,7 @@ audit lists the raw prefix and sorts every CDC file into exactly one of:
   quarantined as unreadable are in the ledger too: processed, not lost);
 - `quarantined`: the quarantine table holds it as a whole file (not in the ledger, already alarmed);
 - `superseded`: written before its table's last (re)load had been written by DMS (`dms.load.ended-at`):
-  the reload's rows hold its changes; the CDC job skips such a file when it is missing (pipeline.py);
+  the reload's rows hold its changes; the CDC job skips such a file when it is missing (apply_run.py);
 - `pending`: named by a pending manifest (`<manifests>/pending/`): the next CDC run applies it;
 - `moved_aside`: named by a manifest moved to `<manifests>/failed/` (alarmed when it was moved: counted,
   never re-enqueued, `tools.requeue_batch` re-sends it);
@@ -38,6 +38,7 @@ from urllib.parse import quote, urlparse
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.clean_table import LOAD_ENDED, LOAD_STARTED
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import NotADmsFileError, parse_dms_key
 from lakehouse.frames import literal_frame
@@ -62,9 +63,6 @@ MESSAGE_GROUP_ID = "dms-cdc-files"
 METRICS_NAMESPACE = "DmsIcebergLake"
 METRICS_SERVICE = "raw-audit"
 SAMPLE_SIZE = 20
-# Table properties a (re)load sets (pipeline.py LOAD_ENDED / LOAD_STARTED; not imported: no cycle).
-LOAD_ENDED = "dms.load.ended-at"
-LOAD_STARTED = "dms.load.started-at"
 
 
 @dataclass(frozen=True)

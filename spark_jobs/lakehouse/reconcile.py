@@ -1117,34 +1117,34 @@ def empty_clean_table(
     margin_seconds: int | None = None,
 ) -> None:
     """Repair a table whose source is empty (a TRUNCATE, which DMS does not replicate): what a reload with no
-    LOAD rows makes of it (lakehouse.pipeline `_replace_with_load` / `_reloaded`), read at `t0` and placed
+    LOAD rows makes of it (lakehouse.full_load `_replace_with_load` / `_reloaded`), read at `t0` and placed
     by time as such a reload is: the rows go, except a row holding a change newer than `t0` + the margin
     (made after the check, which its later changes follow); the table's floor becomes `t0` - the margin, so
     a late change older than the check can't bring a row back and a newer one applies. One fenced REPLACE,
     the history kept (time travel and rollback reach the rows before). DMS is not asked: its reload of an
     empty table writes no LOAD file and would remove the table's raw files (CDC not applied yet with them)."""
+    from lakehouse.apply_run import ApplyOptions
     from lakehouse.changes import SEQ_TYPE
-    from lakehouse.names import CHANGE_SEQ_COLUMN
-    from lakehouse.pipeline import (
+    from lakehouse.clean_table import (
         LOAD_FLOOR,
-        ApplyOptions,
-        _aligned,
-        _check_sequences_comparable,
-        _floor,
-        _target_schema,
+        aligned,
+        check_sequences_comparable,
+        load_floor,
         sequence_at,
+        target_schema,
     )
+    from lakehouse.names import CHANGE_SEQ_COLUMN
 
     table = config.clean_table(spec.iceberg_name)
     margin = timedelta(
         seconds=ApplyOptions().reload_margin_seconds if margin_seconds is None else margin_seconds
     )
     placed, settled = sequence_at(t0 - margin), sequence_at(t0 + margin)
-    _check_sequences_comparable(spark, table, spec, placed)
-    floor = max(placed, _floor(spark, table) or placed)
-    target = _target_schema(spark, table, spec, {})
+    check_sequences_comparable(spark, table, spec, placed)
+    floor = max(placed, load_floor(spark, table) or placed)
+    target = target_schema(spark, table, spec, {})
     seq = F.col(quote(CHANGE_SEQ_COLUMN))
-    kept = _aligned(spark.table(table), target).where(
+    kept = aligned(spark.table(table), target).where(
         seq.isNotNull() & (seq > F.lit(str(settled)).cast(SEQ_TYPE))
     )
     replace_table(

@@ -7,9 +7,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+from lakehouse.clean_table import clean_schema
 from lakehouse.config import LakeConfig
 from lakehouse.iceberg import append_rows, create_table, ensure_namespace
-from lakehouse.pipeline import clean_schema
 from lakehouse.schema import SchemaFile
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.config import LakeConfig
-from lakehouse.pipeline import apply_cdc
 from lakehouse.refine import current_snapshot_id, refine
 
 from tests.support import manifest

@@ -7,8 +7,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.config import LakeConfig
-from lakehouse.pipeline import apply_cdc
 from lakehouse.refine import (
     AGGREGATES,
     BATCH_COLUMN,

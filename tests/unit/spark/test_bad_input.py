@@ -6,7 +6,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse.pipeline import ApplyOptions, apply_cdc
+from lakehouse.apply_run import ApplyOptions
+from lakehouse.cdc_apply import apply_cdc
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from lakehouse.pipeline import apply_cdc, full_load
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.full_load import full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 

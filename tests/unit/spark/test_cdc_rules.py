@@ -7,7 +7,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse.pipeline import apply_cdc, full_load
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.full_load import full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 

@@ -6,8 +6,9 @@ import json
 from decimal import Decimal
 
 import pytest
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.full_load import full_load
 from lakehouse.jobs import cdc_main, full_load_main
-from lakehouse.pipeline import apply_cdc, full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 

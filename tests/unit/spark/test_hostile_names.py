@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from lakehouse.clean_table import LOAD_FLOOR
 from lakehouse.dms_files import change_seq, load_file_name, write_dms_csv
 from lakehouse.iceberg import SOURCE_TABLE, table_properties
 from lakehouse.jobs import cdc_main, full_load_main, maintenance_main
@@ -25,7 +26,6 @@ from lakehouse.names import (
     table_name,
     tables_argument,
 )
-from lakehouse.pipeline import LOAD_FLOOR
 from lakehouse.schema import SchemaFile
 from lakehouse.storage import list_objects, split_s3
 

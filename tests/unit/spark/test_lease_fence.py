@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 from lakehouse import fence
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.fence import LEASE_EPOCH, LEASE_HOLDER, LeaseFence, LeaseLostError, fenced
+from lakehouse.full_load import full_load
 from lakehouse.iceberg import snapshot_properties
 from lakehouse.jobs import cdc_main
-from lakehouse.pipeline import apply_cdc, full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 

@@ -7,8 +7,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.full_load import full_load
 from lakehouse.maintenance import MaintenanceOptions, maintain
-from lakehouse.pipeline import apply_cdc, full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 

@@ -8,9 +8,10 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.full_load import full_load
 from lakehouse.iceberg import TARGET_FILE_SIZE, partition_spec, table_properties
 from lakehouse.maintenance import MaintenanceOptions, maintain
-from lakehouse.pipeline import apply_cdc, full_load
 from lakehouse.schema import SchemaFile
 
 from tests.support import DmsWriter, manifest, rows_of

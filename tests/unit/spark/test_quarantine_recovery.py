@@ -7,8 +7,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse import pipeline
-from lakehouse.pipeline import ApplyOptions, apply_cdc
+from lakehouse import cdc_apply
+from lakehouse.apply_run import ApplyOptions
+from lakehouse.cdc_apply import apply_cdc
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 from tools.reapply_quarantined import main as reapply_main
@@ -66,13 +67,13 @@ def test_a_crash_right_after_the_data_commit_loses_no_quarantine_row(spark, lake
     When the batch is retried (same run id; the commit names the file, so the retry skips it),
     Then the quarantine holds the bad record once and the table holds the good ones."""
     bad = dms.cdc(ITEM, ["sku", "price"], [("I", ("A-1", 1)), ("I", ("A-2", "1.2.3")), ("I", ("A-3", 3))])
-    real_merge = pipeline.merge_changes
+    real_merge = cdc_apply.merge_changes
 
     def merge_then_die(*args, **kwargs):
         real_merge(*args, **kwargs)
         raise Crash("driver killed after the commit")
 
-    monkeypatch.setattr(pipeline, "merge_changes", merge_then_die)
+    monkeypatch.setattr(cdc_apply, "merge_changes", merge_then_die)
     with pytest.raises(Crash):
         apply_cdc(spark, lake_config, SCHEMA, manifest(bad, run_id="run-1"), QUARANTINE_MISMATCHES)
     monkeypatch.undo()
@@ -103,7 +104,7 @@ def test_a_commit_that_fails_after_the_quarantine_write_is_retried_without_dupli
     def die(*args, **kwargs):
         raise Crash("driver killed before the commit")
 
-    monkeypatch.setattr(pipeline, "merge_changes", die)
+    monkeypatch.setattr(cdc_apply, "merge_changes", die)
     with pytest.raises(Crash):
         apply_cdc(
             spark, lake_config, SCHEMA, manifest(bad, str(blank), run_id="run-1"), QUARANTINE_MISMATCHES

@@ -19,10 +19,12 @@ from types import ModuleType
 import boto3
 import pytest
 from lakehouse import storage
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.clean_table import LOAD_ENDED
 from lakehouse.dms_files import change_seq, write_dms_csv
+from lakehouse.full_load import full_load
 from lakehouse.iceberg import create_table
 from lakehouse.manifest import Manifest
-from lakehouse.pipeline import LOAD_ENDED, apply_cdc, full_load
 from lakehouse.quarantine import FileProblem, file_rejections, write_quarantine
 from lakehouse.raw_audit import (
     MESSAGE_GROUP_ID,

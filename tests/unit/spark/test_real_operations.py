@@ -8,9 +8,11 @@ import json
 from decimal import Decimal
 
 import pytest
+from lakehouse.apply_run import ApplyOptions
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.dms_files import CsvFormat
 from lakehouse.dms_reader import ReaderOptions
-from lakehouse.pipeline import ApplyOptions, apply_cdc, full_load
+from lakehouse.full_load import full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 
@@ -431,7 +433,7 @@ def test_a_reload_places_itself_by_time_when_its_load_files_carry_no_sequence(sp
     to the reload and changes after it survive it."""
     from datetime import datetime
 
-    from lakehouse.pipeline import sequence_at
+    from lakehouse.clean_table import sequence_at
 
     dms = DmsWriter(tmp_path / "raw" / "dms")
     dms.load(ORDERS, COLUMNS, [(1, "a", 1), (2, "b", 2)])
@@ -536,7 +538,7 @@ def test_a_cdc_file_written_in_the_second_a_reload_began_and_removed_by_it_is_su
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from lakehouse.pipeline import MissingFileError
+    from lakehouse.apply_run import MissingFileError
 
     dms.load(ORDERS, COLUMNS, [(1, "a", 1)], snapshot_seq=10)
     full_load(spark, lake_config, SCHEMA, str(dms.root))

@@ -12,9 +12,11 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from lakehouse.apply_run import ApplyOptions
+from lakehouse.cdc_apply import apply_cdc
 from lakehouse.dms_files import CsvFormat
 from lakehouse.dms_reader import ReaderOptions
-from lakehouse.pipeline import ApplyOptions, apply_cdc, full_load
+from lakehouse.full_load import full_load
 from lakehouse.reconcile import (
     PostgresJdbcSource,
     ReconcileOptions,

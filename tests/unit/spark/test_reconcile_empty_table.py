@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.clean_table import LOAD_FLOOR, sequence_at
 from lakehouse.iceberg import table_properties
-from lakehouse.pipeline import LOAD_FLOOR, apply_cdc, sequence_at
 from lakehouse.reconcile import ReconcileOptions, dms_reloader, reconcile
 
 from tests.support import DmsWriter, manifest, rows_of

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from lakehouse.pipeline import apply_cdc, full_load
+from lakehouse.cdc_apply import apply_cdc
+from lakehouse.full_load import full_load
 from lakehouse.state import StateTables
 from pyspark.sql import functions as F
 

@@ -1,0 +1,278 @@
+"""One run of the CDC or full-load job: its options, and its context shared by the tables it applies in
+parallel (the files classified by table, the raw read, quarantine, ledger entries, the run report)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse import changes as C
+from lakehouse.clean_table import SchemaOutOfDateError, layout_and_types, loaded_at
+from lakehouse.config import LakeConfig
+from lakehouse.dms_files import DmsFile, NotADmsFileError, parse_dms_key
+from lakehouse.dms_reader import RawRead, ReaderOptions, read_dms_files, with_record_numbers
+from lakehouse.fence import LeaseLostError
+from lakehouse.quarantine import (
+    REAPPLIED_MARK,
+    FileProblem,
+    file_rejections,
+    quarantined_in_run,
+    record_rejections,
+    write_quarantine,
+)
+from lakehouse.run_report import RunReport, TableReport
+from lakehouse.schema import SchemaFile, TableSpec
+from lakehouse.state import LedgerEntry, RecordedFile, StateTables
+from lakehouse.storage import stage_for_spark
+
+log = logging.getLogger(__name__)
+
+TYPE_MISMATCH_POLICIES = ("fail", "quarantine")
+
+
+class MissingFileError(RuntimeError):
+    """A file the batch names does not exist (and no reload made it unnecessary)."""
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    reader: ReaderOptions = ReaderOptions()
+    names: C.ChangeColumns = C.ChangeColumns()
+    parallel_tables: int = 4
+    no_primary_key: str = "append"  # "append": inserts are appended, updates/deletes quarantined; "skip"
+    type_mismatch: str = "fail"  # "fail": the table stops with the values named; "quarantine"
+    reload_margin_seconds: int = 300  # a reload placed by time: DMS's start, give or take this long
+
+
+DEFAULT_OPTIONS = ApplyOptions()
+
+
+def check_options(options: ApplyOptions) -> None:
+    if options.type_mismatch not in TYPE_MISMATCH_POLICIES:
+        raise ValueError(
+            f"type_mismatch must be one of {TYPE_MISMATCH_POLICIES}, not {options.type_mismatch!r}"
+        )
+    if options.no_primary_key not in ("append", "skip"):
+        raise ValueError(f"no_primary_key must be 'append' or 'skip', not {options.no_primary_key!r}")
+
+
+def require_key_columns(spec: TableSpec, raw: RawRead) -> None:
+    """A file whose header lacks a primary-key column is a schema change (the key was renamed or changed
+    on the source, or the schema file names the wrong key), not bad data: the table stops before anything
+    is quarantined or committed, like a column the schema file lacks, and the batch stays pending."""
+    keys = [k.lower() for k in spec.primary_key]
+    for uri, names in sorted(raw.headers.items()):
+        missing = [k for k in keys if k not in {n.lower() for n in names}]
+        if missing:
+            raise SchemaOutOfDateError(
+                f"{spec.qualified_name}: {uri} has no primary key column(s) {', '.join(missing)} (its header: "
+                f"{', '.join(names[:20])}). The schema file says the key is {', '.join(spec.primary_key)}: if "
+                "the source's key changed, regenerate the schema file (python -m tools.schema_gen ...) and "
+                f"reload the table (full_load_job.py --tables {spec.qualified_name} --reload true). The batch "
+                "stays pending and nothing of it is quarantined."
+            )
+
+
+class ApplyRun:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: LakeConfig,
+        schema: SchemaFile,
+        options: ApplyOptions,
+        run_id: str,
+        job: str,
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self.schema = schema
+        self.options = options
+        self.report = RunReport(run_id, job)
+        self.state = StateTables(spark, config)
+        self.rejections: dict[str, list[DataFrame]] = defaultdict(list)  # by source table
+        self.file_problems: list[FileProblem] = []
+        # A re-application (tools.reapply_quarantined): file URI → a tag of its fixed content. The file is
+        # known to the ledger as `<name>#reapplied:<tag>`, so each fixed content is applied once.
+        self.reapplied: dict[str, str] = {}
+        self._quarantine_lock = threading.Lock()
+        self.ledger_entries: list[LedgerEntry] = []
+        self.ledger_forget: list[tuple[str, RecordedFile]] = []
+        self.unknown_tables: dict[str, list[str]] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def classify(self, uris: Sequence[tuple[str, int]]) -> dict[TableSpec, list[DmsFile]]:
+        by_table: dict[TableSpec, list[DmsFile]] = defaultdict(list)
+        seen: set[str] = set()
+        for uri, size in uris:
+            if uri in seen:
+                continue  # listed twice in one manifest: applied once
+            seen.add(uri)
+            try:
+                file = parse_dms_key(uri, size, self._known)
+            except NotADmsFileError as error:
+                self.file_problems.append(FileProblem("", uri, str(error)))
+                continue
+            spec = self.schema.find(file.source_schema, file.table)
+            if spec is None:
+                self.unknown_tables[file.qualified_table].append(uri)
+                continue
+            by_table[spec].append(file)
+        return by_table
+
+    def _known(self, source_schema: str, table: str) -> bool:
+        """The schema file has the table (or refused it): a folder named like a date may be a table."""
+        qualified = f"{source_schema}.{table}"
+        return (
+            self.schema.find(source_schema, table) is not None or self.schema.refusal(qualified) is not None
+        )
+
+    def unknown_table_reports(self) -> list[TableReport]:
+        """A table the schema file does not know (added on the source since it was generated) is not bad
+        data: its table fails with what to do, and the batch stays pending until the file is regenerated."""
+        return [
+            TableReport(
+                table,
+                files=len(uris),
+                error=(
+                    f"RefusedName: {self.schema.refusal(table)}; the batch stays pending"
+                    if self.schema.refusal(table)
+                    else f"SchemaOutOfDateError: {table} is not in the schema file, but the batch has {len(uris)} "
+                    f"file(s) of it (e.g. {uris[0]}): the source has a table the schema file was generated "
+                    "without. Regenerate the schema file (python -m tools.schema_gen ...) and upload it where "
+                    "--schema_file points, or exclude the table in the DMS task's table mappings; the batch "
+                    "stays pending and the next run applies it."
+                ),
+            )
+            for table, uris in sorted(self.unknown_tables.items())
+        ]
+
+    def read_raw(self, spec: TableSpec, files: list[DmsFile], report: TableReport) -> RawRead:
+        """The files' records. Unreadable files go to quarantine; a file that does not exist is an error
+        unless a later (re)load of the table superseded it (DMS removes a reloaded table's old files)."""
+        paths = stage_for_spark([f.uri for f in files], self.config.s3_endpoint_url, self.config.staging_dir)
+        raw = read_dms_files(self.spark, files, paths, self.options.reader)
+        require_key_columns(spec, raw)
+        missing = [r.file for r in raw.rejected if r.missing]
+        if missing:
+            reloaded_at = loaded_at(self.spark, self.config.clean_table(spec.iceberg_name))
+            lost = [
+                f
+                for f in missing
+                if reloaded_at is None or f.written_at is None or f.written_at > reloaded_at
+            ]
+            if lost:
+                raise MissingFileError(
+                    f"{spec.qualified_name}: {len(lost)} file(s) of the batch do not exist, e.g. {lost[0].uri}. "
+                    "A file DMS wrote was removed from the raw zone (a lifecycle rule? by hand?) and its changes "
+                    "can't be applied: restore it, or re-create the manifest without it after checking what it "
+                    "held. The batch stays pending."
+                )
+            report.superseded_files = len(missing)
+            log.info(
+                "%s: %d file(s) superseded by the reload of %s",
+                spec.qualified_name,
+                len(missing),
+                reloaded_at,
+            )
+        for rejection in raw.rejected:
+            if not rejection.missing:
+                self.file_problems.append(
+                    FileProblem(spec.qualified_name, rejection.file.uri, rejection.reason)
+                )
+                report.quarantined_files += 1
+        return raw
+
+    def read_typed(
+        self, spec: TableSpec, files: list[DmsFile], report: TableReport
+    ) -> tuple[DataFrame | None, DataFrame | None]:
+        """The files' raw records and their typed changes, as a first pass sees them (bench/profile_*)."""
+        raw = self.read_raw(spec, files, report)
+        if raw.rows is None:
+            return None, None
+        table = self.config.clean_table(spec.iceberg_name)
+        layout, types = layout_and_types(self.spark, spec, table, raw, self.options.names, replacing=True)
+        names, marker = self.options.names, self.options.reader.csv_null_value
+        return raw.rows, C.typed_changes(raw, spec, layout, types, names, marker)
+
+    def quarantine_records(self, spec: TableSpec, rejected: DataFrame, raw: DataFrame) -> None:
+        """Rejected records (`_dms_reason` set), with their record numbers (one more pass over their files)."""
+        numbered = with_record_numbers(rejected, raw)
+        rows = record_rejections(numbered, spec.qualified_name).localCheckpoint()
+        with self._lock:
+            self.rejections[spec.qualified_name].append(rows)
+
+    def ledger_name(self, file: DmsFile) -> str:
+        """The name the ledger and the commit summaries know `file` by (its own, unless re-applied)."""
+        tag = self.reapplied.get(file.uri)
+        return file.name if tag is None else f"{file.name}{REAPPLIED_MARK}{tag}"
+
+    def flush_quarantine(self, source_table: str | None = None) -> None:
+        """Write what was rejected so far (of one table, or everything left) to the quarantine table. A
+        table's rows are written BEFORE its data commit: a crash between the two loses none, and the retry
+        (same run id) adds none twice (the quarantine's MERGE is keyed by file and record number)."""
+        with self._lock:
+            tables = [source_table] if source_table is not None else list(self.rejections)
+            parts = [part for table in tables for part in self.rejections.pop(table, [])]
+            problems = [
+                p for p in self.file_problems if source_table is None or p.source_table == source_table
+            ]
+            self.file_problems = [p for p in self.file_problems if p not in problems]
+        if problems:
+            parts.append(file_rejections(self.spark, problems))
+        if not parts:
+            return
+        with self._quarantine_lock:  # one writer at a time: parallel tables would race on its MERGE
+            added = write_quarantine(
+                self.spark, self.config.quarantine, self.report.run_id, self.report.job, parts
+            )
+            self.report.quarantine_rows_added += added
+
+    def remember(
+        self, entries: Sequence[LedgerEntry], forget: Sequence[tuple[str, RecordedFile]] = ()
+    ) -> None:
+        with self._lock:
+            self.ledger_entries.extend(entries)
+            self.ledger_forget.extend(forget)
+
+    def finish(self) -> RunReport:
+        try:
+            self.state.record(self.ledger_entries, self.ledger_forget)
+        except LeaseLostError:
+            raise  # the lease moved on: nothing more is written, no report (lakehouse.fence)
+        except Exception as error:  # the commits stand; the next run copies their names again
+            log.exception("recording the applied files in the ledger failed")
+            self.report.error = f"ledger: {type(error).__name__}: {error}"[:2000]
+        self.flush_quarantine()  # what no table's commit wrote: unclassifiable keys, failed tables
+        self.report.run_quarantined_records, self.report.run_quarantined_files = quarantined_in_run(
+            self.spark, self.config.quarantine, self.report.run_id
+        )
+        return self.report
+
+    def run_tables(
+        self, items: list[tuple[TableSpec, Any]], apply: Callable[[TableSpec, Any, TableReport], None]
+    ):
+        def one(item: tuple[TableSpec, Any]) -> TableReport:
+            spec, payload = item
+            report = TableReport(spec.qualified_name)
+            begun = time.monotonic()
+            try:
+                apply(spec, payload, report)
+            except LeaseLostError:
+                raise  # the lease moved on: the run fails as a whole, its other tables commit nothing either
+            except Exception as error:  # one table's failure is reported; the others go on
+                log.exception("%s: %s failed", spec.qualified_name, self.report.job)
+                report.error = f"{type(error).__name__}: {error}"[:2000]
+            report.seconds = round(time.monotonic() - begun, 3)
+            return report
+
+        workers = max(1, min(self.options.parallel_tables, len(items) or 1))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="table") as pool:
+            self.report.tables = list(pool.map(one, sorted(items, key=lambda kv: kv[0].qualified_name)))
