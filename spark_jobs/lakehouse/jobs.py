@@ -14,6 +14,7 @@ from lakehouse.changes import ChangeColumns
 from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_reader import ReaderOptions
 from lakehouse.full_load import full_load
+from lakehouse.history import parse_history_tables, with_history
 from lakehouse.manifest import Manifest
 from lakehouse.names import parse_tables_argument
 from lakehouse.run_report import RunReport
@@ -78,6 +79,12 @@ def _dms_arguments(parser: argparse.ArgumentParser) -> None:
         "take this long: newer than the table's rows up to this long after, older than later changes only "
         "from this long before",
     )
+    parser.add_argument(
+        "--history_tables",
+        default="",
+        help="schema.table names (a comma list or a JSON array; * for all) whose every row version is kept in "
+        "<clean table>_history, besides those the schema file marks \"history\": true (docs/CONTRACTS.md)",
+    )
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
 
 
@@ -108,8 +115,9 @@ def apply_options(args: argparse.Namespace) -> ApplyOptions:
     )
 
 
-def load_schema(config: LakeConfig) -> SchemaFile:
-    """The schema file, read and checked (a clear error names what is wrong in it)."""
+def load_schema(config: LakeConfig, history_tables: str | None = None) -> SchemaFile:
+    """The schema file, read and checked (a clear error names what is wrong in it), with the tables
+    `--history_tables` names marked to keep their row history."""
     try:
         document = read_json(config.schema_file, config.s3_endpoint_url)
     except json.JSONDecodeError as error:
@@ -120,7 +128,10 @@ def load_schema(config: LakeConfig) -> SchemaFile:
         raise SystemExit(f"--schema_file {config.schema_file}: {error}") from None
     for why in schema.refused.values():  # reported as failed tables; the others run
         log.error("--schema_file %s: %s", config.schema_file, why)
-    return schema
+    try:
+        return with_history(schema, parse_history_tables(history_tables))
+    except ValueError as error:
+        raise SystemExit(str(error)) from None
 
 
 def _finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> int:
@@ -155,7 +166,7 @@ def cdc_main(argv: Sequence[str]) -> int:
     parser = cdc_parser()
     config, args = parse_job_arguments(argv, parser)
     _require_schema_file(parser, config)
-    schema = load_schema(config)
+    schema = load_schema(config, args.history_tables)
     manifest = Manifest.from_dict(read_json(args.manifest, config.s3_endpoint_url))
     spark = build_session(config, "dms-cdc")
     log.info("applying manifest %s: %d files", args.manifest, len(manifest.files))
@@ -195,7 +206,7 @@ def full_load_main(argv: Sequence[str]) -> int:
     parser = full_load_parser()
     config, args = parse_job_arguments(argv, parser)
     _require_schema_file(parser, config)
-    schema = load_schema(config)
+    schema = load_schema(config, args.history_tables)
     spark = build_session(config, "dms-full-load")
     try:
         tables = parse_tables_argument(args.tables)
