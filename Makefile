@@ -25,8 +25,15 @@ demo: venv localstack-venv sam-venv jdbc
 demo-spark: venv
 	$(BIN)/python -m tools.demo_spark
 
+# The suite in TEST_WORKERS parallel pytest processes (pytest-xdist; TEST_WORKERS=1: one process, in order). Each
+# worker has its own SparkSession and, for integration tests, its own local AWS on LOCALAWS_PORT + 1 + its number
+# (LOCALAWS_PORT: 4566 unless set); tests/conftest.py keeps together what shares a server (parallel_group).
+TEST_WORKERS ?= 3
+# --no-loadscope-reorder: groups go out in collection order, so the long integration modules start first.
+PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder,)
+
 test: venv localstack-venv sam-venv browser jdbc
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 # The reconcile job's JDBC driver for the local PostgreSQL source (Debian's package; Maven is not reachable
 # here): /usr/share/java/postgresql.jar, which the local Spark session puts on spark.jars.
@@ -46,10 +53,10 @@ browser:
 	  || echo "WARNING: could not install chromium: the dashboard's browser test will be SKIPPED"; }
 
 test-unit: venv jdbc
-	$(BIN)/python -m pytest -m "not integration"
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not integration"
 
 test-integration: venv localstack-venv sam-venv
-	$(BIN)/python -m pytest -m integration
+	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m integration
 
 # LocalStack (community, host mode, no Docker) in its own Python 3.13 venv, with our plugins.
 localstack-venv: venv

@@ -139,7 +139,11 @@ def _run(command: list[str], endpoint_url: str, what: str, timeout: float) -> st
 
 def build_dir(endpoint_url: str) -> Path:
     """Where `sam build` writes for the local AWS at `endpoint_url`: .aws-sam/build on the default port, a
-    folder of its own on another (two local AWSs building at once never deploy each other's half-built app)."""
+    folder of its own on another (two local AWSs building at once never deploy each other's half-built app).
+    LOCALAWS_SAM_BUILD_DIR names one folder for every port: the parallel tests' workers, each with its local AWS,
+    deploy one build (made once, under a lock: tests/integration/pipeline/conftest.py)."""
+    if shared := os.environ.get("LOCALAWS_SAM_BUILD_DIR"):
+        return Path(shared)
     port = urlparse(endpoint_url).port
     return BUILD_DIR if port in (None, 4566) else BUILD_DIR.with_name(f"build-{port}")
 
@@ -153,6 +157,24 @@ def build(endpoint_url: str, timeout: float = 600) -> None:
     cache = target.with_name("cache" if target == BUILD_DIR else f"cache-{target.name}")
     command += ["--build-dir", str(target), "--cache-dir", str(cache)]
     _run(command, endpoint_url, "sam build", timeout)
+
+
+def build_once(endpoint_url: str, run: str, timeout: float = 600) -> bool:
+    """`build` unless this `run` (an id shared by the processes of one test run: pytest-xdist's workers) built
+    the folder already; processes wait for each other on a lock beside it, so one builds and the others deploy
+    that build. Returns whether this call built."""
+    import fcntl
+
+    target = build_dir(endpoint_url)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    built_by = target.with_name(f"{target.name}.run")
+    with target.with_name(f"{target.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if built_by.exists() and built_by.read_text() == run:
+            return False
+        build(endpoint_url, timeout)
+        built_by.write_text(run)
+        return True
 
 
 def deploy(

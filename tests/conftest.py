@@ -1,5 +1,9 @@
 """One SparkSession for the whole test run (starting one costs seconds); each test gets its own
-clean-zone database in the shared warehouse, so tests never see each other's tables."""
+clean-zone database in the shared warehouse, so tests never see each other's tables.
+
+In parallel (pytest-xdist, as `make test` runs: `-n N --dist loadgroup`) every worker is a pytest process of
+its own: its own SparkSession, its own local AWS on a port of its own (LOCALAWS_PORT + 1 + the worker's number),
+and `parallel_group` keeps together what shares a server (see there)."""
 
 from __future__ import annotations
 
@@ -7,10 +11,61 @@ import itertools
 import os
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 _database_numbers = itertools.count(1)
+
+# Tests of an embedded PostgreSQL server keep to one worker (one server started, not one per worker): the run's
+# (postgres_socket_dir) and the reconcile tests' module server on TCP (tests/unit/spark/test_reconcile.py: pg).
+SHARED_SERVER_FIXTURES = ("postgres_socket_dir", "pg")
+
+
+def parallel_group(path: str, fixturenames: tuple[str, ...] = ()) -> str | None:
+    """The pytest-xdist group (`--dist loadgroup`: a group runs on one worker) of a test, by its path relative to
+    tests/ ("integration/pipeline/test_x.py") and its fixtures; None: any worker, test by test.
+
+    - the local AWS's own tests (integration/localaws/): one group, so one LocalStack serves them all;
+    - another integration module (a pipeline test module): a group of its own, so that modules run side by
+      side on different workers (each with its LocalStack), while a module's tests share theirs;
+    - a test of a shared server (the embedded PostgreSQL): one group, one server."""
+    parts = path.split("/")
+    if parts[0] == "integration":
+        return "integration-localaws" if parts[1:2] == ["localaws"] else f"integration-{parts[-1]}"
+    if any(name in SHARED_SERVER_FIXTURES for name in fixturenames):
+        return "shared-postgres"
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A pytest-xdist worker (`gw0`, `gw1`, …) runs its local AWS on LOCALAWS_PORT (4566 when unset) + 1 + its
+    number, so workers never share one; `sam build` output stays shared (LOCALAWS_SAM_BUILD_DIR: the build
+    folder of the run's own port; tests/integration/pipeline/conftest.py builds it once per run)."""
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    if not worker:
+        return
+    from localaws import sam_app
+    from localaws.stack import DEFAULT_PORT
+
+    base = int(os.environ.get("LOCALAWS_PORT", DEFAULT_PORT))
+    os.environ.setdefault("LOCALAWS_SAM_BUILD_DIR", str(sam_app.build_dir(f"http://127.0.0.1:{base}")))
+    os.environ["LOCALAWS_PORT"] = str(base + 1 + int(worker.removeprefix("gw")))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its `parallel_group` (only where pytest-xdist is installed: the mark is its own)."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    tests_dir = Path(__file__).resolve().parent
+    for item in items:
+        try:
+            path = item.path.resolve().relative_to(tests_dir).as_posix()
+        except ValueError:
+            continue
+        group = parallel_group(path, tuple(getattr(item, "fixturenames", ())))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

@@ -14,6 +14,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.integration  # the local AWS (`make test-unit` leaves it out)
+
 FUNCTIONS = Path(__file__).resolve().parents[3] / "functions"
 EXECUTION = "arn:aws:states:us-east-1:000000000000:execution:dev-pipeline:keys"
 KEYS = [

@@ -2,6 +2,7 @@
 one stack (its own environment name, so its own buckets, queue and clean database) per test."""
 
 import itertools
+import os
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -33,7 +34,13 @@ def pipeline_endpoint() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def sam_built(pipeline_endpoint: str) -> bool:
-    sam_app.build(pipeline_endpoint)
+    """`sam build`, once per run: under pytest-xdist the workers share one build folder
+    (LOCALAWS_SAM_BUILD_DIR, tests/conftest.py) and the first to get its lock builds it (`build_once`)."""
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        sam_app.build(pipeline_endpoint)
+    else:
+        sam_app.build_once(pipeline_endpoint, run)
     return True
 
 
