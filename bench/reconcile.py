@@ -148,19 +148,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     if os.environ.get("RECONCILE_DEBUG"):
-        logging.getLogger("lakehouse.reconcile").setLevel(logging.DEBUG)
+        for name in ("lakehouse.reconcile", "lakehouse.reconcile_bisect"):
+            logging.getLogger(name).setLevel(logging.DEBUG)
     parts = set(args.only.split(","))
 
     import psycopg
     from lakehouse.config import LakeConfig
-    from lakehouse.reconcile import (
-        LakeSide,
-        PostgresJdbcSource,
-        ReconcileOptions,
-        _first_level,
-        plan_table,
-        reconcile,
-    )
+    from lakehouse.reconcile import reconcile
+    from lakehouse.reconcile_bisect import first_level
+    from lakehouse.reconcile_lake import LakeSide
+    from lakehouse.reconcile_plan import ReconcileOptions, plan_table
+    from lakehouse.reconcile_sources import PostgresJdbcSource
     from lakehouse.schema import SchemaFile
     from lakehouse.session import build_session
 
@@ -217,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.runs):
             if "source-sums" in parts:
                 side, lake = source(), LakeSide(spark, cache=False)
-                level, _ = _first_level(plan, side, lake, options)
+                level, _ = first_level(plan, side, lake, options)
                 load, started = load_average(), time.perf_counter()
                 sums = side.segment_sums(plan, level)
                 seconds = time.perf_counter() - started
@@ -232,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if "lake-sums" in parts:
                 lake = LakeSide(spark, cache=False)
-                level, _ = _first_level(plan, source(), lake, options)
+                level, _ = first_level(plan, source(), lake, options)
                 load, started = load_average(), time.perf_counter()
                 sums = lake.segment_sums(plan, level, None)
                 seconds = time.perf_counter() - started

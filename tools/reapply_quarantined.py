@@ -172,10 +172,11 @@ def _acceptable(q: QuarantinedFile, schema: SchemaFile, report: ReapplyReport) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.jobs import _configure_logging, _dms_arguments, apply_options, load_schema
+    from lakehouse.jobs import _dms_arguments, apply_options, load_schema
+    from lakehouse.logs import configure_logging
     from lakehouse.session import build_session
 
-    _configure_logging()
+    configure_logging()
     parser = argparse.ArgumentParser(description="Apply quarantined DMS files again once they are fixed")
     parser.add_argument("--file", action="append", default=[], help="a quarantined file's URI (repeatable)")
     parser.add_argument("--run_id", default=None, help="every file this CDC run quarantined anything of")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 from collections.abc import Sequence
 
 from lakehouse.apply_run import ApplyOptions
@@ -15,6 +14,7 @@ from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_reader import ReaderOptions
 from lakehouse.full_load import full_load
 from lakehouse.history import parse_history_tables, with_history
+from lakehouse.logs import configure_logging
 from lakehouse.manifest import Manifest
 from lakehouse.names import parse_tables_argument
 from lakehouse.run_report import RunReport
@@ -23,13 +23,6 @@ from lakehouse.session import build_session
 from lakehouse.storage import read_json, write_text
 
 log = logging.getLogger("lakehouse")
-
-
-def _configure_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("py4j").setLevel(logging.WARNING)
 
 
 def _dms_arguments(parser: argparse.ArgumentParser) -> None:
@@ -162,7 +155,7 @@ def cdc_parser() -> argparse.ArgumentParser:
 
 
 def cdc_main(argv: Sequence[str]) -> int:
-    _configure_logging()
+    configure_logging()
     parser = cdc_parser()
     config, args = parse_job_arguments(argv, parser)
     _require_schema_file(parser, config)
@@ -202,7 +195,7 @@ def full_load_parser() -> argparse.ArgumentParser:
 
 
 def full_load_main(argv: Sequence[str]) -> int:
-    _configure_logging()
+    configure_logging()
     parser = full_load_parser()
     config, args = parse_job_arguments(argv, parser)
     _require_schema_file(parser, config)
@@ -277,7 +270,7 @@ def maintenance_parser() -> argparse.ArgumentParser:
 def maintenance_main(argv: Sequence[str]) -> int:
     from lakehouse.maintenance import MaintenanceOptions, maintain
 
-    _configure_logging()
+    configure_logging()
     parser = maintenance_parser()
     config, args = parse_job_arguments(argv, parser)
     options = MaintenanceOptions(

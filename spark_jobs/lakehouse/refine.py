@@ -533,11 +533,11 @@ def refine_main(argv: Sequence[str]) -> int:
     import json
 
     from lakehouse.config import parse_job_arguments
-    from lakehouse.jobs import _configure_logging
+    from lakehouse.logs import configure_logging
     from lakehouse.session import build_session
     from lakehouse.storage import write_text
 
-    _configure_logging()
+    configure_logging()
     parser = argparse.ArgumentParser(description="Refine the clean zone into the refined zone, incrementally")
     parser.add_argument("--source_schema", default="main", help="source schema of the clean tables' names")
     parser.add_argument("--refined_location", default=None, help="location prefix of new refined tables")

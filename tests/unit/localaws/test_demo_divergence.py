@@ -112,7 +112,7 @@ def test_source_key_rows_counts_the_renumbered_table_under_both_keys(source: Sou
 def test_the_report_summary_names_what_was_found_and_repaired_per_table() -> None:
     """Given a reconcile report as lakehouse.reconcile writes it: date_dim diverged (365 extra) and repaired,
     customer equal with 2 rows in flight, item failed, Then one line each and the run's totals."""
-    from lakehouse.reconcile import ReconcileReport, TableResult
+    from lakehouse.reconcile_report import ReconcileReport, TableResult
 
     report = ReconcileReport("demo-reconcile-1", repairs=1, seconds=12.4)
     report.tables = [

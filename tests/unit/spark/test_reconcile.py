@@ -17,20 +17,11 @@ from lakehouse.cdc_apply import apply_cdc
 from lakehouse.dms_files import CsvFormat
 from lakehouse.dms_reader import ReaderOptions
 from lakehouse.full_load import full_load
-from lakehouse.reconcile import (
-    PostgresJdbcSource,
-    ReconcileOptions,
-    ReconcileReport,
-    SqliteSource,
-    TableResult,
-    dms_reloader,
-    publish_metrics,
-    raw_caught_up,
-    reconcile,
-    rotation,
-    split_ranges,
-    x_ranges,
-)
+from lakehouse.reconcile import dms_reloader, publish_metrics, reconcile, rotation
+from lakehouse.reconcile_bisect import raw_caught_up
+from lakehouse.reconcile_plan import ReconcileOptions, split_ranges, x_ranges
+from lakehouse.reconcile_report import ReconcileReport, TableResult
+from lakehouse.reconcile_sources import PostgresJdbcSource, SqliteSource
 from lakehouse.schema import SchemaFile
 
 from tests.support import DmsWriter, manifest

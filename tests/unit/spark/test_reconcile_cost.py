@@ -10,7 +10,9 @@ from __future__ import annotations
 import time
 
 import psycopg
-from lakehouse.reconcile import PostgresJdbcSource, ReconcileOptions, aligned_segments, reconcile, x_ranges
+from lakehouse.reconcile import reconcile
+from lakehouse.reconcile_plan import ReconcileOptions, aligned_segments, x_ranges
+from lakehouse.reconcile_sources import PostgresJdbcSource
 from lakehouse.schema import SchemaFile
 from pyspark.sql import functions as F
 

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 from lakehouse.cdc_apply import apply_cdc
 from lakehouse.clean_table import LOAD_FLOOR, sequence_at
 from lakehouse.iceberg import table_properties
-from lakehouse.reconcile import ReconcileOptions, dms_reloader, reconcile
+from lakehouse.reconcile import dms_reloader, reconcile
+from lakehouse.reconcile_plan import ReconcileOptions
 
 from tests.support import DmsWriter, manifest, rows_of
 from tests.unit.spark.test_reconcile import (  # noqa: F401 (pg: the module's PostgreSQL fixture)
