@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: jdbc venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser dashboard lint format bench deploy local-up local-down clean
+.PHONY: jdbc mariadb venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser dashboard lint format bench deploy local-up local-down clean
 
 venv: $(STAMP)
 
@@ -32,7 +32,7 @@ TEST_WORKERS ?= 3
 # --no-loadscope-reorder: groups go out in collection order, so the long integration modules start first.
 PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder,)
 
-test: venv localstack-venv sam-venv browser jdbc
+test: venv localstack-venv sam-venv browser jdbc mariadb
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
 
 # The reconcile job's JDBC driver for the local PostgreSQL source (Debian's package; Maven is not reachable
@@ -44,6 +44,16 @@ jdbc:
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q libpostgresql-jdbc-java >/dev/null 2>&1; } ) \
 	  || echo "WARNING: could not install libpostgresql-jdbc-java: the reconcile tests will fail"; }
 
+# The MySQL source's server (Debian's mariadb-server; `make demo SOURCE=mysql` and the MySQL tests start their
+# own, unprivileged, in a temp dir, with the binlog DMS needs): said loudly when it can't be had.
+mariadb:
+	@test -x /usr/sbin/mariadbd || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] && echo "" || echo "sudo -n" ); \
+	  ( $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >/dev/null 2>&1 || \
+	    { $$SUDO apt-get update -q >/dev/null 2>&1 && \
+	      $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >/dev/null 2>&1; } ) \
+	  || echo "WARNING: could not install mariadb-server: the MySQL source tests will fail"; }
+
 # A headless Chromium (Debian's package) for the dashboard's browser test; said loudly when it can't be had.
 browser:
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || { \
@@ -52,7 +62,7 @@ browser:
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; } ) \
 	  || echo "WARNING: could not install chromium: the dashboard's browser test will be SKIPPED"; }
 
-test-unit: venv jdbc
+test-unit: venv jdbc mariadb
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not integration"
 
 test-integration: venv localstack-venv sam-venv

@@ -30,6 +30,7 @@ REQUIREMENTS = [
     "localstack-twisted<26",
     "pyarrow==26.0.1",  # the local DMS's Parquet output (DataFormat=parquet); the same as the project's venv
     "psycopg[binary]>=3.2,<4",  # the local DMS reads a PostgreSQL source through a replication slot
+    "mysql-replication>=1.0.17,<2",  # the local DMS reads a MySQL/MariaDB source's binlog
 ]
 
 

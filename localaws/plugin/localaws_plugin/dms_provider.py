@@ -2,7 +2,9 @@
 
 Source endpoints: EngineName `postgres` (ServerName, Port, DatabaseName, Username, Password; extra connection
 attributes `slotName`, `publicationName`, `PluginName=pgoutput`), read through a logical replication slot as DMS
-reads it; or, a local convention, EngineName `sqlite` with DatabaseName = the path of an SQLite file on the host.
+reads it; EngineName `mysql`/`mariadb`/`aurora` (ServerName: a host or a Unix socket path, Port, Username,
+Password, DatabaseName = the database replicated), read from the binlog as DMS reads it (dms_mysql); or, a local
+convention, EngineName `sqlite` with DatabaseName = the path of an SQLite file on the host.
 ExtraConnectionAttributes `schemaName=<name>` (default `public` / `main`) = the schema replicated, the files' folder.
 Target endpoint: EngineName `s3` with S3Settings (BucketName, BucketFolder, AddColumnName, IncludeOpForFullLoad,
 TimestampColumnName, CsvNullValue, CdcMaxBatchInterval, CdcMinFileSize, MaxFileSize).
@@ -37,7 +39,7 @@ from localaws_plugin.dms_format import S3TargetSettings, TableMapping
 from localaws_plugin.dms_replication import ReplicationRun, SourceSettings, TaskOptions
 
 SECONDS_IN_CREATING = 0.5
-SOURCE_ENGINES = frozenset({"sqlite", "postgres"})
+SOURCE_ENGINES = frozenset({"sqlite", "postgres", "mysql", "mariadb", "aurora"})
 WATCH_SECONDS = 0.25
 STATE_CHANGE = "DMS Replication Task State Change"
 # status -> (eventType, category, eventId) of the event AWS DMS sends when a task ends in that status

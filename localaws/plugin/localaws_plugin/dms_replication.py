@@ -45,7 +45,8 @@ LOG = logging.getLogger(__name__)
 
 
 class CaptureSource(Protocol):
-    """What a replication run reads: `SqliteSource` (triggers) or `PostgresSource` (a logical slot)."""
+    """What a replication run reads: `SqliteSource` (triggers), `PostgresSource` (a logical slot) or
+    `MysqlSource` (the binlog)."""
 
     path: str
 
@@ -85,6 +86,7 @@ def _forget_position(path: str, run_id: int) -> None:
 
 
 FULL_LOAD_TYPES = ("full-load", "full-load-and-cdc")
+MYSQL_ENGINES = ("mysql", "mariadb", "aurora")  # EngineName values of a MySQL-compatible source
 CDC_TYPES = ("cdc", "full-load-and-cdc")
 
 
@@ -94,7 +96,10 @@ class SourceSettings:
     (a host, or a local server's socket directory), Port, DatabaseName, Username, Password, and the extra
     connection attributes `slotName` (default: the task's identifier), `publicationName` (default:
     `<slot>_publication`) and `PluginName` (pgoutput, the only one). `schemaName` is the schema replicated
-    and the files' schema folder (default `main` for SQLite, `public` for PostgreSQL)."""
+    and the files' schema folder (default `main` for SQLite, `public` for PostgreSQL). EngineName `mysql`,
+    `mariadb` or `aurora`: ServerName (a host, or a local server's Unix socket path), Port, Username, Password,
+    and the database replicated (DatabaseName, or the extra connection attribute `schemaName`), which is
+    also the files' schema folder."""
 
     path: str
     schema: str = "main"
@@ -127,6 +132,23 @@ class SourceSettings:
                 key, value = part.split("=", 1)
                 attributes[key.strip().lower()] = value.strip()
         engine = engine.lower()
+        if engine in MYSQL_ENGINES:
+            if not server_name:
+                raise ValueError(f"a {engine} source endpoint needs a ServerName")
+            database = attributes.get("schemaname") or attributes.get("schema") or database_name
+            if not database:
+                raise ValueError(
+                    f"a {engine} source endpoint needs the database replicated: DatabaseName or schemaName="
+                )
+            return cls(
+                path=database,
+                schema=database,
+                engine="mysql",
+                host=server_name,
+                port=port or 3306,
+                username=username or "root",
+                password=password,
+            )
         if engine in ("postgres", "postgresql", "aurora-postgresql"):
             plugin = attributes.get("pluginname", "no-preference").lower()
             if plugin not in ("no-preference", "pgoutput"):  # AWS DMS: test-decoding or pglogical
@@ -163,6 +185,18 @@ class SourceSettings:
         """The capture over this source: `SqliteSource` or `PostgresSource`."""
         if self.engine == "sqlite":
             return SqliteSource(self.path)
+        if self.engine == "mysql":
+            from localaws_plugin.dms_mysql import MysqlSettings, MysqlSource
+
+            return MysqlSource(
+                MysqlSettings(
+                    host=self.host or "",
+                    port=self.port or 3306,
+                    user=self.username or "root",
+                    password=self.password,
+                    database=self.schema,
+                )
+            )
         from localaws_plugin.dms_postgres import PostgresSettings, PostgresSource
 
         return PostgresSource(
