@@ -172,7 +172,7 @@ def _acceptable(q: QuarantinedFile, schema: SchemaFile, report: ReapplyReport) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.jobs import _dms_arguments, apply_options, load_schema
+    from lakehouse.jobs import apply_options, dms_arguments, load_schema
     from lakehouse.logs import configure_logging
     from lakehouse.session import build_session
 
@@ -181,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--file", action="append", default=[], help="a quarantined file's URI (repeatable)")
     parser.add_argument("--run_id", default=None, help="every file this CDC run quarantined anything of")
     parser.add_argument("--dry_run", choices=["true", "false"], default="false", help="list, apply nothing")
-    _dms_arguments(parser)
+    dms_arguments(parser)
     config, args = parse_job_arguments(list(sys.argv[1:] if argv is None else argv), parser)
     if bool(args.file) == (args.run_id is not None):
         parser.error("give --file (one or more) or --run_id")

@@ -25,7 +25,7 @@ from lakehouse.storage import read_json, write_text
 log = logging.getLogger("lakehouse")
 
 
-def _dms_arguments(parser: argparse.ArgumentParser) -> None:
+def dms_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--csv_null_value",
         default=None,
@@ -150,7 +150,7 @@ def _finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> 
 def cdc_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Apply a manifest of DMS CDC files to the clean zone")
     parser.add_argument("--manifest", required=True, help="the batch to apply (written by the drain Lambda)")
-    _dms_arguments(parser)
+    dms_arguments(parser)
     return parser
 
 
@@ -190,7 +190,7 @@ def full_load_parser() -> argparse.ArgumentParser:
         help="true: reload tables loaded before (changes newer than the reload survive it)",
     )
     parser.add_argument("--run_id", default="full-load", help="names the run in the commits and the report")
-    _dms_arguments(parser)
+    dms_arguments(parser)
     return parser
 
 
