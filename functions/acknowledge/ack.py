@@ -10,7 +10,9 @@ retired (LeaseLostError), its files are applied by a later run.
 
 The CDC job writes its run report to `<prefix>/reports/<run_id>.json` (docs/CONTRACTS.md); its totals become
 metrics: ChangesApplied, QuarantinedRecords, QuarantinedFiles and LagSeconds (now minus the newest applied
-source commit time). A missing or unreadable report never fails the acknowledge: nothing is published.
+source commit time), and per clean table TableLagSeconds (dimension `table`: now minus the newest source
+commit time the table holds, from the report's `freshness`). A missing or unreadable report never fails the
+acknowledge: nothing is published.
 """
 
 from __future__ import annotations
@@ -163,6 +165,25 @@ def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
             return values
         values["LagSeconds"] = max((now - moment).total_seconds(), 0.0)
     return values
+
+
+def table_lag_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
+    """Per clean table (`schema.table`): now minus the newest source commit time it holds, from the run
+    report's `freshness` (lakehouse.freshness; a report without it, or a table without a time, gives none)."""
+    freshness = report.get("freshness") if isinstance(report.get("freshness"), dict) else {}
+    tables = freshness.get("tables") if isinstance(freshness.get("tables"), list) else []
+    lags: dict[str, float] = {}
+    for row in tables:
+        if not isinstance(row, dict) or not isinstance(row.get("source_table"), str):
+            continue
+        newest = row.get("newest_source_commit_ts")
+        try:
+            moment = parse_time(newest) if isinstance(newest, str) and newest else None
+        except ValueError:
+            moment = None
+        if moment is not None:
+            lags[row["source_table"]] = max((now - moment).total_seconds(), 0.0)
+    return lags
 
 
 def tables_ignoring_older(report: dict[str, Any]) -> dict[str, int]:

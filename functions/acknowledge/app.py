@@ -3,6 +3,7 @@ load or a table reload (`load_run_id`), publish what that run quarantined."""
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,9 +17,10 @@ from ack import (
     read_report,
     report_metrics,
     run_cost,
+    table_lag_metrics,
     tables_ignoring_older,
 )
-from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -45,6 +47,7 @@ LAYOUT = ArtifactsLayout(MANIFEST_PREFIX)
 EXECUTION_ARN = r"^arn:aws[a-z-]*:states:[^\s]+:execution:[^\s]+$"
 UNITS = {"LagSeconds": MetricUnit.Seconds, "CdcRunSeconds": MetricUnit.Seconds}
 
+SERVICE = os.environ.get("POWERTOOLS_SERVICE_NAME", "acknowledge")  # every metric's `service` dimension
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
@@ -118,6 +121,15 @@ def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, An
         published |= run_cost(request.glue_run.model_dump())
     for name, value in published.items():
         metrics.add_metric(name=name, unit=UNITS.get(name, MetricUnit.Count), value=value)
+    lags = table_lag_metrics(report, datetime.now(UTC)) if report is not None else {}
+    for table, lag in sorted(lags.items()):  # one metric per table: its own dimension
+        with single_metric(
+            name="TableLagSeconds",
+            unit=MetricUnit.Seconds,
+            value=lag,
+            default_dimensions={"service": SERVICE},
+        ) as metric:
+            metric.add_dimension(name="table", value=table)
     logger.info("batch acknowledged", extra={"run_id": request.run_id, **result, **published})
     return result | {"run_id": request.run_id, "published": published}
 
