@@ -6,8 +6,10 @@ One file with plotly.js inlined: it opens offline, from a mail or a bucket, with
     write_dashboard("var/dashboard.html", figures, {"files": 12, "changes_applied": 3456, "runs": [...]})
 
 `metrics` is a flat dict of pipeline figures (shown as cards), optionally `runs`: one dict per CDC run with
-`run_id`, `files`, `changes`, `lag_seconds` (charts and a table), and `newest_commit_ts` (ISO-8601 UTC, the
-newest source change applied: the freshness line).
+`run_id`, `files`, `changes`, `lag_seconds` (charts and a table), `newest_commit_ts` (ISO-8601 UTC, the
+newest source change applied: the freshness line), `freshness` (the newest run report's per-table freshness,
+lakehouse.freshness: the freshness table) and `consistent_point` (the newest moment every clean table has
+applied exactly).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class Figures:
     revenue_by_category: list[tuple[str, float]] = field(default_factory=list)
     revenue_by_state: list[tuple[str, float]] = field(default_factory=list)
     snapshots: dict[str, int] = field(default_factory=dict)  # refined table → snapshot count
+    refined_point: str | None = None  # the consistent point the refined zone was built from
 
 
 def collect_figures(spark: SparkSession, config: LakeConfig) -> Figures:
@@ -66,7 +69,14 @@ def collect_figures(spark: SparkSession, config: LakeConfig) -> Figures:
         name: spark.sql(f"SELECT count(*) AS n FROM {refined}.{name}.snapshots").first()["n"]
         for name in ("sales_enriched", "daily_revenue_by_category", "daily_revenue_by_state")
     }
+    from lakehouse.consistent import POINT_AT
+    from lakehouse.iceberg import snapshot_properties
+
+    built_from = next(
+        (p[POINT_AT] for p in snapshot_properties(spark, f"{refined}.sales_enriched") if POINT_AT in p), None
+    )
     return Figures(
+        refined_point=built_from,
         totals={k: float(v or 0) for k, v in totals.asDict().items()},
         revenue_by_month=[(r["month"], float(r["revenue"])) for r in by_month],
         revenue_by_category=[(r["name"], float(r["revenue"])) for r in by_category],
@@ -181,6 +191,49 @@ def freshness_line(metrics: Mapping[str, Any], now: datetime) -> str:
     return f"newest source change applied: {moment:%Y-%m-%d %H:%M:%S} UTC (lag {_number(round(lag))} s)"
 
 
+def _moment(text: Any) -> datetime | None:
+    if not text:
+        return None
+    moment = datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def consistency_line(metrics: Mapping[str, Any], figures: Figures) -> str:
+    """The newest consistent point the CDC runs recorded, and the one the refined zone was built from."""
+    point, built = _moment(metrics.get("consistent_point")), _moment(figures.refined_point)
+    parts = [
+        f"every clean table applied exactly up to {point:%Y-%m-%d %H:%M:%S.%f} UTC (consistent point)"
+        if point
+        else "no consistent point recorded yet"
+    ]
+    if built:
+        parts.append(f"refined zone built from the consistent point {built:%Y-%m-%d %H:%M:%S.%f} UTC")
+    return "; ".join(parts)
+
+
+def freshness_table(metrics: Mapping[str, Any], now: datetime) -> str:
+    """Per clean table: its newest source change, its lag now, the moment up to which it applied every
+    change, and its last batch (the newest CDC run report's `freshness`)."""
+    rows = [r for r in metrics.get("freshness") or [] if isinstance(r, Mapping)]
+    if not rows:
+        return ""
+    body = []
+    for row in sorted(rows, key=lambda r: str(r.get("source_table"))):
+        newest, through = _moment(row.get("newest_source_commit_ts")), _moment(row.get("applied_through_ts"))
+        lag = f"{_number(round(max((now - newest).total_seconds(), 0.0)))} s" if newest else ""
+        cells = [
+            row.get("source_table", ""),
+            f"{newest:%Y-%m-%d %H:%M:%S}" if newest else "",
+            lag,
+            f"{through:%Y-%m-%d %H:%M:%S}" if through else "",
+            row.get("last_batch_id") or "",
+        ]
+        body.append("<tr>" + "".join(f"<td>{_esc(c)}</td>" for c in cells) + "</tr>")
+    titles = ("table", "newest source change (UTC)", "lag", "every change applied up to (UTC)", "last batch")
+    head = "".join(f"<th>{h}</th>" for h in titles)
+    return f'<h2>Freshness per table</h2><table id="table-freshness"><tr>{head}</tr>{"".join(body)}</table>'
+
+
 CSS = """
 body{font-family:-apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px;color:#1a202c;background:#f7fafc}
 h1{font-size:22px;margin:0 0 4px} h2{font-size:16px;margin:24px 0 8px;color:#2d3748}
@@ -222,7 +275,7 @@ def render_html(
     pipeline = [
         _card(str(k).replace("_", " "), _number(v) if isinstance(v, int | float | Decimal) else str(v))
         for k, v in metrics.items()
-        if k not in ("runs", "newest_commit_ts")
+        if k not in ("runs", "newest_commit_ts", "freshness", "consistent_point")
     ]
     pipeline += [_card(f"snapshots of {k}", str(v)) for k, v in figures.snapshots.items()]
     labels = [str(r.get("run_id", i + 1)) for i, r in enumerate(runs)]
@@ -288,10 +341,12 @@ def render_html(
 <body>
 <h1>{_esc(title)}</h1><div class="sub">refined zone and pipeline runs, generated {moment:%Y-%m-%d %H:%M} UTC</div>
 <div class="fresh" id="freshness">{_esc(freshness_line(metrics, moment))}</div>
+<div class="fresh" id="consistency">{_esc(consistency_line(metrics, figures))}</div>
 <h2>Business (refined zone)</h2><div class="cards">{"".join(business)}</div>
 <div class="charts">{divs("revenue-by-month", "revenue-by-category", "revenue-by-state")}</div>
 <h2>Pipeline</h2><div class="cards">{"".join(pipeline)}</div>
 <div class="charts">{divs("lag-per-run", "changes-per-run")}</div>
+{freshness_table(metrics, moment)}
 {run_table}
 <script>{draw}</script>
 </body></html>
@@ -322,7 +377,12 @@ def run_metrics(reports: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     def changes(report: Mapping[str, Any]) -> int:
         return report["totals"].get("inserted_or_updated", 0) + report["totals"].get("deleted", 0)
 
+    measured = [r["freshness"] for r in cdc if isinstance(r.get("freshness"), dict)]
+    latest = measured[-1] if measured else {}
+    point = next((m["consistent_point"] for m in reversed(measured) if m.get("consistent_point")), None)
     return {
+        "freshness": latest.get("tables") or [],
+        "consistent_point": point.get("at") if isinstance(point, dict) else None,
         "CDC runs": len(cdc),
         "changes applied": sum(changes(r) for r in cdc),
         "quarantined records": sum(
