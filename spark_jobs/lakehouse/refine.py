@@ -49,6 +49,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.config import LakeConfig
+from lakehouse.consistent import POINT_AT, last_point
 from lakehouse.iceberg import (
     TABLE_PROPERTIES,
     current_snapshot_id,
@@ -101,6 +102,9 @@ class RefineOptions:
     source_schema: str = "main"
     refined_location: str | None = None
     min_interval_seconds: float = 0.0
+    # "current": the clean tables' current snapshots; "consistent": their snapshots at the newest recorded
+    # consistent point (lakehouse.consistent), so the refined zone never holds half a source transaction.
+    read_at: str = "current"
 
     def clean_name(self, table: str) -> str:
         """The clean table the full load and CDC write for `<source_schema>.<table>` (names.table_name)."""
@@ -121,7 +125,8 @@ class RefinedTableReport:
 class RefineReport:
     run_id: str
     batch: int
-    status: str = "done"  # "done", or "waiting" when a clean table has no data yet
+    status: str = "done"  # "done", or "waiting" when a clean table has no data (or no consistent point) yet
+    consistent_point: str | None = None  # the source moment its inputs were read at (read_at consistent)
     tables: list[RefinedTableReport] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -319,9 +324,12 @@ class _Refiner:
         return self.config.clean_table(self.options.clean_name(source))
 
     def commit_properties(self, consumed: dict[str, int]) -> dict[str, str]:
-        return {f"{CONSUMED_PREFIX}{name}": str(sid) for name, sid in consumed.items()} | {
-            REFINE_RUN_ID: self.run_id
-        }
+        point = {POINT_AT: self.report.consistent_point} if self.report.consistent_point else {}
+        return (
+            {f"{CONSUMED_PREFIX}{name}": str(sid) for name, sid in consumed.items()}
+            | {REFINE_RUN_ID: self.run_id}
+            | point
+        )
 
     def plan(self, table: str, inputs: dict[str, int]) -> tuple[str, dict[str, int] | None]:
         """ "build", "incremental" (with the consumed snapshots) or "unchanged"."""
@@ -489,7 +497,16 @@ def refine(
     refiner = _Refiner(spark, config, options, run_id)
     ensure_namespace(spark, config.catalog_name, config.refined_database)
     inputs: dict[str, int] = {}
-    for name in SOURCE_KEYS:
+    if options.read_at == "consistent":
+        point = last_point(spark, config)
+        names = {name: options.clean_name(name) for name in SOURCE_KEYS}
+        if point is None or any(clean not in point.snapshots for clean in names.values()):
+            log.warning("refine: no consistent point of every clean table recorded yet; nothing to refine")
+            refiner.report.status = "waiting"
+            return refiner.report
+        inputs = {name: point.snapshots[clean] for name, clean in names.items()}
+        refiner.report.consistent_point = point.at.isoformat()
+    for name in SOURCE_KEYS if not inputs else ():
         table = refiner.clean(name)
         snapshot = current_snapshot_id(spark, table) if table_exists(spark, table) else None
         if snapshot is None:
@@ -544,11 +561,20 @@ def refine_main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--min_interval_seconds", type=float, default=0.0, help="skip when refined this recently"
     )
+    parser.add_argument(
+        "--read_at",
+        choices=["current", "consistent"],
+        default="current",
+        help="read the clean tables at their current snapshots, or at the newest consistent point the CDC "
+        "runs recorded (never half a source transaction)",
+    )
     parser.add_argument("--run_id", default="refine")
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
     config, args = parse_job_arguments(argv, parser)
     spark = build_session(config, "refine")
-    options = RefineOptions(args.source_schema, args.refined_location, args.min_interval_seconds)
+    options = RefineOptions(
+        args.source_schema, args.refined_location, args.min_interval_seconds, args.read_at
+    )
     report = refine(spark, config, options, args.run_id)
     text = json.dumps(report.to_dict(), indent=2, default=str)
     print(text)
