@@ -18,8 +18,9 @@ $(STAMP): pyproject.toml
 
 # The whole pipeline on the embedded local AWS (LocalStack + SAM + local DMS + Glue running our Spark jobs).
 # DMS_FORMAT=parquet: the local DMS writes Parquet (DataFormat=parquet) instead of CSV.
-demo: venv localstack-venv sam-venv jdbc
-	$(BIN)/python -m localaws.demo $(if $(DMS_FORMAT),--dms-format $(DMS_FORMAT),) $(DEMO_ARGS)
+# SOURCE=mysql: the source is a local MariaDB server (installed by the `mariadb` target) read from its binlog.
+demo: venv localstack-venv sam-venv jdbc $(if $(filter mysql,$(SOURCE)),mariadb,)
+	$(BIN)/python -m localaws.demo $(if $(DMS_FORMAT),--dms-format $(DMS_FORMAT),) $(if $(SOURCE),--source $(SOURCE),) $(DEMO_ARGS)
 
 # The Spark pipeline alone over generated DMS files (no local AWS).
 demo-spark: venv
@@ -27,10 +28,10 @@ demo-spark: venv
 
 # The suite in TEST_WORKERS parallel pytest processes (pytest-xdist; TEST_WORKERS=1: one process, in order). Each
 # worker has its own SparkSession and, for integration tests, its own local AWS on LOCALAWS_PORT + 1 + its number
-# (LOCALAWS_PORT: 4566 unless set); tests/conftest.py keeps together what shares a server (parallel_group).
+# (LOCALAWS_PORT: 4566 unless set); a worker takes a whole module (the local AWS's own tests: all of them), see
+# parallel_scope in tests/conftest.py; --no-loadscope-reorder: the workers' order, the long integration modules first.
 TEST_WORKERS ?= 3
-# --no-loadscope-reorder: groups go out in collection order, so the long integration modules start first.
-PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder,)
+PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder,)
 
 test: venv localstack-venv sam-venv browser jdbc mariadb
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)

@@ -1,9 +1,9 @@
 """One SparkSession for the whole test run (starting one costs seconds); each test gets its own
 clean-zone database in the shared warehouse, so tests never see each other's tables.
 
-In parallel (pytest-xdist, as `make test` runs: `-n N --dist loadgroup`) every worker is a pytest process of
+In parallel (pytest-xdist, as `make test` runs: `-n N --dist loadscope`) every worker is a pytest process of
 its own: its own SparkSession, its own local AWS on a port of its own (LOCALAWS_PORT + 1 + the worker's number),
-and `parallel_group` keeps together what shares a server (see there)."""
+and takes whole units of tests (`parallel_scope`)."""
 
 from __future__ import annotations
 
@@ -17,25 +17,45 @@ import pytest
 
 _database_numbers = itertools.count(1)
 
-# Tests of an embedded PostgreSQL server keep to one worker (one server started, not one per worker): the run's
-# (postgres_socket_dir) and the reconcile tests' module server on TCP (tests/unit/spark/test_reconcile.py: pg).
-SHARED_SERVER_FIXTURES = ("postgres_socket_dir", "pg")
+# A test of an embedded PostgreSQL server (the run's, the reconcile tests' module server on TCP) or of Spark.
+SERVER_FIXTURES = ("spark", "postgres_socket_dir", "pg")
 
 
-def parallel_group(path: str, fixturenames: tuple[str, ...] = ()) -> str | None:
-    """The pytest-xdist group (`--dist loadgroup`: a group runs on one worker) of a test, by its path relative to
-    tests/ ("integration/pipeline/test_x.py") and its fixtures; None: any worker, test by test.
+def parallel_scope(nodeid: str) -> str:
+    """The unit of work a pytest-xdist worker takes whole (`make test`: `--dist loadscope`, scheduled by
+    `pytest_xdist_make_scheduler` below), from a test's node id ("tests/unit/spark/test_x.py::test_y[a]"):
+    - the local AWS's own tests (tests/integration/localaws/): one unit, so one LocalStack serves them all;
+    - any other module: a unit of its own, so that what it starts once (a pipeline module's LocalStack, the
+      reconcile tests' PostgreSQL) starts once, and pipeline modules run side by side on different workers."""
+    module = nodeid.split("::", 1)[0]
+    if module.startswith("tests/integration/localaws/"):
+        return "tests/integration/localaws/"
+    return module
 
-    - the local AWS's own tests (integration/localaws/): one group, so one LocalStack serves them all;
-    - another integration module (a pipeline test module): a group of its own, so that modules run side by
-      side on different workers (each with its LocalStack), while a module's tests share theirs;
-    - a test of a shared server (the embedded PostgreSQL): one group, one server."""
-    parts = path.split("/")
-    if parts[0] == "integration":
-        return "integration-localaws" if parts[1:2] == ["localaws"] else f"integration-{parts[-1]}"
-    if any(name in SHARED_SERVER_FIXTURES for name in fixturenames):
-        return "shared-postgres"
-    return None
+
+def parallel_rank(path: str, fixturenames: tuple[str, ...] = ()) -> int:
+    """Where a test goes in a parallel run's queue (`--no-loadscope-reorder`: the order the workers collected),
+    the long kinds first so that quick ones fill the end: 0 integration (minutes of waiting on the local AWS),
+    1 Spark or an embedded PostgreSQL, 2 the rest (pure tests: Lambdas, template, docs). `path`: relative to
+    tests/."""
+    if path.startswith("integration/"):
+        return 0
+    return 1 if any(name in SERVER_FIXTURES for name in fixturenames) else 2
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: ignored where it is not installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadscope` with `parallel_scope` as the scope (xdist's own `--dist loadgroup` marks are lost on
+    pytest 9: it renames node ids through an attribute pytest no longer reads)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ParallelScopes(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return parallel_scope(nodeid)
+
+    return ParallelScopes(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -54,18 +74,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its `parallel_group` (only where pytest-xdist is installed: the mark is its own)."""
-    if not config.pluginmanager.hasplugin("xdist"):
+    """In a pytest-xdist worker, the tests in `parallel_rank` order (every worker sorts alike, as xdist needs)."""
+    if not hasattr(config, "workerinput"):
         return
     tests_dir = Path(__file__).resolve().parent
-    for item in items:
+
+    def rank(item: pytest.Item) -> int:
         try:
             path = item.path.resolve().relative_to(tests_dir).as_posix()
         except ValueError:
-            continue
-        group = parallel_group(path, tuple(getattr(item, "fixturenames", ())))
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))
+            return 2
+        return parallel_rank(path, tuple(getattr(item, "fixturenames", ())))
+
+    items.sort(key=rank)  # stable: collection order within a rank
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,9 @@ worker, each worker runs its local AWS on a port of its own, and the workers dep
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -16,31 +19,91 @@ from tests import conftest
 
 
 @pytest.mark.parametrize(
-    ("path", "fixtures", "group"),
+    ("nodeid", "scope"),
     [
-        ("integration/localaws/test_localaws_glue.py", ("aws",), "integration-localaws"),
-        ("integration/localaws/test_localaws_drain_keys.py", ("wired",), "integration-localaws"),
+        ("tests/integration/localaws/test_localaws_glue.py::test_a", "tests/integration/localaws/"),
+        ("tests/integration/localaws/test_localaws_drain_keys.py::test_b", "tests/integration/localaws/"),
         (
-            "integration/pipeline/test_pipeline_end_to_end.py",
-            ("make_pipeline",),
-            "integration-test_pipeline_end_to_end.py",
+            "tests/integration/pipeline/test_pipeline_end_to_end.py::test_rollover",
+            "tests/integration/pipeline/test_pipeline_end_to_end.py",
         ),
-        (
-            "integration/pipeline/test_pipeline_reconcile.py",
-            ("make_pipeline", "pipeline_endpoint"),
-            "integration-test_pipeline_reconcile.py",
-        ),
-        ("unit/localaws/test_localaws_dms_postgres.py", ("postgres_socket_dir",), "shared-postgres"),
-        ("unit/spark/test_reconcile_cost.py", ("spark", "pg", "tmp_path"), "shared-postgres"),
-        ("unit/spark/test_cdc_rules.py", ("spark", "lake_config"), None),
-        ("unit/functions/test_lease.py", (), None),
+        ("tests/unit/spark/test_reconcile.py::test_x[a::b]", "tests/unit/spark/test_reconcile.py"),
+        ("tests/unit/functions/test_lease.py::test_y", "tests/unit/functions/test_lease.py"),
     ],
 )
-def test_tests_that_share_a_server_share_a_worker_and_the_rest_go_one_by_one(path, fixtures, group) -> None:
+def test_a_worker_takes_the_local_aws_tests_together_and_every_other_module_whole(nodeid, scope) -> None:
+    """Given a test's node id,
+    Then its unit of work is the local AWS's own tests together, or else its module."""
+    assert conftest.parallel_scope(nodeid) == scope
+
+
+@pytest.mark.parametrize(
+    ("path", "fixtures", "rank"),
+    [
+        ("integration/pipeline/test_pipeline_reconcile.py", ("make_pipeline",), 0),
+        ("integration/localaws/test_localaws_glue.py", ("aws",), 0),
+        ("unit/spark/test_cdc_rules.py", ("spark", "lake_config"), 1),
+        ("unit/localaws/test_localaws_dms_postgres.py", ("postgres_socket_dir",), 1),
+        ("unit/spark/test_reconcile_cost.py", ("pg", "tmp_path"), 1),
+        ("unit/functions/test_lease.py", ("tmp_path",), 2),
+    ],
+)
+def test_the_long_kinds_of_test_go_first(path, fixtures, rank) -> None:
     """Given a test's path under tests/ and its fixtures,
-    Then the local AWS's own tests form one group, each other integration module one of its own, the tests of
-    an embedded PostgreSQL one, and every other test none (any worker)."""
-    assert conftest.parallel_group(path, fixtures) == group
+    Then integration tests rank first, Spark and PostgreSQL tests next, pure tests last."""
+    assert conftest.parallel_rank(path, fixtures) == rank
+
+
+SCOPE_TEST = """
+import os
+from pathlib import Path
+
+
+def test_{name}():
+    with (Path(os.environ["RECORD"]) / "{name}").open("w") as out:
+        out.write(os.environ["PYTEST_XDIST_WORKER"])
+"""
+
+
+def test_pytest_xdist_schedules_by_parallel_scope(tmp_path) -> None:
+    """Given a test tree with two modules of local AWS tests and two other modules of three tests each, and a
+    conftest that takes the repository's scheduler hook,
+    When pytest runs it on 3 workers with --dist loadscope,
+    Then the local AWS tests ran on one worker and each other module's tests on one worker."""
+    modules = {
+        "tests/integration/localaws/test_one.py": ["l1"],
+        "tests/integration/localaws/test_two.py": ["l2"],
+        "tests/unit/test_first.py": ["a1", "a2", "a3"],
+        "tests/unit/test_second.py": ["b1", "b2", "b3"],
+    }
+    for module, names in modules.items():
+        path = tmp_path / module
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(SCOPE_TEST.format(name=name) for name in names))
+    (tmp_path / "conftest.py").write_text(
+        "import importlib.util\n"
+        f"spec = importlib.util.spec_from_file_location('repo_conftest', {str(Path(conftest.__file__))!r})\n"
+        "repo = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(repo)\n"
+        "pytest_xdist_make_scheduler = repo.pytest_xdist_make_scheduler\n"
+    )
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    record = tmp_path / "record"
+    record.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadscope"],
+        cwd=tmp_path,
+        env=os.environ | {"RECORD": str(record)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    worker = {path.name: path.read_text() for path in record.iterdir()}
+    assert sorted(worker) == ["a1", "a2", "a3", "b1", "b2", "b3", "l1", "l2"]
+    assert worker["l1"] == worker["l2"]
+    assert worker["a1"] == worker["a2"] == worker["a3"]
+    assert worker["b1"] == worker["b2"] == worker["b3"]
 
 
 def test_a_worker_runs_its_local_aws_on_a_port_of_its_own_and_deploys_the_runs_build(monkeypatch) -> None:
