@@ -13,7 +13,8 @@ until the clean zone has applied everything, checks every clean table against it
 then stops the state machine, runs the refine job once more and one maintenance pass, checks every refined
 table against a recomputation from the source database, runs the BI queries (bi/queries) and writes the
 dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;
-`--keep-running` leaves it all running; `--source sqlite` replicates an SQLite file through triggers instead).
+`--keep-running` leaves it all running; `--source sqlite` replicates an SQLite file through triggers instead;
+`--source mysql` (`make demo SOURCE=mysql`) a local MariaDB server read from its binlog, as DMS reads MySQL).
 
 Divergence and repair (issue 25; PostgreSQL source, unless `--no-divergence`): before the last workload round
 the source's calendar `date_dim` is rebuilt without its first year (TRUNCATE + INSERT, which DMS does not
@@ -183,6 +184,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 started,
                 "stopped the execution, the DMS task"
                 + (", PostgreSQL" if pipeline.postgres is not None else "")
+                + (", MariaDB" if pipeline.mariadb is not None else "")
                 + ("" if already_running else " and LocalStack"),
             )
     return 0 if ok else 1
@@ -462,10 +464,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument(
         "--source",
-        choices=["postgresql", "sqlite"],
+        choices=["postgresql", "mysql", "sqlite"],
         default="postgresql",
-        help="the source database: an embedded PostgreSQL server read through a replication slot, or an"
-        " SQLite file read through triggers",
+        help="the source database: an embedded PostgreSQL server read through a replication slot, a local"
+        " MariaDB server read from its binlog (`make demo SOURCE=mysql`), or an SQLite file read through triggers",
     )
     parser.add_argument(
         "--no-divergence",

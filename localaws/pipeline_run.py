@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from localaws import replication, sam_app
+from localaws.mariadb import LocalMariaDb
 from localaws.postgres import LocalPostgres
 from localaws.progress import ProgressMonitor, ProgressSnapshot
 from localaws.stack import StackConfig
@@ -104,10 +107,12 @@ class RunSettings:
     parameters: dict[str, str] = field(default_factory=dict)
     replication: replication.ReplicationSettings | None = None
     execution_input: dict[str, Any] = field(default_factory=dict)
-    source: str = "postgresql"  # the source database: postgresql (an embedded server) or sqlite (a file)
+    source: str = "postgresql"  # the source database: postgresql (an embedded server), mysql (a local MariaDB
+    # server, localaws/mariadb.py) or sqlite (a file)
 
 
-SOURCE_KINDS = ("postgresql", "sqlite")
+SOURCE_KINDS = ("postgresql", "mysql", "sqlite")
+MYSQL_DATABASE = "shop"  # the MySQL source's database: DMS's schema, the files' folder
 
 
 class LocalPipeline:
@@ -121,6 +126,7 @@ class LocalPipeline:
         if settings.source not in SOURCE_KINDS:
             raise ValueError(f"source {settings.source!r}: one of {SOURCE_KINDS}")
         self.postgres = LocalPostgres(self.workdir / "postgres") if settings.source == "postgresql" else None
+        self.mariadb: LocalMariaDb | None = None  # started by create_source (a temp dir the `mysql` user reaches)
         self.source_db = SourceDatabase.sqlite(self.workdir / "source.db")  # the server's, once it runs
         self.resource_identifier = replication.new_resource_identifier()
         self.task_arn = replication.task_arn(self.resource_identifier)
@@ -151,7 +157,26 @@ class LocalPipeline:
             shutil.rmtree(Path(self.stack.warehouse) / f"{self.settings.name}_{zone}", ignore_errors=True)
         if self.postgres is not None:
             self.source_db = self.postgres.start().source
+        if self.settings.source == "mysql":
+            self.source_db = self._start_mariadb()
         return replication.create_source_database(self.source_db, self.settings.scale, self.settings.seed)
+
+    def _start_mariadb(self) -> SourceDatabase:
+        """The local MariaDB server (in a temp directory: run by root, it runs as the `mysql` user, who must
+        reach it) and a fresh source database."""
+        import pymysql
+
+        base = Path(tempfile.mkdtemp(prefix="localaws-mariadb-"))
+        base.chmod(0o755)
+        self.mariadb = LocalMariaDb(base)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        address = self.mariadb.start(port)
+        with pymysql.connect(**address.connect_kwargs()) as db, db.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS {MYSQL_DATABASE}")
+            cursor.execute(f"CREATE DATABASE {MYSQL_DATABASE} CHARACTER SET utf8mb4")
+        return SourceDatabase.mysql(f"mysql://root@localhost/{MYSQL_DATABASE}?unix_socket={address.socket}")
 
     @property
     def source_schema(self) -> str:
@@ -489,6 +514,12 @@ class LocalPipeline:
                 self.postgres.stop()
             except Exception as error:
                 log.warning("stopping PostgreSQL: %s", error)
+        if self.mariadb is not None:
+            try:
+                self.mariadb.stop()
+                shutil.rmtree(self.mariadb.base_dir, ignore_errors=True)
+            except Exception as error:
+                log.warning("stopping MariaDB: %s", error)
         if delete_stack and self.app is not None:
             try:
                 sam_app.delete_stack(self.aws("cloudformation"), self.stack_name)

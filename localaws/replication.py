@@ -150,14 +150,24 @@ def add_column(source: SourceDatabase, table: str, column: str, sql_type: str) -
 
 
 def source_endpoint(source: SourceDatabase) -> dict[str, Any]:
-    """The DMS source endpoint of `source`: PostgreSQL as DMS reads it (a logical replication slot), or the
-    local DMS's SQLite convention (DatabaseName = the file)."""
+    """The DMS source endpoint of `source`: PostgreSQL as DMS reads it (a logical replication slot), MySQL (the
+    binlog), or the local DMS's SQLite convention (DatabaseName = the file)."""
     if source.dialect == "sqlite":
         return {
             "EngineName": "sqlite",
             "DatabaseName": source.location,
             "ExtraConnectionAttributes": f"schemaName={source.schema}",
         }
+    if source.dialect == "mysql":  # read from the binlog as DMS reads MySQL (localaws_plugin/dms_mysql.py)
+        parts = source._mysql_parts()
+        endpoint = {
+            "EngineName": "mysql",
+            "ServerName": parts["unix_socket"] or parts["host"],
+            "Port": int(parts["port"]),
+            "DatabaseName": parts["database"],
+            "Username": parts["user"],
+        }
+        return endpoint | ({"Password": parts["password"]} if parts["password"] else {})
     from psycopg.conninfo import conninfo_to_dict
 
     connection = conninfo_to_dict(source.location)

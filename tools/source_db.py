@@ -34,6 +34,11 @@ class SourceDatabase:
         return cls("postgresql", uri)
 
     @classmethod
+    def mysql(cls, uri: str) -> SourceDatabase:
+        """`mysql://user[:password]@host[:port]/database[?unix_socket=/path]`: a MySQL or MariaDB server."""
+        return cls("mysql", uri)
+
+    @classmethod
     def of(cls, source: SourceDatabase | str | Path) -> SourceDatabase:
         """A `SourceDatabase` as is; a path or a plain file name as an SQLite file; a postgresql:// URI."""
         if isinstance(source, SourceDatabase):
@@ -41,17 +46,37 @@ class SourceDatabase:
         text = str(source)
         if text.startswith(("postgresql://", "postgres://")):
             return cls.postgresql(text)
+        if text.startswith(("mysql://", "mariadb://")):
+            return cls.mysql(text)
         return cls.sqlite(text)
 
     @property
     def schema(self) -> str:
         """The schema the tables live in (the DMS files' schema folder)."""
+        if self.dialect == "mysql":  # MySQL's schema is its database
+            return self._mysql_parts()["database"]
         return SQLITE_SCHEMA if self.dialect == "sqlite" else POSTGRES_SCHEMA
+
+    def _mysql_parts(self) -> dict[str, Any]:
+        from urllib.parse import parse_qs, unquote, urlsplit
+
+        parts = urlsplit(self.location)
+        query = {key: values[-1] for key, values in parse_qs(parts.query).items()}
+        return {
+            "user": unquote(parts.username or "root"),
+            "password": unquote(parts.password or ""),
+            "host": parts.hostname or "localhost",
+            "port": parts.port or 3306,
+            "database": parts.path.lstrip("/"),
+            "unix_socket": query.get("unix_socket"),
+        }
 
     @property
     def sqlalchemy_url(self) -> str:
         if self.dialect == "sqlite":
             return f"sqlite:///{self.location}"
+        if self.dialect == "mysql":
+            return "mysql+pymysql://" + self.location.split("://", 1)[1]
         return "postgresql+psycopg://" + self.location.split("://", 1)[1]
 
     def connect(self) -> SourceConnection:
@@ -59,6 +84,8 @@ class SourceDatabase:
             import sqlite3
 
             return SourceConnection(self, sqlite3.connect(self.location, isolation_level=None, timeout=120))
+        if self.dialect == "mysql":
+            return SourceConnection(self, _MysqlConnection(self._mysql_parts()))
         import psycopg
         from psycopg.types.string import TextLoader
 
@@ -87,13 +114,40 @@ def _sqlite_value(value: Any) -> Any:
     return value
 
 
+class _MysqlConnection:
+    """pymysql with psycopg's `execute` (returning the cursor), in UTC, with ANSI quotes (`"name"`), so the
+    facade's SQL is the same as PostgreSQL's."""
+
+    def __init__(self, parts: dict[str, Any]) -> None:
+        import pymysql
+
+        options = {"user": parts["user"], "password": parts["password"], "database": parts["database"]}
+        where = {"unix_socket": parts["unix_socket"]} if parts["unix_socket"] else {}
+        where = where or {"host": parts["host"], "port": parts["port"]}
+        self.connection = pymysql.connect(**options, **where, autocommit=True, charset="utf8mb4")
+        self.execute("SET time_zone = '+00:00'")
+        self.execute("SET SESSION sql_mode = CONCAT(@@sql_mode, ',ANSI_QUOTES')")
+
+    def execute(self, statement: str, parameters: Sequence[Any] | None = None) -> Any:
+        cursor = self.connection.cursor()
+        cursor.execute(statement, parameters)
+        return cursor
+
+    def cursor(self) -> Any:
+        return self.connection.cursor()
+
+    def close(self) -> None:
+        self.connection.close()
+
+
 class SourceConnection:
     """A connection in autocommit mode; `transaction()` brackets a unit of work."""
 
     def __init__(self, source: SourceDatabase, connection: Any) -> None:
         self.source = source
         self.raw = connection
-        self.postgres = source.dialect == "postgresql"
+        # a server (PostgreSQL, or MySQL through `_MysqlConnection`): `%s` placeholders, values as they are
+        self.postgres = self.server = source.dialect in ("postgresql", "mysql")
 
     def __enter__(self) -> SourceConnection:
         return self

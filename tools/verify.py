@@ -118,8 +118,8 @@ LEFT JOIN customer_address a ON c.c_current_addr_sk = a.ca_address_sk
 """
 _DAILY_SQL = """
 SELECT sold_date, {group}, sum(revenue) AS revenue, sum(profit) AS profit, sum(net_paid) AS net_paid,
-       sum(quantity) AS quantity, count(DISTINCT ws_order_number) AS orders, count(*) AS lines
-FROM ({sales}) GROUP BY sold_date, {group}
+       sum(quantity) AS quantity, count(DISTINCT ws_order_number) AS orders, count(*) AS "lines"
+FROM ({sales}) AS sales GROUP BY sold_date, {group}
 """
 REFINED_RECOMPUTATIONS = {
     "sales_enriched": _SALES_SQL,
