@@ -54,6 +54,9 @@ def test_the_long_kinds_of_test_go_first(path, fixtures, rank) -> None:
     assert conftest.parallel_rank(path, fixtures) == rank
 
 
+# What `make test` passes (Makefile, PYTEST_PARALLEL).
+MAKE_TEST_OPTIONS = ("-n", "3", "--dist", "loadscope", "--no-loadscope-reorder")
+
 SCOPE_TEST = """
 import os
 from pathlib import Path
@@ -68,7 +71,7 @@ def test_{name}():
 def test_pytest_xdist_schedules_by_parallel_scope(tmp_path) -> None:
     """Given a test tree with two modules of local AWS tests and two other modules of three tests each, and a
     conftest that takes the repository's scheduler hook,
-    When pytest runs it on 3 workers with --dist loadscope,
+    When pytest runs it as `make test` does (3 workers, --dist loadscope --no-loadscope-reorder),
     Then the local AWS tests ran on one worker and each other module's tests on one worker."""
     modules = {
         "tests/integration/localaws/test_one.py": ["l1"],
@@ -91,7 +94,7 @@ def test_pytest_xdist_schedules_by_parallel_scope(tmp_path) -> None:
     record = tmp_path / "record"
     record.mkdir()
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3", "--dist", "loadscope"],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *MAKE_TEST_OPTIONS],
         cwd=tmp_path,
         env=os.environ | {"RECORD": str(record)},
         capture_output=True,
@@ -99,6 +102,8 @@ def test_pytest_xdist_schedules_by_parallel_scope(tmp_path) -> None:
         timeout=120,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    makefile = (Path(conftest.__file__).parents[1] / "Makefile").read_text()
+    assert " ".join(MAKE_TEST_OPTIONS[2:]) in makefile  # the options this run used are make test's
     worker = {path.name: path.read_text() for path in record.iterdir()}
     assert sorted(worker) == ["a1", "a2", "a3", "b1", "b2", "b3", "l1", "l2"]
     assert worker["l1"] == worker["l2"]
