@@ -32,6 +32,8 @@ demo-spark: venv
 # parallel_scope in tests/conftest.py; --no-loadscope-reorder: the workers' order, the long integration modules first.
 TEST_WORKERS ?= 3
 PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder,)
+# Up to TEST_WORKERS local AWSs at once: each keeps one warm Spark worker, not two (more start while runs overlap).
+test test-integration: export LOCALAWS_WARM_SPARK_WORKERS ?= 1
 
 test: venv localstack-venv sam-venv browser jdbc mariadb
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
