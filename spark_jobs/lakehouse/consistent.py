@@ -149,14 +149,20 @@ def latest_common_moment(intervals: Mapping[str, Sequence[Interval]]) -> Point |
         | {i.start for found in intervals.values() for i in found},
         reverse=True,
     )
+    highest = min(max(i.end for i in found) for found in intervals.values()) - MICROSECOND
+    lowest = max(min(i.start for i in found) for found in intervals.values())
     by_table = {table: sorted(found, key=lambda i: i.start) for table, found in intervals.items()}
     starts = {table: [i.start for i in found] for table, found in by_table.items()}
-    for moment in candidates:
+    for moment in (c for c in candidates if lowest <= c <= highest):
         chosen: dict[str, int] = {}
         for table, found in by_table.items():
             at = bisect.bisect_right(starts[table], moment) - 1
-            # Intervals of one table can overlap only where snapshots hold the same rows: take the newest.
-            hit = next((i for i in reversed(found[: at + 1]) if i.start <= moment < i.end), None)
+            # Two snapshots exact at one moment hold the same changes: either will do; the newest is taken.
+            hit = found[at] if at >= 0 and moment < found[at].end else None
+            if (
+                hit is None
+            ):  # intervals overlap only where rows are the same (a compaction): look further back
+                hit = next((i for i in reversed(found[:at]) if i.start <= moment < i.end), None)
             if hit is None:
                 break
             chosen[table] = hit.snapshot_id
@@ -174,35 +180,46 @@ def complete_before(unapplied: Sequence[datetime], listed_at: datetime, settle: 
 # ------------------------------------------------------------------------------------------------ I/O
 
 
-def table_lineage(spark: SparkSession, table: str, limit: int = LINEAGE_LIMIT) -> list[Commit]:
-    """The facts of the table's current lineage, oldest first (at most `limit` snapshots back). A current
-    snapshot written without the facts gets its newest time from its data files' metrics of
-    `dms_commit_ts` (an upper bound, deleted rows included: a change the table applied)."""
+def table_lineage(
+    spark: SparkSession, table: str, since: datetime | None = None, limit: int = LINEAGE_LIMIT
+) -> list[Commit]:
+    """The facts of the table's current lineage, oldest first: back to its first snapshot whose newest
+    source time is at or before `since` (the last recorded point: no older snapshot can be exact at a newer
+    moment than one it holds the same changes as), at most `limit` snapshots. A current snapshot written
+    without the facts gets its newest time from its data files' bounds of `dms_commit_ts` (an upper bound,
+    deleted rows included: changes the table applied). Reads three summary entries per snapshot (py4j)."""
     java_table = iceberg_table(spark, table)
-    chain = []
+    chain: list[tuple[int, str | None, dict[str, str], datetime]] = []
     snapshot = java_table.currentSnapshot()
     while snapshot is not None and len(chain) < limit:
-        chain.append(snapshot)
+        summary = snapshot.summary()
+        facts = {
+            k: str(v) for k in (SOURCE_TS_MAX, SOURCE_TS_MIN, RUN_ID) if (v := summary.get(k)) is not None
+        }
+        operation = snapshot.operation()
+        committed = datetime(1970, 1, 1) + timedelta(milliseconds=int(snapshot.timestampMillis()))
+        chain.append((int(snapshot.snapshotId()), str(operation) if operation else None, facts, committed))
+        newest = parse_moment(facts.get(SOURCE_TS_MAX))
+        if since is not None and newest is not None and newest <= since:
+            break
         parent = snapshot.parentId()
         snapshot = java_table.snapshot(parent) if parent is not None else None
     commits: list[Commit] = []
     parent_commit: Commit | None = None
-    for snap in reversed(chain):
-        committed = datetime(1970, 1, 1) + timedelta(milliseconds=int(snap.timestampMillis()))
-        operation = str(snap.operation()) if snap.operation() is not None else None
-        parent_commit = commit_facts(
-            int(snap.snapshotId()), operation, dict(snap.summary()), parent_commit, committed
-        )
+    for snapshot_id, operation, facts, committed in reversed(chain):
+        parent_commit = commit_facts(snapshot_id, operation, facts, parent_commit, committed)
         commits.append(parent_commit)
     if commits and commits[-1].newest is None:
-        newest = _newest_by_metrics(spark, table)
+        newest = newest_by_metrics(spark, table)
         if newest is not None:
             last = commits[-1]
             commits[-1] = Commit(last.snapshot_id, newest, last.oldest, last.run_id, last.committed_at)
     return commits
 
 
-def _newest_by_metrics(spark: SparkSession, table: str) -> datetime | None:
+def newest_by_metrics(spark: SparkSession, table: str) -> datetime | None:
+    """The newest `dms_commit_ts` the table's data files may hold, by their bounds (datetime.min: no data
+    file; None: unknown)."""
     from lakehouse.iceberg import key_upper_bound
     from lakehouse.names import COMMIT_TS_COLUMN
 

@@ -31,7 +31,9 @@ from lakehouse.consistent import (
     Point,
     complete_before,
     exact_intervals,
+    last_point,
     latest_common_moment,
+    newest_by_metrics,
     parse_moment,
     record_point,
     rows_frame,
@@ -88,7 +90,8 @@ def previous_newest(spark: SparkSession, table: str) -> datetime | None:
     for summary in snapshot_properties(spark, table):
         if SOURCE_TS_MAX in summary:
             return parse_moment(summary[SOURCE_TS_MAX])
-    return None
+    newest = newest_by_metrics(spark, table)  # written before the facts: its data files' bounds
+    return None if newest == datetime.min else newest
 
 
 def commit_properties(
@@ -211,6 +214,7 @@ def measure(
     result = Measurement(listed_at.isoformat(), settle_seconds, raw_path)
     settle = timedelta(seconds=settle_seconds)
     waiting = unapplied_by_table(spark, config, schema, raw_path, listed_at) if raw_path else None
+    previous = last_point(spark, config)
     rows: list[TableFreshness] = []
     intervals = {}
     sources: dict[str, str] = {}
@@ -220,7 +224,7 @@ def measure(
         if not table_exists(spark, table):
             every_table = False
             continue
-        lineage = table_lineage(spark, table)
+        lineage = table_lineage(spark, table, previous.at if previous else None)
         before = None
         if waiting is not None:
             before = complete_before(waiting.get(spec.qualified_name.lower(), []), listed_at, settle)
@@ -258,3 +262,38 @@ def write_freshness(
         FRESHNESS_SCHEMA,
     )
     fenced_writer(frame.writeTo(table), {RUN_ID: run_id}).overwrite(F.lit(True))
+
+
+def after_cdc_run(
+    spark: SparkSession,
+    config: LakeConfig,
+    schema: SchemaFile,
+    file_uris: Sequence[str],
+    run_id: str,
+    raw_path: str | None = None,
+    settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+) -> dict[str, Any]:
+    """`measure` after a CDC run (the job's hook), the raw zone's root taken from the batch's files unless
+    given. It never fails the run, whose commits stand: a failure is reported in `error` (the next run
+    measures again); only a lost lease is raised (lakehouse.fence: nothing more is written)."""
+    from lakehouse.dms_files import NotADmsFileError, parse_dms_key
+    from lakehouse.fence import LeaseLostError
+
+    if raw_path is None:
+        located = []
+        for uri in file_uris:
+            try:
+                file = parse_dms_key(uri, 0, lambda owner, name: schema.find(owner, name) is not None)
+            except NotADmsFileError:
+                continue
+            located.append((uri, file.source_schema, file.table))
+        raw_path = raw_path_of(located)
+    try:
+        return measure(spark, config, schema, raw_path, run_id, settle_seconds).to_dict()
+    except LeaseLostError:
+        raise
+    except Exception as error:
+        log.exception("measuring freshness and the consistent point failed")
+        failed = Measurement(datetime.now(UTC).replace(tzinfo=None).isoformat(), settle_seconds, raw_path)
+        failed.error = f"{type(error).__name__}: {error}"[:2000]
+        return failed.to_dict()
