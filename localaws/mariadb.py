@@ -4,7 +4,7 @@ It runs unprivileged in a directory of its own (as the `mysql` system user when 
 Unix socket in that directory and on 127.0.0.1 at the port given, and writes the binary log as AWS DMS needs it
 on a MySQL source: `binlog_format=ROW`, `binlog_row_image=FULL`, a `server_id`, and `binlog_row_metadata=FULL`
 (column names, signedness and ENUM/SET values in every table map, so a row event is decoded with the columns it
-was written with, even after a later ALTER TABLE). Its time zone is UTC. Started by `make demo SOURCE=mysql`
+was written with, even after a later ALTER TABLE). Its time zone is UTC, its character set utf8mb4. Started by `make demo SOURCE=mysql`
 and the MySQL tests; stopped when they end.
 """
 
@@ -40,7 +40,12 @@ class MariaDbAddress:
 
     def connect_kwargs(self, database: str | None = None) -> dict[str, object]:
         """pymysql.connect(**…) over the Unix socket."""
-        kwargs: dict[str, object] = {"unix_socket": self.socket, "user": self.user, "autocommit": True}
+        kwargs: dict[str, object] = {
+            "unix_socket": self.socket,
+            "user": self.user,
+            "autocommit": True,
+            "charset": "utf8mb4",
+        }
         if database:
             kwargs["database"] = database
         return kwargs
@@ -124,6 +129,8 @@ class LocalMariaDb:
                 "--binlog-row-image=FULL",
                 "--binlog-row-metadata=FULL",
                 "--default-time-zone=+00:00",
+                "--character-set-server=utf8mb4",
+                "--collation-server=utf8mb4_unicode_ci",
                 "--lower-case-table-names=0",  # table names case-sensitive, as on Linux
                 "--innodb-buffer-pool-size=64M",
                 "--performance-schema=OFF",

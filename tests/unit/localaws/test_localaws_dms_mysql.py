@@ -1,0 +1,521 @@
+"""The local DMS against a real MariaDB server (Debian's mariadb-server, `make mariadb`; no LocalStack): the
+binlog read as DMS reads a MySQL source, MySQL's types spelled as DMS spells them, what DMS drops dropped.
+Files are collected in a dict; the type test applies them to the clean zone with the Spark library.
+
+The oracle: the files applied in change-sequence order per key (LOAD rows carry the snapshot's position) must
+give exactly the source's rows, whatever was committed while the full load ran or while the binlog connection
+was down; in the clean zone, each MySQL type lands in the Iceberg type docs/CONTRACTS.md names."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pymysql
+import pytest
+from localaws_plugin.dms_format import S3TargetSettings, TableMapping
+from localaws_plugin.dms_mysql import ColumnKind, dms_text, position_of
+from localaws_plugin.dms_replication import ReplicationRun, SourceSettings, TaskOptions
+
+from localaws.mariadb import LocalMariaDb, MariaDbAddress, installed
+from tests.unit.localaws.test_localaws_dms_replication import MAPPING, Bucket, wait_for
+
+DATABASE = "sales"  # MAPPING selects schema `sales`: on MySQL the database is DMS's schema
+
+
+# spelling (no server) ----------------------------------------------------------------------------------
+
+
+def test_values_are_spelled_alike_from_the_full_load_and_from_the_binlog():
+    """Given each MySQL type's value as pymysql reads it (full load) and as the binlog decoder reads it (CDC),
+    When the local DMS spells them,
+    Then both paths give the same text, zero dates are NULL, and nothing is rounded or cut."""
+    cases = [
+        # (kind, full-load value, binlog value, text)
+        (ColumnKind("bit"), b"\x02\xaa", "1010101010", "682"),
+        (ColumnKind("bit"), b"\x01", "1", "1"),
+        (ColumnKind("tinyint"), 1, 1, "1"),
+        (ColumnKind("bigint"), 2**64 - 1, 2**64 - 1, "18446744073709551615"),
+        (ColumnKind("set", members=("red", "green", "blue")), "red,blue", {"blue", "red"}, "red,blue"),
+        (ColumnKind("set", members=("red", "green", "blue")), "", set(), ""),
+        (
+            ColumnKind("decimal"),
+            Decimal("-0.000000000000000000000000000001"),
+            Decimal("-0.000000000000000000000000000001"),
+            "-0.000000000000000000000000000001",
+        ),
+        (ColumnKind("decimal"), Decimal("1.50"), Decimal("1.50"), "1.50"),
+        (
+            ColumnKind("datetime", 6),
+            datetime(2026, 1, 2, 3, 4, 5, 123456),
+            datetime(2026, 1, 2, 3, 4, 5, 123456),
+            "2026-01-02 03:04:05.123456",
+        ),
+        (
+            ColumnKind("datetime", 0),
+            datetime(2026, 1, 2, 3, 4, 5),
+            datetime(2026, 1, 2, 3, 4, 5),
+            "2026-01-02 03:04:05",
+        ),
+        (
+            ColumnKind("timestamp", 3),
+            datetime(2026, 1, 1, 5, 0, 0, 500000),
+            datetime(2026, 1, 1, 5, 0, 0, 500000),
+            "2026-01-01 05:00:00.500",
+        ),
+        (ColumnKind("datetime", 6), "0000-00-00 00:00:00.000000", None, None),
+        (ColumnKind("timestamp", 0), "0000-00-00 00:00:00", datetime(1970, 1, 1), None),
+        (ColumnKind("date"), "0000-00-00", None, None),
+        (ColumnKind("date"), date(2026, 2, 28), date(2026, 2, 28), "2026-02-28"),
+        (ColumnKind("blob"), b"\x00\xff", b"\x00\xff", "00FF"),
+        (ColumnKind("longtext"), '{"a": [1, 2]}', '{"a": [1, 2]}', '{"a": [1, 2]}'),
+    ]
+    for kind, loaded, streamed, text in cases:
+        assert (dms_text(loaded, kind), dms_text(streamed, kind)) == (text, text), (kind, loaded, streamed)
+
+
+def test_a_negative_time_with_a_fraction_is_decoded_from_the_binlog_as_the_server_stores_it():
+    """Given TIME2 binlog values as MySQL packs them (a negative time's fraction stored as its complement),
+    When the local DMS decodes them,
+    Then each is the time written (mysql-replication's own decoder reads -838:59:59.99 as -838:59:59.01)."""
+    from datetime import timedelta
+    from types import SimpleNamespace
+
+    from localaws_plugin.dms_mysql import _time2
+
+    def packed(hours: int, minutes: int, seconds: int, fraction: int, fsp: int, negative: bool) -> bytes:
+        hms = (hours << 12) | (minutes << 6) | seconds
+        frac_bytes = (fsp + 1) // 2
+        if fsp >= 5:
+            value = (hms << 24) + fraction
+            return ((-value if negative else value) + 0x800000000000).to_bytes(6, "big")
+        intpart, frac = (-hms, -fraction) if negative else (hms, fraction)
+        if frac < 0:
+            intpart, frac = intpart - 1, frac + (1 << (8 * frac_bytes))
+        return (intpart + 0x800000).to_bytes(3, "big") + (frac.to_bytes(frac_bytes, "big") if fsp else b"")
+
+    class Packet:
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def read(self, size: int) -> bytes:
+            taken, self.data = self.data[:size], self.data[size:]
+            return taken
+
+    def decoded(data: bytes, fsp: int) -> timedelta:
+        return _time2(SimpleNamespace(packet=Packet(data)), SimpleNamespace(fsp=fsp))
+
+    hms = timedelta(hours=838, minutes=59, seconds=59)
+    assert decoded(packed(838, 59, 59, 99, 2, True), 2) == -(hms + timedelta(milliseconds=990))
+    assert decoded(packed(838, 59, 59, 99, 2, False), 2) == hms + timedelta(milliseconds=990)
+    assert decoded(packed(1, 2, 3, 5, 4, True), 4) == -timedelta(
+        hours=1, minutes=2, seconds=3, microseconds=500
+    )
+    assert decoded(packed(1, 2, 3, 7, 6, True), 6) == -timedelta(
+        hours=1, minutes=2, seconds=3, microseconds=7
+    )
+    assert decoded(packed(25, 0, 0, 0, 0, True), 0) == -timedelta(hours=25)
+    assert decoded(packed(0, 0, 0, 0, 2, False), 2) == timedelta(0)
+
+
+# the server ---------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDbAddress]:
+    """One MariaDB server (binlog ROW, full images) for the run, in a directory the `mysql` user can reach."""
+    if not installed():
+        pytest.fail("Debian's mariadb-server is not installed: run `make mariadb`")
+    base = Path(tempfile.mkdtemp(prefix="localaws-mariadb-"))
+    os.chmod(base, 0o755)
+    server = LocalMariaDb(base)
+    address = server.start(_free_port())
+    yield address
+    server.stop()
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def connect(address: MariaDbAddress, time_zone: str = "+00:00") -> pymysql.Connection:
+    db = pymysql.connect(**address.connect_kwargs())
+    run(db, f"SET time_zone = '{time_zone}'")
+    return db
+
+
+def run(db: pymysql.Connection, *statements: str, args: Any = None) -> None:
+    with db.cursor() as cursor:
+        for statement in statements:
+            cursor.execute(statement, args)
+
+
+ORDER_LINE = (
+    "CREATE TABLE sales.`OrderLine` (id BIGINT UNSIGNED NOT NULL PRIMARY KEY, flag TINYINT(1), bits BIT(10),"
+    " one_bit BIT(1), size ENUM('S','M','L'), tags SET('red','green','blue'), doc JSON, amount DECIMAL(65,30),"
+    " price DECIMAL(9,2), made DATETIME(6), seen TIMESTAMP(3) NULL DEFAULT NULL, day DATE, note VARCHAR(40),"
+    " dur TIME(2), raw VARBINARY(8), qty INT UNSIGNED)"
+)
+ORDER_LINE_INSERT = "INSERT INTO sales.`OrderLine` VALUES (" + ", ".join(["%s"] * 16) + ")"
+TOP = 2**64 - 1
+
+
+@pytest.fixture
+def source(mariadb: MariaDbAddress) -> Iterator[MariaDbAddress]:
+    """A fresh `sales` database: `OrderLine` (every type, 3 rows, one of zero dates, written from a +05:00
+    session) and `scratch` (2 rows)."""
+    with connect(mariadb, "+05:00") as db:
+        run(
+            db,
+            "DROP DATABASE IF EXISTS sales",
+            "CREATE DATABASE sales",
+            ORDER_LINE,
+            "SET SESSION sql_mode = ''",
+        )
+        rows = [
+            (TOP, 1, b"\x02\xaa", b"\x01", "M", "green,red", '{"a": [1, 2]}',
+             "12345678901234567890123456789012345.123456789012345678901234567890", "1.50",
+             "2026-01-02 03:04:05.123456", "2026-01-01 10:00:00.5", "2026-02-28", "Grüße", "-838:59:59.99",
+             b"\x00\xff\x80", 4294967295),
+            (2**63, 0, b"\x00\x00", b"\x00", "S", "", "[]", "-0.000000000000000000000000000001", "-2.25",
+             "0000-00-00 00:00:00", "0000-00-00 00:00:00", "0000-00-00", "zero dates", "00:00:00", b"", 0),
+            (1, *[None] * 15),
+        ]  # fmt: skip
+        with db.cursor() as cursor:
+            cursor.executemany(ORDER_LINE_INSERT, rows)
+        run(
+            db,
+            "CREATE TABLE sales.scratch (id INT PRIMARY KEY, v VARCHAR(10))",
+            "INSERT INTO sales.scratch VALUES (1, 'a'), (2, 'b')",
+        )
+    yield mariadb
+
+
+def target() -> S3TargetSettings:
+    return S3TargetSettings(
+        bucket_name="raw",
+        bucket_folder="dms",
+        include_op_for_full_load=True,
+        timestamp_column_name="dms_timestamp",
+        csv_null_value="NULL",
+        cdc_max_batch_interval_seconds=0.3,
+    )
+
+
+def make_run(address: MariaDbAddress, bucket: Bucket, **options: Any) -> ReplicationRun:
+    settings = SourceSettings.from_endpoint(DATABASE, address.socket, None, engine="mysql", username="root")
+    return ReplicationRun(
+        "full-load-and-cdc",
+        settings,
+        target(),
+        TableMapping.parse(MAPPING),
+        TaskOptions(poll_seconds=0.1, **options),
+        bucket.put,
+        bucket.delete_prefix,
+    )
+
+
+def started_run(address: MariaDbAddress, **options: Any) -> tuple[Bucket, ReplicationRun]:
+    bucket = Bucket()
+    replication = make_run(address, bucket, **options)
+    replication.start()
+    wait_for(lambda: replication.full_load_done and replication.status == "running", timeout=30)
+    return bucket, replication
+
+
+def binlog_end(address: MariaDbAddress) -> int:
+    """The change sequence at the server's current binlog end (ordinal 0)."""
+    from localaws_plugin.dms_mysql import change_seq, file_number
+
+    with connect(address) as db, db.cursor() as cursor:
+        cursor.execute("SHOW MASTER STATUS")
+        log_file, position, *_ = cursor.fetchone()
+    return change_seq(file_number(log_file), int(position), 0)
+
+
+def caught_up(replication: ReplicationRun, address: MariaDbAddress, timeout: float = 30) -> None:
+    """Wait until the run has written every change up to the binlog's end now (the last statement before
+    this call must be a row change of a replicated table)."""
+    end = position_of(binlog_end(address))
+    wait_for(
+        lambda: replication.flushed_seq is not None and position_of(replication.flushed_seq) >= end,
+        timeout=timeout,
+    )
+    assert replication.status == "running", replication.last_failure_message
+
+
+def replay(bucket: Bucket, table: str) -> dict[str, dict[str, str]]:
+    """The table the files describe: per key, the record with the highest change sequence; a delete removes it."""
+    latest: dict[str, dict[str, str]] = {}
+    for records in bucket.rows(f"dms/{DATABASE}/{table}/"):
+        for record in records:
+            key = record["id"]
+            if key not in latest or record["AR_H_CHANGE_SEQ"] > latest[key]["AR_H_CHANGE_SEQ"]:
+                latest[key] = record
+    return {key: record for key, record in latest.items() if record["Op"] != "D"}
+
+
+AS_TEXT = ("amount", "dur")  # held as text in the lake: MySQL's own spelling is the oracle
+
+
+def source_values(address: MariaDbAddress, table: str, columns: list[str]) -> dict[str, tuple]:
+    select = ", ".join(f"CAST(`{c}` AS CHAR)" if c in AS_TEXT else f"`{c}`" for c in columns)
+    with connect(address) as db, db.cursor() as cursor:
+        cursor.execute(f"SELECT {select} FROM sales.`{table}`")
+        return {str(row[0]): row for row in cursor.fetchall()}
+
+
+# capture (no Spark) ---------------------------------------------------------------------------------------
+
+
+def test_changes_committed_during_the_full_load_are_in_the_files_once(source: MariaDbAddress):
+    """Given a writer inserting and updating `scratch` rows while the full load reads it in 1-row LOAD files,
+    When the writer stops and the capture catches up,
+    Then the files replayed by sequence are exactly the source's rows (nothing in neither, and a row in both
+    the snapshot and the stream carries a higher sequence in the stream)."""
+    stop = threading.Event()
+
+    def write() -> None:
+        with connect(source) as db:
+            key = 100
+            while not stop.is_set():
+                run(db, "BEGIN", f"INSERT INTO sales.scratch VALUES ({key}, 'w')",
+                    f"UPDATE sales.scratch SET v = 'u{key}' WHERE id = {key - 1}", "COMMIT")  # fmt: skip
+                key += 1
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        bucket, replication = started_run(source, max_rows_per_load_file=1)
+        time.sleep(0.5)
+    finally:
+        stop.set()
+        writer.join()
+    with connect(source) as db:
+        run(db, "INSERT INTO sales.scratch VALUES (1000000, 'end')")
+    caught_up(replication, source)
+    replication.stop()
+
+    expected = {key: (key, row[1]) for key, row in source_values(source, "scratch", ["id", "v"]).items()}
+    written = {key: (record["id"], record["v"]) for key, record in replay(bucket, "scratch").items()}
+    assert len(expected) > 10
+    assert dict(sorted(written.items())) == dict(sorted(expected.items()))
+
+
+def test_a_stopped_task_resumes_from_its_binlog_position(source: MariaDbAddress):
+    """Given a running task stopped after a change,
+    When rows change while it is stopped and it is started again (resume),
+    Then the files hold every change exactly as the source has it, none read twice into a new LOAD."""
+    bucket, replication = started_run(source)
+    with connect(source) as db:
+        run(db, "UPDATE sales.scratch SET v = 'before' WHERE id = 1")
+    caught_up(replication, source)
+    replication.stop()
+    loads = sorted(k for k in bucket.objects if "/LOAD" in k)
+    with connect(source) as db:
+        run(db, "INSERT INTO sales.scratch VALUES (3, 'stopped')", "DELETE FROM sales.scratch WHERE id = 2",
+            "UPDATE sales.scratch SET v = 'after' WHERE id = 1")  # fmt: skip
+
+    replication.start()
+    wait_for(lambda: replication.status == "running")
+    caught_up(replication, source)
+    replication.stop()
+
+    assert sorted(k for k in bucket.objects if "/LOAD" in k) == loads
+    changes = [r for k in sorted(bucket.objects) if "/LOAD" not in k for r in bucket.rows(k)[0]]
+    assert sorted((r["Op"], r["id"], r["v"]) for r in changes) == [
+        ("D", "2", "b"),
+        ("I", "3", "stopped"),
+        ("U", "1", "after"),
+        ("U", "1", "before"),
+    ]  # each change once: the restart read from its position, not from the binlog's start
+    written = {key: record["v"] for key, record in replay(bucket, "scratch").items()}
+    assert written == {"1": "after", "3": "stopped"}
+
+
+def test_a_server_without_row_images_is_refused(source: MariaDbAddress):
+    """Given a server whose binlog_row_image is MINIMAL,
+    When a task starts,
+    Then it fails and names the setting DMS needs (no files written)."""
+    with connect(source) as db:
+        run(db, "SET GLOBAL binlog_row_image = 'MINIMAL'")
+    try:
+        bucket = Bucket()
+        replication = make_run(source, bucket)
+        replication.start()
+        wait_for(lambda: replication.status == "failed")
+    finally:
+        with connect(source) as db:
+            run(db, "SET GLOBAL binlog_row_image = 'FULL'")
+    assert "binlog_row_image=MINIMAL (DMS needs FULL)" in (replication.last_failure_message or "")
+    assert bucket.objects == {}
+
+
+# every type into the clean zone ---------------------------------------------------------------------------
+
+LAKE_TYPES = {
+    "id": "decimal(20,0)",
+    "flag": "boolean",
+    "bits": "bigint",
+    "one_bit": "boolean",
+    "size": "string",
+    "tags": "string",
+    "doc": "string",
+    "amount": "string",
+    "price": "decimal(9,2)",
+    "made": "timestamp_ntz",
+    "seen": "timestamp",
+    "day": "date",
+    "note": "string",
+    "dur": "string",
+    "raw": "binary",
+    "qty": "bigint",
+    "rank_no": "int",
+}
+
+
+def schema_document(address: MariaDbAddress) -> dict[str, Any]:
+    """The schema file of the `sales` database as the catalog has it now (COLUMN_TYPE spelled as MySQL does)."""
+    with connect(address) as db, db.cursor() as cursor:
+        cursor.execute(
+            "SELECT table_name, column_name, column_type, column_key FROM information_schema.columns"
+            " WHERE table_schema = 'sales' ORDER BY table_name, ordinal_position"
+        )
+        tables: dict[str, Any] = {}
+        for table, column, column_type, key in cursor.fetchall():
+            spec = tables.setdefault(f"sales.{table}", {"primary_key": [], "columns": []})
+            spec["columns"].append({"name": column, "type": column_type})
+            if key == "PRI":
+                spec["primary_key"].append(column)
+    return {"dialect": "mysql", "tables": tables}
+
+
+def as_lake(row: tuple, columns: list[str]) -> tuple:
+    """A source row (pymysql, UTC session) as the clean zone holds it."""
+    converted = []
+    for column, value in zip(columns, row, strict=True):
+        if value is None or (isinstance(value, str) and value.startswith("0000-00-00")):
+            converted.append(None)
+        elif column == "id":
+            converted.append(Decimal(value))
+        elif column in ("flag", "one_bit"):
+            converted.append(bool(int.from_bytes(value, "big")) if isinstance(value, bytes) else bool(value))
+        elif column == "bits":
+            converted.append(int.from_bytes(value, "big"))
+        elif column == "raw":
+            converted.append(bytearray(value))
+        elif column == "tags":
+            converted.append(
+                ",".join(sorted(value, key=("red", "green", "blue").index))
+                if isinstance(value, set)
+                else value
+            )
+        else:
+            converted.append(value)
+    return tuple(converted)
+
+
+@pytest.mark.spark
+def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_the_source_has_it(
+    source: MariaDbAddress, spark, lake_config, tmp_path: Path, caplog: pytest.LogCaptureFixture
+):
+    """Given `OrderLine` with every MySQL type DMS treats specially (unsigned BIGINT keys above 2^63 - 1,
+    TINYINT(1), BIT, ENUM, SET, JSON, DECIMAL(65,30), DATETIME(6), TIMESTAMP(3) written from other time
+    zones, DATE, zero dates) loaded by a running task,
+    When CDC inserts, updates and deletes rows of every type, a column is added mid-stream, the binlog
+    connection is killed between transactions and rows change while it is down, and `scratch` is truncated,
+    Then the clean zone (full-load job, then the CDC job over every CDC file) has exactly the source's
+    `OrderLine` rows by key in the Iceberg types docs/CONTRACTS.md lists, and `scratch` keeps its rows, as
+    DMS drops TRUNCATE from a MySQL source (with a warning naming it)."""
+    from lakehouse.dms_reader import ReaderOptions
+    from lakehouse.pipeline import ApplyOptions, apply_cdc, full_load
+    from lakehouse.schema import SchemaFile
+
+    from tests.support import manifest, rows_of
+
+    caplog.set_level(logging.WARNING, logger="localaws_plugin.dms_mysql")
+    bucket, replication = started_run(source)
+    load_schema = SchemaFile.from_dict(schema_document(source))
+    with connect(source, "-08:00") as db:
+        run(db, ORDER_LINE_INSERT, args=(
+            TOP - 1, 0, b"\x03\xff", b"\x01", "L", "blue,green,red", '{"k": "v", "n": null}',
+            "-99999999999999999999999999999999999.999999999999999999999999999999", "9999999.99",
+            "9999-12-31 23:59:59.999999", "2038-01-18 19:14:07.999", "1000-01-01", "新しい", "25:00:00.5",
+            b"'\\,\n", 7))  # fmt: skip
+        run(
+            db,
+            "BEGIN",
+            f"UPDATE sales.`OrderLine` SET flag = 0, tags = 'red,blue', amount = amount * 2,"
+            f" seen = '2026-06-30 16:00:00.25', size = 'S' WHERE id = {TOP}",
+            "UPDATE sales.`OrderLine` SET made = '2026-03-29 02:30:00', day = '2026-03-29', bits = b'1'"
+            f" WHERE id = {2**63}",
+            "DELETE FROM sales.`OrderLine` WHERE id = 1",
+            "COMMIT",
+        )
+        run(db, "ALTER TABLE sales.`OrderLine` ADD COLUMN rank_no INT")
+        run(db, f"UPDATE sales.`OrderLine` SET rank_no = 3 WHERE id = {TOP}")
+        run(db, ORDER_LINE_INSERT.replace("%s)", "%s, %s)"), args=(
+            7, 1, b"\x00\x01", b"\x00", "M", "green", '{"ddl": true}', "0.5", "0.01",
+            "2026-01-01 00:00:00", "2026-01-01 00:00:00", "2026-01-01", "after DDL", None, b"\x01", 1, 7))  # fmt: skip
+    caught_up(replication, source)
+
+    with connect(source) as db, db.cursor() as cursor:
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+        (dump_thread,) = cursor.fetchone()
+        cursor.execute(f"KILL {dump_thread}")
+        run(db, f"UPDATE sales.`OrderLine` SET note = 'while down', rank_no = 9 WHERE id = {2**63}")
+        run(db, "INSERT INTO sales.scratch VALUES (3, 'c')", "TRUNCATE TABLE sales.scratch")
+        run(db, f"DELETE FROM sales.`OrderLine` WHERE id = {TOP - 1}")
+    wait_for(lambda: dump_threads(source) not in ([], [dump_thread]), timeout=20)
+    caught_up(replication, source)
+    replication.stop()
+
+    raw = tmp_path / "raw"
+    for key, body in bucket.objects.items():
+        (raw / key).parent.mkdir(parents=True, exist_ok=True)
+        (raw / key).write_bytes(body)
+    options = ApplyOptions(reader=ReaderOptions(csv_null_value="NULL"))
+    loaded = full_load(spark, lake_config, load_schema, str(raw / "dms"), options=options)
+    assert [t.error for t in loaded.tables if t.error] == []
+    cdc_files = sorted(str(raw / k) for k in bucket.objects if "/LOAD" not in k)
+    applied = apply_cdc(
+        spark, lake_config, SchemaFile.from_dict(schema_document(source)), manifest(*cdc_files), options
+    )
+    assert [t.error for t in applied.tables if t.error] == []
+
+    table = lake_config.clean_table("sales_orderline")
+    columns = list(LAKE_TYPES)
+    assert {
+        f.name: f.dataType.simpleString() for f in spark.table(table).schema if f.name in LAKE_TYPES
+    } == LAKE_TYPES
+    expected = sorted(as_lake(row, columns) for row in source_values(source, "OrderLine", columns).values())
+    assert rows_of(spark, table, columns) == expected
+    assert {row[0]: row[10] for row in expected} == {
+        Decimal(2**63): None,  # zero TIMESTAMP
+        Decimal(TOP): datetime(2026, 7, 1, 0, 0, 0, 250000),  # written at -08:00, held in UTC
+    }
+    assert rows_of(spark, lake_config.clean_table("sales_scratch"), ["id", "v"]) == [
+        (1, "a"),
+        (2, "b"),
+        (3, "c"),
+    ]
+    assert any("TRUNCATE" in r.getMessage() and "sales.scratch" in r.getMessage() for r in caplog.records)
+
+
+def dump_threads(address: MariaDbAddress) -> list[int]:
+    with connect(address) as db, db.cursor() as cursor:
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
+        return [thread for (thread,) in cursor.fetchall()]
