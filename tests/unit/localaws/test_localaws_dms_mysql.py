@@ -346,6 +346,83 @@ def test_a_stopped_task_resumes_from_its_binlog_position(source: MariaDbAddress)
     assert written == {"1": "after", "3": "stopped"}
 
 
+def test_what_dms_does_not_replicate_from_mysql_is_not_in_the_files(
+    source: MariaDbAddress, caplog: pytest.LogCaptureFixture
+):
+    """Given a running task over a partitioned table and a parent/child pair with ON DELETE CASCADE,
+    When a partition is truncated and another dropped, a table truncated, and a parent deleted,
+    Then the files keep every row those statements removed (no row events: DMS does not replicate them), the
+    parent's delete is written, and each statement is named in a warning."""
+    caplog.set_level(logging.WARNING, logger="localaws_plugin.dms_mysql")
+    with connect(source) as db:
+        run(
+            db,
+            "CREATE TABLE sales.events (id INT PRIMARY KEY, v VARCHAR(10)) PARTITION BY RANGE (id)"
+            " (PARTITION p0 VALUES LESS THAN (10), PARTITION p1 VALUES LESS THAN (20),"
+            " PARTITION p2 VALUES LESS THAN MAXVALUE)",
+            "INSERT INTO sales.events VALUES (1, 'a'), (11, 'b'), (21, 'c')",
+            "CREATE TABLE sales.parent (id INT PRIMARY KEY) ENGINE=InnoDB",
+            "CREATE TABLE sales.child (id INT PRIMARY KEY, parent_id INT,"
+            " FOREIGN KEY (parent_id) REFERENCES sales.parent (id) ON DELETE CASCADE) ENGINE=InnoDB",
+            "INSERT INTO sales.parent VALUES (1), (2)",
+            "INSERT INTO sales.child VALUES (10, 1), (20, 2)",
+        )
+    bucket, replication = started_run(source)
+    with connect(source) as db:
+        run(
+            db,
+            "ALTER TABLE sales.events TRUNCATE PARTITION p0",
+            "ALTER TABLE sales.events DROP PARTITION p1",
+            "TRUNCATE TABLE sales.scratch",
+            "DELETE FROM sales.parent WHERE id = 1",
+        )
+    caught_up(replication, source)
+    replication.stop()
+
+    assert source_values(source, "events", ["id"]).keys() == {"21"}
+    assert source_values(source, "child", ["id"]).keys() == {"20"}
+    assert sorted(replay(bucket, "events")) == ["1", "11", "21"]
+    assert sorted(replay(bucket, "scratch")) == ["1", "2"]
+    assert sorted(replay(bucket, "parent")) == ["2"]
+    assert sorted(replay(bucket, "child")) == ["10", "20"]  # the cascade is not in the binlog
+    warnings = [r.getMessage() for r in caplog.records if "dropped, as AWS DMS drops it" in r.getMessage()]
+    assert [w.split(" at binlog")[0] for w in warnings] == [
+        "DMS capture: ALTER PARTITION",
+        "DMS capture: ALTER PARTITION",
+        "DMS capture: TRUNCATE",
+    ]
+    assert all(
+        w.endswith(t)
+        for w, t in zip(warnings, ("sales.events", "sales.events", "sales.scratch"), strict=True)
+    )
+
+
+def test_table_names_differing_only_in_case_are_two_tables(source: MariaDbAddress):
+    """Given `Item` and `item` in one database (case-sensitive table names, as MySQL on Linux),
+    When a task loads them and each changes,
+    Then each has its own folder with its own rows."""
+    with connect(source) as db:
+        run(
+            db,
+            "CREATE TABLE sales.`Item` (id INT PRIMARY KEY, v VARCHAR(10))",
+            "CREATE TABLE sales.item (id INT PRIMARY KEY, v VARCHAR(10))",
+            "INSERT INTO sales.`Item` VALUES (1, 'upper')",
+            "INSERT INTO sales.item VALUES (1, 'lower')",
+        )
+    bucket, replication = started_run(source)
+    with connect(source) as db:
+        run(
+            db,
+            "INSERT INTO sales.`Item` VALUES (2, 'UPPER')",
+            "UPDATE sales.item SET v = 'LOWER' WHERE id = 1",
+        )
+    caught_up(replication, source)
+    replication.stop()
+
+    assert {k: r["v"] for k, r in replay(bucket, "Item").items()} == {"1": "upper", "2": "UPPER"}
+    assert {k: r["v"] for k, r in replay(bucket, "item").items()} == {"1": "LOWER"}
+
+
 def test_a_server_without_row_images_is_refused(source: MariaDbAddress):
     """Given a server whose binlog_row_image is MINIMAL,
     When a task starts,
