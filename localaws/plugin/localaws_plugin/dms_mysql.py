@@ -244,6 +244,8 @@ class MysqlSource:
                     "SELECT @@log_bin, @@binlog_format, @@binlog_row_image, @@server_id, @@log_bin_basename"
                 )
                 log_bin, binlog_format, row_image, server_id, basename = cursor.fetchone()
+                cursor.execute("SHOW VARIABLES LIKE 'binlog_row_metadata'")
+                metadata = (cursor.fetchone() or ("", "unsupported"))[1]
         except pymysql.Error as error:
             raise SourceError(f"cannot connect to the MySQL source {settings.identity}: {error}") from error
         problems = []
@@ -254,6 +256,11 @@ class MysqlSource:
                 problems.append(f"{name}={found} (DMS needs {REQUIRED[name]})")
         if not server_id:
             problems.append("server_id is 0 (DMS needs 1 or more)")
+        if str(metadata).upper() != "FULL":
+            problems.append(
+                f"binlog_row_metadata={metadata} (the local DMS decodes a row event with the columns its table"
+                " map names: FULL, MySQL 8.0.14+ or MariaDB 10.5+)"
+            )
         if problems:
             raise SourceError(
                 f"the MySQL source {settings.identity} can't be captured: " + "; ".join(problems)

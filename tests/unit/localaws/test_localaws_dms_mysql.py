@@ -423,12 +423,24 @@ def test_table_names_differing_only_in_case_are_two_tables(source: MariaDbAddres
     assert {k: r["v"] for k, r in replay(bucket, "item").items()} == {"1": "LOWER"}
 
 
-def test_a_server_without_row_images_is_refused(source: MariaDbAddress):
-    """Given a server whose binlog_row_image is MINIMAL,
+@pytest.mark.parametrize(
+    ("setting", "value", "named"),
+    [
+        ("binlog_row_image", "MINIMAL", "binlog_row_image=MINIMAL (DMS needs FULL)"),
+        ("binlog_format", "MIXED", "binlog_format=MIXED (DMS needs ROW)"),
+        ("binlog_row_metadata", "MINIMAL", "binlog_row_metadata=MINIMAL (the local DMS decodes"),
+    ],
+)
+def test_a_server_whose_binlog_dms_cannot_read_is_refused(
+    source: MariaDbAddress, setting: str, value: str, named: str
+):
+    """Given a server whose binlog lacks what the capture needs (full row images, row events, row metadata),
     When a task starts,
-    Then it fails and names the setting DMS needs (no files written)."""
-    with connect(source) as db:
-        run(db, "SET GLOBAL binlog_row_image = 'MINIMAL'")
+    Then it fails and names the setting (no files written)."""
+    with connect(source) as db, db.cursor() as cursor:
+        cursor.execute(f"SELECT @@GLOBAL.{setting}")
+        (before,) = cursor.fetchone()
+        run(db, f"SET GLOBAL {setting} = '{value}'")
     try:
         bucket = Bucket()
         replication = make_run(source, bucket)
@@ -436,8 +448,8 @@ def test_a_server_without_row_images_is_refused(source: MariaDbAddress):
         wait_for(lambda: replication.status == "failed")
     finally:
         with connect(source) as db:
-            run(db, "SET GLOBAL binlog_row_image = 'FULL'")
-    assert "binlog_row_image=MINIMAL (DMS needs FULL)" in (replication.last_failure_message or "")
+            run(db, f"SET GLOBAL {setting} = '{before}'")
+    assert named in (replication.last_failure_message or "")
     assert bucket.objects == {}
 
 
