@@ -180,13 +180,23 @@ def raw_path_of(uris: Sequence[tuple[str, str, str]]) -> str | None:
 
 
 def unapplied_by_table(
-    spark: SparkSession, config: LakeConfig, schema: SchemaFile, raw_path: str, listed_at: datetime
+    spark: SparkSession,
+    config: LakeConfig,
+    schema: SchemaFile,
+    raw_path: str,
+    listed_at: datetime,
+    after: datetime | None = None,
 ) -> dict[str, list[datetime]]:
     """Lower-case `schema.table` -> the name times of its listed CDC files not applied, not superseded by
-    a reload and not quarantined whole (the raw audit's rules)."""
+    a reload and not quarantined whole (the raw audit's rules). Files named at or before `after` are not
+    looked up: `measure` passes the last recorded point less the settle time, and every file named before
+    it was listed and applied when that point was recorded (its changes were committed early enough to be
+    in the raw zone then, lakehouse.consistent), so the ledger is asked about the recent files only."""
     from lakehouse.raw_audit import classify, list_raw_files, read_lake_view
 
-    files = list_raw_files(raw_path, config.s3_endpoint_url)
+    files = [
+        f for f in list_raw_files(raw_path, config.s3_endpoint_url) if after is None or f.written_at > after
+    ]
     view = read_lake_view(spark, config, files, schema)
     verdicts = classify(
         files, view.applied, (), (), view.quarantined, view.loaded_at, listed_at, timedelta(0)
@@ -213,8 +223,10 @@ def measure(
     listed_at = utc_naive(now) if now is not None else datetime.now(UTC).replace(tzinfo=None)
     result = Measurement(listed_at.isoformat(), settle_seconds, raw_path)
     settle = timedelta(seconds=settle_seconds)
-    waiting = unapplied_by_table(spark, config, schema, raw_path, listed_at) if raw_path else None
     previous = last_point(spark, config)
+    since = previous.at if previous else None
+    recent = since - settle if since else None
+    waiting = unapplied_by_table(spark, config, schema, raw_path, listed_at, recent) if raw_path else None
     rows: list[TableFreshness] = []
     intervals = {}
     sources: dict[str, str] = {}
@@ -224,7 +236,7 @@ def measure(
         if not table_exists(spark, table):
             every_table = False
             continue
-        lineage = table_lineage(spark, table, previous.at if previous else None)
+        lineage = table_lineage(spark, table, since)
         before = None
         if waiting is not None:
             before = complete_before(waiting.get(spec.qualified_name.lower(), []), listed_at, settle)
