@@ -528,13 +528,16 @@ class _BinlogReader:
     def _run(self) -> None:
         failures = 0
         while not self._stop.is_set():
+            at = (self.log_file, self.position)
             try:
                 self._read_stream()
                 failures = 0
             except Exception as error:  # a broken connection: open it again at the position
                 if self._stop.is_set():
                     return
-                failures += 1
+                failures = (
+                    1 if (self.log_file, self.position) != at else failures + 1
+                )  # in a row, no progress
                 if failures > 20:
                     self.failed = f"{type(error).__name__}: {error}"
                     LOG.error(

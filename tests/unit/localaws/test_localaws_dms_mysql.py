@@ -128,6 +128,83 @@ def test_a_negative_time_with_a_fraction_is_decoded_from_the_binlog_as_the_serve
     assert decoded(packed(0, 0, 0, 0, 2, False), 2) == timedelta(0)
 
 
+def test_a_transaction_half_read_when_the_connection_breaks_is_read_again_whole_from_the_last_commit():
+    """Given a binlog stream that breaks in the middle of a transaction (the library's own reconnect shows as
+    a second fake rotate, resuming mid-transaction),
+    When the reader goes on,
+    Then the half-read transaction is dropped, the stream is opened again at the end of the last whole
+    transaction, and each transaction comes out once, whole, with sequences from its commit position."""
+    from types import SimpleNamespace
+
+    from localaws_plugin.dms_mysql import _BinlogReader, change_seq
+    from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
+    from pymysqlreplication.row_event import WriteRowsEvent
+
+    def event(cls: type, end: int = 0, **attributes: Any) -> Any:
+        made = object.__new__(cls)
+        made.packet, made.timestamp = SimpleNamespace(log_pos=end), attributes.pop("timestamp", 1_767_225_600)
+        for name, value in attributes.items():
+            setattr(made, name, value)
+        return made
+
+    def rotate(position: int) -> Any:
+        return event(RotateEvent, timestamp=0, next_binlog="binlog.000003", position=position)
+
+    def write(end: int, key: int) -> Any:
+        made = event(WriteRowsEvent, end, schema=DATABASE, table="scratch")
+        made._RowsEvent__rows = [{"values": {"id": key, "v": f"v{key}"}, "none_sources": {}}]
+        return made
+
+    def begin(end: int) -> Any:
+        return event(QueryEvent, end, query="BEGIN", schema=DATABASE)
+
+    streams = [
+        [rotate(4), begin(100), write(150, 1), write(170, 2), event(XidEvent, 200), begin(230), write(260, 3),
+         rotate(260)],  # the library reconnected at 260, mid-transaction
+        [rotate(200), begin(230), write(260, 3), write(280, 4), event(XidEvent, 300)],
+    ]  # fmt: skip
+    opened: list[tuple[str, int]] = []
+    source = SimpleNamespace(
+        settings=SimpleNamespace(database=DATABASE, server_id=7),
+        kinds=lambda table, refresh=False: {"id": ColumnKind("int"), "v": ColumnKind("varchar")},
+    )
+    reader = _BinlogReader(source, "binlog.000003", 4)  # type: ignore[arg-type]
+
+    class Stream:
+        def __init__(self, events: list[Any]) -> None:
+            self.events = events
+
+        def __iter__(self) -> Iterator[Any]:
+            yield from self.events
+            reader._stop.wait(10)  # then idle, as a blocking stream, until the reader stops
+
+        def close(self) -> None:
+            pass
+
+    def open_stream() -> Stream:
+        opened.append((reader.log_file, reader.position))
+        return Stream(streams[len(opened) - 1] if len(opened) <= len(streams) else [])
+
+    reader._open = open_stream  # type: ignore[method-assign]
+    reader.start()
+    wait_for(lambda: reader.queue.qsize() == 2)
+    reader.stop()
+
+    changes = [reader.queue.get_nowait(), reader.queue.get_nowait()]
+    assert opened == [("binlog.000003", 4), ("binlog.000003", 200)]
+    assert [[(c.seq, c.op, c.values) for c in transaction] for transaction in changes] == [
+        [
+            (change_seq(3, 200, 1), "I", {"id": "1", "v": "v1"}),
+            (change_seq(3, 200, 2), "I", {"id": "2", "v": "v2"}),
+        ],
+        [
+            (change_seq(3, 300, 1), "I", {"id": "3", "v": "v3"}),
+            (change_seq(3, 300, 2), "I", {"id": "4", "v": "v4"}),
+        ],
+    ]
+    assert reader.reconnects == 1
+
+
 # the server ---------------------------------------------------------------------------------------------
 
 
