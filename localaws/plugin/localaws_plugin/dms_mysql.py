@@ -334,9 +334,7 @@ class MysqlSource:
         return int(count)
 
     def last_seq(self) -> int:
-        with self.connection.cursor() as cursor:
-            cursor.execute("SHOW MASTER STATUS")
-            log_file, position, *_ = cursor.fetchone()
+        log_file, position, *_ = self._query("SHOW MASTER STATUS")[0]
         return change_seq(file_number(log_file), int(position), 0)
 
     # capture -------------------------------------------------------------------------------------------
@@ -344,9 +342,7 @@ class MysqlSource:
         """A fresh start opens the full load's consistent snapshot and returns its binlog position; a resume
         returns the oldest position the server still has (the run resumes from its own, later one)."""
         if resume:
-            with self.connection.cursor() as cursor:
-                cursor.execute("SHOW BINARY LOGS")
-                first = cursor.fetchone()
+            first = self._query("SHOW BINARY LOGS")[0]
             return change_seq(file_number(first[0]), 4, 0)
         self._snapshot, self._snapshot_seq = self._open_snapshot()
         LOG.info("DMS capture: MySQL snapshot at %s", self.describe_position(self._snapshot_seq))
