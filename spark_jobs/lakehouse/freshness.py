@@ -309,3 +309,40 @@ def after_cdc_run(
         failed = Measurement(datetime.now(UTC).replace(tzinfo=None).isoformat(), settle_seconds, raw_path)
         failed.error = f"{type(error).__name__}: {error}"[:2000]
         return failed.to_dict()
+
+
+def describe(spark: SparkSession, config: LakeConfig, refined_table: str | None = None) -> list[str]:
+    """Lines for people (the demo): each clean table's freshness, the newest consistent point, and the
+    point `refined_table` (a refined table) was built from, if it was built at one."""
+    from lakehouse.consistent import POINT_AT
+
+    lines = []
+    table = freshness_table(config)
+    if table_exists(spark, table):
+        for row in spark.table(table).orderBy("source_table").collect():
+            newest = row["newest_source_commit_ts"]
+            through = row["applied_through_ts"]
+            lines.append(
+                f"{row['source_table']}: newest source change {newest or 'none'}"
+                + (f" (lag {row['lag_seconds']:.0f} s at {row['measured_at']})" if newest else "")
+                + (f", every change applied up to {through}" if through else "")
+                + f", last batch {row['last_batch_id']}"
+            )
+    else:
+        lines.append("no freshness measured yet (lake_freshness: the CDC job writes it after each run)")
+    point = last_point(spark, config)
+    lines.append(
+        f"consistent point: {point.at} (every clean table holds exactly the source's changes up to it: "
+        + ", ".join(f"{name}@{snapshot}" for name, snapshot in sorted(point.snapshots.items()))
+        + ")"
+        if point
+        else "consistent point: none recorded yet"
+    )
+    if refined_table is not None and table_exists(spark, refined_table):
+        built = next((p[POINT_AT] for p in snapshot_properties(spark, refined_table) if POINT_AT in p), None)
+        lines.append(
+            f"refined zone built from the consistent point {built}"
+            if built
+            else "refined zone built from the clean tables' current snapshots (refine --read_at current)"
+        )
+    return lines
