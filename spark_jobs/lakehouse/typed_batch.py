@@ -113,8 +113,11 @@ def _checkpointed(frame: DataFrame) -> DataFrame:
 def cached(frame: DataFrame) -> DataFrame:
     """A full load's first pass kept in Spark's columnar cache: every row of the table passes through it,
     and a local checkpoint keeps rows as objects (10M rows: 20 s and 4 s of GC, against 11 s and 1 s
-    here; bench/RESULTS.md §7). The caller unpersists it after its commit."""
-    kept = frame.persist(StorageLevel.MEMORY_AND_DISK)
+    here; bench/RESULTS.md §7). On disk only: once a table's cache outgrew the storage memory, caching
+    in memory ran out of heap (100M rows: Java heap space at 2 and 4 GB of driver), while on disk it
+    needs 2.3 GB at 100M rows, loads as fast at 10M and faster at 100M (bench/RESULTS.md, "Cost growth").
+    The caller unpersists it after its commit."""
+    kept = frame.persist(StorageLevel.DISK_ONLY)
     kept.count()
     return kept
 
