@@ -84,9 +84,9 @@ def main(argv: Sequence[str]) -> int:
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
     )
     from lakehouse import cdc_apply
-    from lakehouse.session import build_session
+    from lakehouse.session import APPLY_TUNING, build_session
 
-    spark = build_session(lake.config("bench"), "profile")
+    spark = build_session(lake.config("bench"), "profile", APPLY_TUNING)
     spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))
     table = table_name(lake, database)
     files = dataset.cdc_files

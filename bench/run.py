@@ -241,9 +241,9 @@ def run_job(
 
 def spark_session(lake: Lake, driver_memory: str):
     os.environ["LAKE_SPARK_DRIVER_MEMORY"] = driver_memory
-    from lakehouse.session import build_session
+    from lakehouse.session import APPLY_TUNING, build_session
 
-    return build_session(lake.config("bench"), "bench")
+    return build_session(lake.config("bench"), "bench", APPLY_TUNING)
 
 
 def apply_in_session(spark, lake: Lake, database: str, files: Sequence[Path], run_id: str):

@@ -19,7 +19,7 @@ from lakehouse.manifest import Manifest
 from lakehouse.names import parse_tables_argument
 from lakehouse.run_report import RunReport
 from lakehouse.schema import SchemaFile
-from lakehouse.session import build_session
+from lakehouse.session import APPLY_TUNING, build_session
 from lakehouse.storage import read_json, write_text
 
 log = logging.getLogger("lakehouse")
@@ -161,7 +161,7 @@ def cdc_main(argv: Sequence[str]) -> int:
     _require_schema_file(parser, config)
     schema = load_schema(config, args.history_tables)
     manifest = Manifest.from_dict(read_json(args.manifest, config.s3_endpoint_url))
-    spark = build_session(config, "dms-cdc")
+    spark = build_session(config, "dms-cdc", APPLY_TUNING)
     log.info("applying manifest %s: %d files", args.manifest, len(manifest.files))
     report = apply_cdc(spark, config, schema, manifest, apply_options(args))
     return _finish(report, args, config)
@@ -200,7 +200,7 @@ def full_load_main(argv: Sequence[str]) -> int:
     config, args = parse_job_arguments(argv, parser)
     _require_schema_file(parser, config)
     schema = load_schema(config, args.history_tables)
-    spark = build_session(config, "dms-full-load")
+    spark = build_session(config, "dms-full-load", APPLY_TUNING)
     try:
         tables = parse_tables_argument(args.tables)
     except ValueError as error:

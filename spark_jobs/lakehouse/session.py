@@ -4,6 +4,7 @@ Serverless alike: `--catalog_type glue` means the catalog, not the engine)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
 
@@ -32,6 +33,7 @@ TUNING = {
     "spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold": "8GB",
     "spark.sql.optimizer.runtime.bloomFilter.expectedNumItems": "4000000",
     "spark.sql.optimizer.runtime.bloomFilter.numBits": "33554432",
+    "spark.sql.autoBroadcastJoinThreshold": "10MB",  # Spark's default, said: APPLY_TUNING turns it off
     # Partitions from the input's size (issue 28): a shuffle starts with spark.sql.shuffle.partitions (twice the
     # executor cores, parallelism()) and adaptive execution coalesces neighbours up to the advisory size, so a
     # small batch on 80 cores runs a few tasks, not 160 of a few kB. parallelismFirst=false lets the advisory
@@ -41,6 +43,14 @@ TUNING = {
     "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
     "spark.sql.adaptive.advisoryPartitionSizeInBytes": "64MB",
 }
+
+# Settings of the sessions that apply changes (the CDC and full-load jobs): no broadcast joins. Spark builds the
+# runtime Bloom filter of the batch's keys on the target scan only for a join it expects to shuffle, and it
+# expects a broadcast whenever the batch is small enough to be broadcast; but a MERGE that inserts is a right
+# outer join, which can't broadcast the batch, so a small batch was joined by a shuffle of every key of the
+# target: 1,000 changes into 100M rows took 42 s, and 4.6 s without broadcasts (10M rows: 6.2 and 2.3 s; a
+# batch of 1M changes is as fast either way; bench/RESULTS.md, "Cost growth"). The refine job keeps them.
+APPLY_TUNING = {"spark.sql.autoBroadcastJoinThreshold": "-1"}
 
 # JVM options of a local session (its driver is its executor). Spark compiles each stage into one Java
 # method; a wide table's typing and validation makes that method 24 kB of bytecode, and HotSpot never
@@ -111,12 +121,16 @@ def parallelism(config: LakeConfig, conf: dict[str, str], default_parallelism: i
     return shuffle_partitions_for(cores, default_parallelism or 1, config.shuffle_partitions)
 
 
-def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSession:
+def build_session(
+    config: LakeConfig, app_name: str = "lakehouse", tuning: Mapping[str, str] | None = None
+) -> SparkSession:
     """Return the SparkSession for `config`. On Glue our script creates the session (it never makes a
     GlueContext first), so the Iceberg extensions and catalog are set at creation; if a session exists
     already, the catalog settings are applied at run time (catalogs load lazily). On EMR Serverless the run's
     spark-submit carries the same settings: the builder finds them set, with the same values. Shuffle
-    partitions and default parallelism come from the executors the job has (parallelism())."""
+    partitions and default parallelism come from the executors the job has (parallelism()). `tuning`:
+    settings of this job's session on top of TUNING (APPLY_TUNING for the jobs that apply changes)."""
+    settings = TUNING | dict(tuning or {})
     if config.catalog_type == "glue":
         from pyspark import SparkConf
 
@@ -130,7 +144,7 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
         spark = builder.getOrCreate()
         if not partitions:  # the engine said nothing of its executors: what Spark sees once started
             partitions = parallelism(config, submitted, spark.sparkContext.defaultParallelism)
-        runtime = catalog_conf(config) | TUNING | {"spark.sql.shuffle.partitions": str(partitions)}
+        runtime = catalog_conf(config) | settings | {"spark.sql.shuffle.partitions": str(partitions)}
         for key, value in runtime.items():
             if key != "spark.sql.extensions":
                 spark.conf.set(key, value)
@@ -152,7 +166,7 @@ def build_session(config: LakeConfig, app_name: str = "lakehouse") -> SparkSessi
     if partitions:
         builder = builder.config("spark.default.parallelism", str(partitions))
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
-    for key, value in (catalog_conf(config) | TUNING).items():
+    for key, value in (catalog_conf(config) | settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not partitions:

@@ -123,11 +123,13 @@ def test_a_table_switched_to_copy_on_write_takes_the_same_batch(spark, lake_conf
 @pytest.fixture
 def every_target_bloom_filtered(spark):
     """Spark's runtime Bloom filter for any target size (the session builds one from 256 MB of target
-    scan up, and never on a join it could broadcast): the small tables of a test then take that path."""
+    scan up), with the apply jobs' own settings (APPLY_TUNING, without which a batch small enough to be
+    broadcast never gets one): the small tables of a test then take the path a large table takes."""
+    from lakehouse.session import APPLY_TUNING
+
     settings = {
-        "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "0",
-        "spark.sql.autoBroadcastJoinThreshold": "-1",
-    }
+        "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "0"
+    } | APPLY_TUNING
     before = {key: spark.conf.get(key) for key in settings}
     for key, value in settings.items():
         spark.conf.set(key, value)
