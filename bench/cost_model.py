@@ -293,9 +293,11 @@ class Measured:
     for one run's workers, as in the engine table):
     - a run's fixed cost and the apply's throughput: the line of section 4 (39.2 s + 40,254 changes/s, a 10M-row
       table, CSV); the fixed cost holds the MERGE of one table;
-    - each further table a batch touches: its MERGE reads every key of the table (bench/RESULTS.md section 1,
-      perfile-session, a few changes into a table: 1.95 s at 1M rows, 7.84 s at 10M rows, the changes' own
-      time taken out): 1.30 s + 0.654 s per million rows;
+    - each further table a batch touches: 1.30 s (section 1, perfile-session: a few changes into a 1M-row
+      table, the changes' own time taken out) + 0.026 s per million rows (bench/RESULTS.md, "Cost growth": a
+      batch of 1,000 changes into 10M and 100M rows, medians 2.8 and 5.1 s warm; the MERGE reads the key
+      column of every row through a Bloom filter of the batch's keys). Before the apply jobs stopped
+      broadcasting it was 0.654 s per million rows (section 1): a small batch's MERGE shuffled every key;
     - a maintenance pass: 13-16 s for one 1M-row table with its ledger and tombstones (section 6), taken as
       15 s per million rows of every table (a MERGE-on-read batch leaves deletes on every data file, so
       compaction rewrites each table whole);
@@ -304,7 +306,7 @@ class Measured:
     overhead_seconds: float = 39.2
     changes_per_second: float = 40_254.0
     table_fixed_seconds: float = 1.30
-    table_seconds_per_million_rows: float = 0.654
+    table_seconds_per_million_rows: float = 0.026
     maintenance_seconds_per_million_rows: float = 15.0
     refine_seconds: float = 0.0
 
