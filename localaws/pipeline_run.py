@@ -183,10 +183,11 @@ class LocalPipeline:
         """The replicated schema: the files' schema folder and the schema file's table prefix."""
         return self.source_db.schema
 
-    def deploy(self, build: bool = True) -> AppHandles:
+    def deploy(self, build: bool = True, template: Path | None = None) -> AppHandles:
         """`sam build` + `sam deploy --config-env local` with this run's parameters, then the Glue
-        artifacts and the schema file into the artifacts bucket."""
-        if build:
+        artifacts and the schema file into the artifacts bucket. `template`: one `sam_app.package` made
+        already (its code in this local AWS's S3), deployed as it is (no build)."""
+        if build and template is None:
             sam_app.build(self.endpoint_url)
         declared = sam_app.template_parameters()
         wanted = {
@@ -203,7 +204,7 @@ class LocalPipeline:
             else:
                 parameters[name] = value
         parameters |= self.settings.parameters
-        sam_app.deploy(self.endpoint_url, self.stack_name, parameters)
+        sam_app.deploy(self.endpoint_url, self.stack_name, parameters, template=template)
         self.app = AppHandles.from_stack(self.aws("cloudformation"), self.stack_name)
         sam_app.upload_glue_artifacts(self.aws("s3"), self.app.artifacts_bucket, iceberg_jar=False)
         self.upload_schema()

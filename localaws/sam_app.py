@@ -177,15 +177,37 @@ def build_once(endpoint_url: str, run: str, timeout: float = 600) -> bool:
         return True
 
 
+def package(endpoint_url: str, output: Path, timeout: float = 900) -> Path:
+    """`sam package` of the built template into the SAM bucket of the local AWS at `endpoint_url`: `output` is a
+    template whose functions, layer and state machine definition are S3 objects already, so that every stack
+    deployed from it (`deploy(template=output)`) skips zipping and uploading them again (≈ 40 s a deploy)."""
+    sam = str(setup_sam.install())
+    output.parent.mkdir(parents=True, exist_ok=True)
+    command = [
+        sam,
+        "package",
+        "--template-file",
+        str(build_dir(endpoint_url) / "template.yaml"),
+        "--output-template-file",
+        str(output),
+        "--resolve-s3",
+        "--region",
+        REGION,
+    ]
+    _run(command, endpoint_url, "sam package", timeout)
+    return output
+
+
 def deploy(
     endpoint_url: str,
     stack_name: str,
     parameters: Mapping[str, str] | None = None,
     config_env: str = "local",
     timeout: float = 900,
+    template: Path | None = None,
 ) -> dict[str, str]:
-    """`sam deploy --config-env <env>` of the built template as `stack_name`, the samconfig's
-    parameters overridden by `parameters`. Returns the stack outputs."""
+    """`sam deploy --config-env <env>` of the built template (or of `template`, one `package` made) as
+    `stack_name`, the samconfig's parameters overridden by `parameters`. Returns the stack outputs."""
     sam = str(setup_sam.install())
     merged = samconfig_parameters(config_env) | dict(parameters or {})
     command = [
@@ -196,7 +218,7 @@ def deploy(
         "--stack-name",
         stack_name,
         "--template-file",
-        str(build_dir(endpoint_url) / "template.yaml"),
+        str(template or build_dir(endpoint_url) / "template.yaml"),
         "--config-file",
         str(SAMCONFIG),  # else looked for beside the template
         "--no-confirm-changeset",

@@ -1,5 +1,5 @@
-"""The real template deployed to the embedded local AWS; one LocalStack and one `sam build` per session,
-one stack (its own environment name, so its own buckets, queue and clean database) per test."""
+"""The real template deployed to the embedded local AWS; one LocalStack, one `sam build` and one `sam package`
+per session, one stack (its own environment name, so its own buckets, queue and clean database) per test."""
 
 import itertools
 import os
@@ -44,9 +44,16 @@ def sam_built(pipeline_endpoint: str) -> bool:
     return True
 
 
+@pytest.fixture(scope="session")
+def sam_packaged(pipeline_endpoint: str, sam_built: bool, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The build packaged once into this session's local AWS (`sam package`): every test's stack deploys it
+    without zipping and uploading the functions again."""
+    return sam_app.package(pipeline_endpoint, tmp_path_factory.mktemp("sam") / "packaged.yaml")
+
+
 @pytest.fixture
 def make_pipeline(
-    pipeline_endpoint: str, sam_built: bool, tmp_path: Path
+    pipeline_endpoint: str, sam_packaged: Path, tmp_path: Path
 ) -> Iterator[Callable[..., LocalPipeline]]:
     """Factory: a deployed `LocalPipeline` with a new environment name; closed (and its stack deleted)
     at the end of the test."""
@@ -69,7 +76,7 @@ def make_pipeline(
         pipeline = LocalPipeline(pipeline_endpoint, settings, StackConfig())
         made.append(pipeline)
         pipeline.create_source()
-        pipeline.deploy(build=False)
+        pipeline.deploy(build=False, template=sam_packaged)
         return pipeline
 
     yield make
