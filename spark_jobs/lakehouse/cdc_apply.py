@@ -24,6 +24,7 @@ from lakehouse.clean_table import KEY, TOMB_SEQ, clean_schema, load_floor, with_
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile
 from lakehouse.dms_reader import RawRead
+from lakehouse.history import keeps_history, record_changes
 from lakehouse.iceberg import (
     APPLIED_FILES,
     RUN_ID,
@@ -205,6 +206,8 @@ def _apply_keyed(
         )
         run.state.bury(spec.qualified_name, deletes, run.report.run_id)
     report.schema_changes += evolve_schema(spark, table, batch.types)
+    if keeps_history(spec):  # before the clean commit: a retry splices the same versions again, no change
+        record_changes(spark, run.config, spec, table, batch.typed, floor, batch.types, run.report.run_id)
     if append_key is not None and _keys_all_new(spark, table, append_key, counts.get("lowest_key")):
         # No key of the batch can be in the table: the MERGE would insert every upsert and match nothing.
         log.info("%s: every key of the batch is above the table's highest; appending", table)

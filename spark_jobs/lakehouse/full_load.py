@@ -36,6 +36,7 @@ from lakehouse.clean_table import (
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from lakehouse.fence import check_before_commit
+from lakehouse.history import keeps_history, record_load
 from lakehouse.iceberg import (
     FULL_LOAD_DONE,
     REPLACED_SNAPSHOT,
@@ -271,6 +272,8 @@ def _replace_with_load(
         summary_extra = {}
     if floor is not None:
         properties[LOAD_FLOOR] = str(floor)
+    if keeps_history(spec):  # before the replace: a retry finds these versions and adds none
+        record_load(spark, run.config, spec, table, result, floor, started_at, run.report.run_id)
     replace_table(
         spark,
         table,

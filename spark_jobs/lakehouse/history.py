@@ -30,7 +30,7 @@ from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
 
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -184,7 +184,8 @@ def removal_versions(
         .otherwise(after)
         .cast(C.SEQ_TYPE)
         .alias(CHANGE_SEQ),
-        F.lit(at).cast(T.TimestampType()).alias(VALID_FROM),
+        # as text: read in the session's time zone (the jobs pin UTC), as the changes' commit times are
+        F.lit(at.isoformat() if at is not None else None).cast(T.TimestampType()).alias(VALID_FROM),
         F.lit("D").alias(OPERATION),
     )
 
@@ -296,15 +297,20 @@ def record_changes(
     spec: TableSpec,
     clean: str,
     typed: DataFrame,
-    usable: Column,
+    floor: Decimal | None,
     types: dict[str, T.DataType],
     run_id: str,
 ) -> int:
-    """The CDC apply's hook, before the clean table's commit: every usable change of the batch (`typed`,
-    the batch's typed changes, `usable` what the clean table's apply takes) spliced into the history."""
+    """The CDC apply's hook, before the clean table's commit: every change of the batch the clean table's
+    apply takes (`typed`, the batch's typed changes: valid, newer than the load `floor`) spliced into the
+    history, a change older than its key's delete included (the clean table ignores it; the history keeps
+    it where it belongs)."""
     key = [k.lower() for k in spec.primary_key]
     table = ensure_history(spark, config, spec, clean, run_id)
     evolve_schema(spark, table, types)
+    usable = F.col(C.REASON).isNull() & F.col(C.MISMATCH).isNull() & F.col(C.WIDEN).isNull()
+    if floor is not None:
+        usable = usable & (F.col(C.SEQ).isNull() | (F.col(C.SEQ) > F.lit(str(floor)).cast(C.SEQ_TYPE)))
     fresh = typed.where(usable).drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     versions = change_versions(C.expand_key_changes(fresh, key), key)
     written = write_versions(spark, table, versions, key, run_id)
