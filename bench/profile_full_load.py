@@ -53,7 +53,6 @@ def main(argv: Sequence[str]) -> int:
     from lakehouse.apply_run import ApplyOptions, ApplyRun
     from lakehouse.dms_files import parse_dms_key
     from lakehouse.full_load import full_load
-    from lakehouse.run_report import TableReport
     from lakehouse.schema import SchemaFile
     from lakehouse.session import build_session
 
@@ -68,7 +67,7 @@ def main(argv: Sequence[str]) -> int:
 
     def frames():
         run = ApplyRun(spark, config, schema, ApplyOptions(), "profile", "full-load")
-        return run.read_typed(spec, files, TableReport(spec.qualified_name))
+        return run.read_typed(spec, files)
 
     clean = config.clean_table(spec.iceberg_name)
     copy = config.clean_table("spark_copy")

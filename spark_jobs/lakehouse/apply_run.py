@@ -1,5 +1,6 @@
 """One run of the CDC or full-load job: its options, and its context shared by the tables it applies in
-parallel (the files classified by table, the raw read, quarantine, ledger entries, the run report)."""
+parallel (the files classified by table, the raw read, quarantine, ledger entries); it composes the run's
+report from its tables' (lakehouse.run_report)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -28,12 +29,14 @@ from lakehouse.quarantine import (
     record_rejections,
     write_quarantine,
 )
-from lakehouse.run_report import RunReport, TableReport
+from lakehouse.run_report import ReadFigures, RunReport, StepFigures, TableReport, table_report
 from lakehouse.schema import SchemaFile, TableSpec
 from lakehouse.state import LedgerEntry, RecordedFile, StateTables
 from lakehouse.storage import stage_for_spark
 
 log = logging.getLogger(__name__)
+
+Record = Callable[[StepFigures], None]  # a table's step records its figures as it completes
 
 TYPE_MISMATCH_POLICIES = ("fail", "quarantine")
 
@@ -82,6 +85,10 @@ def require_key_columns(spec: TableSpec, raw: RawRead) -> None:
 
 
 class ApplyRun:
+    """One run's context, shared by its tables (applied in parallel): what it was started with, and what its
+    tables leave for the end of the run (quarantine rows, ledger entries, skipped files), collected under a
+    lock. The run's report is composed once, by `finish`."""
+
     def __init__(
         self,
         spark: SparkSession,
@@ -90,22 +97,26 @@ class ApplyRun:
         options: ApplyOptions,
         run_id: str,
         job: str,
+        reapplied: Mapping[str, str] | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
         self.schema = schema
         self.options = options
-        self.report = RunReport(run_id, job)
+        self.run_id = run_id
+        self.job = job
         self.state = StateTables(spark, config)
         self.rejections: dict[str, list[DataFrame]] = defaultdict(list)  # by source table
         self.file_problems: list[FileProblem] = []
         # A re-application (tools.reapply_quarantined): file URI → a tag of its fixed content. The file is
         # known to the ledger as `<name>#reapplied:<tag>`, so each fixed content is applied once.
-        self.reapplied: dict[str, str] = {}
+        self.reapplied: dict[str, str] = dict(reapplied or {})
         self._quarantine_lock = threading.Lock()
         self.ledger_entries: list[LedgerEntry] = []
         self.ledger_forget: list[tuple[str, RecordedFile]] = []
         self.unknown_tables: dict[str, list[str]] = defaultdict(list)
+        self.skipped_files: list[str] = []  # files a table's job skipped as a whole (a load done before)
+        self.quarantine_rows_added = 0
         self._lock = threading.Lock()
 
     def classify(self, uris: Sequence[tuple[str, int]]) -> dict[TableSpec, list[DmsFile]]:
@@ -154,13 +165,14 @@ class ApplyRun:
             for table, uris in sorted(self.unknown_tables.items())
         ]
 
-    def read_raw(self, spec: TableSpec, files: list[DmsFile], report: TableReport) -> RawRead:
+    def read_raw(self, spec: TableSpec, files: list[DmsFile]) -> tuple[RawRead, ReadFigures]:
         """The files' records. Unreadable files go to quarantine; a file that does not exist is an error
         unless a later (re)load of the table superseded it (DMS removes a reloaded table's old files)."""
         paths = stage_for_spark([f.uri for f in files], self.config.s3_endpoint_url, self.config.staging_dir)
         raw = read_dms_files(self.spark, files, paths, self.options.reader)
         require_key_columns(spec, raw)
         missing = [r.file for r in raw.rejected if r.missing]
+        superseded = 0
         if missing:
             reloaded_at = loaded_at(self.spark, self.config.clean_table(spec.iceberg_name))
             lost = [
@@ -175,26 +187,21 @@ class ApplyRun:
                     "can't be applied: restore it, or re-create the manifest without it after checking what it "
                     "held. The batch stays pending."
                 )
-            report.superseded_files = len(missing)
+            superseded = len(missing)
             log.info(
                 "%s: %d file(s) superseded by the reload of %s",
                 spec.qualified_name,
                 len(missing),
                 reloaded_at,
             )
-        for rejection in raw.rejected:
-            if not rejection.missing:
-                self.file_problems.append(
-                    FileProblem(spec.qualified_name, rejection.file.uri, rejection.reason)
-                )
-                report.quarantined_files += 1
-        return raw
+        unreadable = [r for r in raw.rejected if not r.missing]
+        for rejection in unreadable:
+            self.file_problems.append(FileProblem(spec.qualified_name, rejection.file.uri, rejection.reason))
+        return raw, ReadFigures(superseded_files=superseded, quarantined_files=len(unreadable))
 
-    def read_typed(
-        self, spec: TableSpec, files: list[DmsFile], report: TableReport
-    ) -> tuple[DataFrame | None, DataFrame | None]:
+    def read_typed(self, spec: TableSpec, files: list[DmsFile]) -> tuple[DataFrame | None, DataFrame | None]:
         """The files' raw records and their typed changes, as a first pass sees them (bench/profile_*)."""
-        raw = self.read_raw(spec, files, report)
+        raw, _ = self.read_raw(spec, files)
         if raw.rows is None:
             return None, None
         table = self.config.clean_table(spec.iceberg_name)
@@ -230,10 +237,8 @@ class ApplyRun:
         if not parts:
             return
         with self._quarantine_lock:  # one writer at a time: parallel tables would race on its MERGE
-            added = write_quarantine(
-                self.spark, self.config.quarantine, self.report.run_id, self.report.job, parts
-            )
-            self.report.quarantine_rows_added += added
+            added = write_quarantine(self.spark, self.config.quarantine, self.run_id, self.job, parts)
+            self.quarantine_rows_added += added
 
     def remember(
         self, entries: Sequence[LedgerEntry], forget: Sequence[tuple[str, RecordedFile]] = ()
@@ -242,37 +247,56 @@ class ApplyRun:
             self.ledger_entries.extend(entries)
             self.ledger_forget.extend(forget)
 
-    def finish(self) -> RunReport:
+    def skip(self, files: Sequence[DmsFile]) -> None:
+        """Files a table's job skipped as a whole (the run report's `skipped_files`)."""
+        with self._lock:
+            self.skipped_files.extend(f.uri for f in files)
+
+    def finish(self, tables: list[TableReport], started: float) -> RunReport:
+        """Record the ledger entries, write what is left for the quarantine, and compose the run's report
+        (`started`: the run's time.monotonic() at its start)."""
+        error = None
         try:
             self.state.record(self.ledger_entries, self.ledger_forget)
         except LeaseLostError:
             raise  # the lease moved on: nothing more is written, no report (lakehouse.fence)
-        except Exception as error:  # the commits stand; the next run copies their names again
+        except Exception as failure:  # the commits stand; the next run copies their names again
             log.exception("recording the applied files in the ledger failed")
-            self.report.error = f"ledger: {type(error).__name__}: {error}"[:2000]
+            error = f"ledger: {type(failure).__name__}: {failure}"[:2000]
         self.flush_quarantine()  # what no table's commit wrote: unclassifiable keys, failed tables
-        self.report.run_quarantined_records, self.report.run_quarantined_files = quarantined_in_run(
-            self.spark, self.config.quarantine, self.report.run_id
+        run_records, run_files = quarantined_in_run(self.spark, self.config.quarantine, self.run_id)
+        return RunReport(
+            self.run_id,
+            self.job,
+            tables=tables,
+            skipped_files=list(self.skipped_files),
+            quarantine_rows_added=self.quarantine_rows_added,
+            run_quarantined_records=run_records,
+            run_quarantined_files=run_files,
+            seconds=round(time.monotonic() - started, 3),
+            error=error,
         )
-        return self.report
 
     def run_tables(
-        self, items: list[tuple[TableSpec, Any]], apply: Callable[[TableSpec, Any, TableReport], None]
-    ):
+        self, items: list[tuple[TableSpec, Any]], apply: Callable[[TableSpec, Any, Record], None]
+    ) -> list[TableReport]:
+        """Apply each table (in parallel, by name), and report it: `apply(spec, payload, record)` records
+        each of its steps' figures as the step completes, so a failed table reports the steps it completed."""
+
         def one(item: tuple[TableSpec, Any]) -> TableReport:
             spec, payload = item
-            report = TableReport(spec.qualified_name)
+            steps: list[StepFigures] = []
+            error = None
             begun = time.monotonic()
             try:
-                apply(spec, payload, report)
+                apply(spec, payload, steps.append)
             except LeaseLostError:
                 raise  # the lease moved on: the run fails as a whole, its other tables commit nothing either
-            except Exception as error:  # one table's failure is reported; the others go on
-                log.exception("%s: %s failed", spec.qualified_name, self.report.job)
-                report.error = f"{type(error).__name__}: {error}"[:2000]
-            report.seconds = round(time.monotonic() - begun, 3)
-            return report
+            except Exception as failure:  # one table's failure is reported; the others go on
+                log.exception("%s: %s failed", spec.qualified_name, self.job)
+                error = f"{type(failure).__name__}: {failure}"[:2000]
+            return table_report(spec.qualified_name, steps, round(time.monotonic() - begun, 3), error)
 
         workers = max(1, min(self.options.parallel_tables, len(items) or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="table") as pool:
-            self.report.tables = list(pool.map(one, sorted(items, key=lambda kv: kv[0].qualified_name)))
+            return list(pool.map(one, sorted(items, key=lambda kv: kv[0].qualified_name)))

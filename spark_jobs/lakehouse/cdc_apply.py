@@ -19,11 +19,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse import changes as C
-from lakehouse.apply_run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, check_options
+from lakehouse.apply_run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
 from lakehouse.clean_table import KEY, TOMB_SEQ, clean_schema, load_floor, with_metadata, with_tomb_seq
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile
 from lakehouse.dms_reader import RawRead
+from lakehouse.freshness import commit_properties
 from lakehouse.history import keeps_history, record_changes
 from lakehouse.iceberg import (
     APPLIED_FILES,
@@ -42,7 +43,7 @@ from lakehouse.iceberg import (
 )
 from lakehouse.manifest import Manifest
 from lakehouse.names import CHANGE_SEQ_COLUMN, INTERNAL_PREFIX, quote
-from lakehouse.run_report import RunReport, TableReport
+from lakehouse.run_report import ApplyFigures, CommitFigures, FileFigures, LayoutFigures, RunReport
 from lakehouse.schema import SchemaFile, TableSpec
 from lakehouse.state import LedgerEntry, RecordedFile, applied_files
 from lakehouse.typed_batch import typed_batch
@@ -66,16 +67,15 @@ def apply_cdc(
     check_options(options)
     started = time.monotonic()
     ensure_namespace(spark, config.catalog_name, config.clean_database)
-    run = ApplyRun(spark, config, schema, options, manifest.run_id, "cdc")
-    run.reapplied = dict(reapply or {})
+    run = ApplyRun(spark, config, schema, options, manifest.run_id, "cdc", reapply)
     run.state.ensure()
     by_table = run.classify([(f.uri, f.size) for f in manifest.files])
     recorded = run.state.recorded(
         [run.ledger_name(f) for files in by_table.values() for f in files if not f.is_full_load]
     )
 
-    def apply(spec: TableSpec, files: list[DmsFile], report: TableReport) -> None:
-        report.files = len(files)
+    def apply(spec: TableSpec, files: list[DmsFile], record: Record) -> None:
+        record(FileFigures(files=len(files)))
         loads = [f for f in files if f.is_full_load]
         if loads:
             raise ValueError(
@@ -83,24 +83,22 @@ def apply_cdc(
                 f"applied by the full-load job (full_load_job.py --tables {spec.qualified_name} --reload true), "
                 "never as CDC"
             )
-        _apply_table_changes(run, spec, sorted(files, key=lambda f: f.order_key), report, recorded)
+        _apply_table_changes(run, spec, sorted(files, key=lambda f: f.order_key), recorded, record)
 
-    run.run_tables(list(by_table.items()), apply)
-    run.report.tables += run.unknown_table_reports()
-    report = run.finish()
-    report.seconds = round(time.monotonic() - started, 3)
-    return report
+    tables = run.run_tables(list(by_table.items()), apply)
+    return run.finish(tables + run.unknown_table_reports(), started)
 
 
 def _apply_table_changes(
     run: ApplyRun,
     spec: TableSpec,
     files: list[DmsFile],
-    report: TableReport,
     recorded: dict[str, list[RecordedFile]],
+    record: Record,
 ) -> None:
     spark, config = run.spark, run.config
-    table = _ensure_table(spark, config, spec, report)
+    table, layout = _ensure_table(spark, config, spec)
+    record(layout)
     known = applied_files(
         spark,
         table,
@@ -110,26 +108,28 @@ def _apply_table_changes(
     )
     run.remember(known.to_record, [(spec.qualified_name, f) for f in known.to_forget])
     fresh_files = [f for f in files if run.ledger_name(f) not in known.applied]
-    report.skipped_already_applied = len(files) - len(fresh_files)
+    record(FileFigures(skipped_already_applied=len(files) - len(fresh_files)))
     if not fresh_files:
         log.info("%s: every file of the batch was applied before", spec.qualified_name)
         return
-    raw = run.read_raw(spec, fresh_files, report)
+    raw, read = run.read_raw(spec, fresh_files)
+    record(read)
     applied_names = [run.ledger_name(f) for f in fresh_files]
-    properties = {APPLIED_FILES: json.dumps(applied_names), RUN_ID: run.report.run_id}
+    properties = {APPLIED_FILES: json.dumps(applied_names), RUN_ID: run.run_id}
     floor = load_floor(spark, table)
     if raw.rows is None:
         run.flush_quarantine(spec.qualified_name)
-        _commit_nothing(spark, table, properties)  # every file unreadable (quarantined) or superseded
+        # every file unreadable (quarantined) or superseded: the table holds what it held (freshness)
+        _commit_nothing(spark, table, properties | commit_properties(spark, table, None, None))
     elif spec.has_primary_key:
-        _apply_keyed(run, spec, table, raw, floor, properties, report)
+        _apply_keyed(run, spec, table, raw, floor, properties, record)
     else:
-        _apply_without_key(run, spec, table, raw, floor, properties, report)
-    snapshot = commit_of_run(spark, table, run.report.run_id)
-    report.snapshot_id = snapshot
+        _apply_without_key(run, spec, table, raw, floor, properties, record)
+    snapshot = commit_of_run(spark, table, run.run_id)
+    record(CommitFigures(snapshot))
     run.remember(
         [
-            LedgerEntry(spec.qualified_name, run.ledger_name(f), f.uri, run.report.run_id, snapshot)
+            LedgerEntry(spec.qualified_name, run.ledger_name(f), f.uri, run.run_id, snapshot)
             for f in fresh_files
         ]
         if snapshot is not None
@@ -137,7 +137,7 @@ def _apply_table_changes(
     )
 
 
-def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec, report: TableReport) -> str:
+def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> tuple[str, LayoutFigures]:
     """The table, created with the schema file's layout, or given it (`iceberg.align_layout`)."""
     table = config.clean_table(spec.iceberg_name)
     if not table_exists(spark, table):
@@ -149,9 +149,9 @@ def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec, repo
             {SOURCE_TABLE: spec.qualified_name} | file_size_properties(spec.target_file_size_mb),
             spec.partition_by or (),
         )
-    else:
-        report.schema_changes += align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
-    return table
+        return table, LayoutFigures()
+    changes = align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
+    return table, LayoutFigures(tuple(changes))
 
 
 def _apply_keyed(
@@ -161,7 +161,7 @@ def _apply_keyed(
     raw: RawRead,
     floor: Decimal | None,
     properties: dict[str, str],
-    report: TableReport,
+    record: Record,
 ) -> None:
     spark = run.spark
     key = [k.lower() for k in spec.primary_key]
@@ -188,7 +188,9 @@ def _apply_keyed(
             figures.append(F.max(quote(append_key)).cast("string").alias("highest_key"))
         return latest.observe(outcome, *figures).where(~buried)
 
-    batch = typed_batch(run, spec, table, raw, floor, report, latest_changes)
+    batch = typed_batch(run, spec, table, raw, floor, latest_changes)
+    record(batch.counts)
+    properties |= commit_properties(spark, table, batch.figures["oldest"], batch.figures["newest"])
     counts = outcomes[-1].get
     if "deletes" not in counts:
         counts = {
@@ -196,18 +198,24 @@ def _apply_keyed(
             "upserts": batch.product.where(F.col(C.OP) != "D").count(),
             "buried": 0,
         }
-    report.deleted, report.inserted_or_updated = counts["deletes"], counts["upserts"]
-    report.ignored_older += counts["buried"]
     run.flush_quarantine(spec.qualified_name)  # before the commit (and the tombstones)
     if counts["deletes"]:
         # Before the MERGE: a crash between the two leaves a tombstone for a row the retry deletes.
         deletes = batch.product.where(F.col(C.OP) == "D").select(
             F.col(KEY).alias("key"), F.col(C.SEQ).alias("change_seq"), F.col(C.COMMIT_TS).alias("commit_ts")
         )
-        run.state.bury(spec.qualified_name, deletes, run.report.run_id)
-    report.schema_changes += evolve_schema(spark, table, batch.types)
+        run.state.bury(spec.qualified_name, deletes, run.run_id)
+    changes = evolve_schema(spark, table, batch.types)
+    record(
+        ApplyFigures(
+            inserted_or_updated=counts["upserts"],
+            deleted=counts["deletes"],
+            ignored_older=counts["buried"],
+            schema_changes=tuple(changes),
+        )
+    )
     if keeps_history(spec):  # before the clean commit: a retry splices the same versions again, no change
-        record_changes(spark, run.config, spec, table, batch.typed, floor, batch.types, run.report.run_id)
+        record_changes(spark, run.config, spec, table, batch.typed, floor, batch.types, run.run_id)
     if append_key is not None and _keys_all_new(spark, table, append_key, counts.get("lowest_key")):
         # No key of the batch can be in the table: the MERGE would insert every upsert and match nothing.
         log.info("%s: every key of the batch is above the table's highest; appending", table)
@@ -247,14 +255,16 @@ def _apply_without_key(
     raw: RawRead,
     floor: Decimal | None,
     properties: dict[str, str],
-    report: TableReport,
+    record: Record,
 ) -> None:
     """A table without a primary key can't be merged. "append": inserts are appended (exactly once per
     file: the ledger) and updates and deletes go to quarantine, nothing lost; "skip": all its changes go
     to quarantine."""
     mode = run.options.no_primary_key
     log.warning("%s has no primary key: CDC mode %r", spec.qualified_name, mode)
-    batch = typed_batch(run, spec, table, raw, floor, report, lambda typed, usable: typed.where(usable))
+    batch = typed_batch(run, spec, table, raw, floor, lambda typed, usable: typed.where(usable))
+    record(batch.counts)
+    properties |= commit_properties(run.spark, table, batch.figures["oldest"], batch.figures["newest"])
     fresh = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     appendable = fresh.where(F.col(C.OP) == "I") if mode == "append" else fresh.limit(0)
     rest = fresh.where(F.col(C.OP) != "I") if mode == "append" else fresh
@@ -269,12 +279,17 @@ def _apply_without_key(
     n_rest = rejected.count()
     if n_rest:
         run.quarantine_records(spec, rejected, raw.rows)
-        report.quarantined_records += n_rest
     run.flush_quarantine(spec.qualified_name)  # before the commit
-    report.schema_changes += evolve_schema(run.spark, table, batch.types)
+    changes = evolve_schema(run.spark, table, batch.types)
     append_rows(run.spark, table, with_metadata(appendable), properties)
-    report.inserted_or_updated = batch.figures["records"] - batch.figures["bad"] - batch.figures["mismatched"]
-    report.inserted_or_updated -= n_rest + batch.figures["older"]
+    applied = batch.figures["records"] - batch.figures["bad"] - batch.figures["mismatched"]
+    record(
+        ApplyFigures(
+            inserted_or_updated=applied - n_rest - batch.figures["older"],
+            quarantined_records=n_rest,
+            schema_changes=tuple(changes),
+        )
+    )
 
 
 def _commit_nothing(spark: SparkSession, table: str, properties: dict[str, str]) -> None:

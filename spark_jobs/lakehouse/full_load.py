@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse import changes as C
-from lakehouse.apply_run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, check_options
+from lakehouse.apply_run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
 from lakehouse.clean_table import (
     KEY,
     LOAD_DONE,
@@ -36,6 +36,7 @@ from lakehouse.clean_table import (
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from lakehouse.fence import check_before_commit
+from lakehouse.freshness import commit_properties
 from lakehouse.history import keeps_history, record_load
 from lakehouse.iceberg import (
     FULL_LOAD_DONE,
@@ -52,7 +53,14 @@ from lakehouse.iceberg import (
     table_properties,
 )
 from lakehouse.names import CHANGE_SEQ_COLUMN, properties_sql, quote, table_folder
-from lakehouse.run_report import RunReport, TableReport
+from lakehouse.run_report import (
+    ApplyFigures,
+    CommitFigures,
+    FileFigures,
+    LayoutFigures,
+    RunReport,
+    TableReport,
+)
 from lakehouse.schema import SchemaFile, TableSpec
 from lakehouse.storage import list_folders, list_objects
 from lakehouse.typed_batch import Batch, cached, typed_batch
@@ -98,16 +106,13 @@ def full_load(
             f"(expected {base}/<schema>/<table>/LOAD00000001.csv): check --raw_path and that DMS's full load "
             "has written its files"
         )
-    run.run_tables(
+    tables = run.run_tables(
         [(spec, files[spec]) for spec in specs],
-        lambda spec, found, report: (
-            _refuse_misplaced(misplaced.get(spec)) or _load_table(run, spec, found, reload, report)
+        lambda spec, found, record: (
+            _refuse_misplaced(misplaced.get(spec)) or _load_table(run, spec, found, reload, record)
         ),
     )
-    run.report.tables += refused
-    report = run.finish()
-    report.seconds = round(time.monotonic() - started, 3)
-    return report
+    return run.finish(tables + refused, started)
 
 
 def _misplaced(base: str, spec: TableSpec, config: LakeConfig) -> str | None:
@@ -155,7 +160,7 @@ def _load_table(
     spec: TableSpec,
     found: list[tuple[DmsFile, datetime | None]],
     reload: bool,
-    report: TableReport,
+    record: Record,
 ) -> None:
     spark, config = run.spark, run.config
     table = config.clean_table(spec.iceberg_name)
@@ -165,11 +170,10 @@ def _load_table(
         or any(FULL_LOAD_DONE in s for s in snapshot_properties(spark, table))
     )
     files = [f for f, _ in found]
-    report.files = len(files)
+    record(FileFigures(files=len(files)))
     if done and not reload:
         log.info("%s: full load committed already; not reloading", table)
-        with run._lock:
-            run.report.skipped_files.extend(f.uri for f in files)
+        run.skip(files)
         return
     if not files:
         if reload:
@@ -181,7 +185,8 @@ def _load_table(
             marks = {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name}
             check_before_commit()
             spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({properties_sql(marks)})")
-            report.schema_changes += align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
+            changes = align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
+            record(LayoutFigures(tuple(changes)))
             return
         empty = spark.createDataFrame([], clean_schema(spec))
         replace_table(
@@ -190,12 +195,15 @@ def _load_table(
             empty,
             {LOAD_DONE: "0", SOURCE_TABLE: spec.qualified_name}
             | file_size_properties(spec.target_file_size_mb),
-            {FULL_LOAD_DONE: "0", RUN_ID: run.report.run_id},
+            # no row: it holds no source time (freshness, lakehouse.consistent)
+            {FULL_LOAD_DONE: "0", RUN_ID: run.run_id}
+            | commit_properties(spark, table, datetime.min, datetime.min),
             f"DMS replica of {spec.qualified_name}",
             spec.partition_by,
         )
         return
-    raw = run.read_raw(spec, files, report)
+    raw, read = run.read_raw(spec, files)
+    record(read)
     if raw.rows is None:
         raise ValueError(f"{spec.qualified_name}: none of its {len(files)} LOAD file(s) could be read")
     has_rows = exists and spark.table(table).limit(1).count() > 0
@@ -205,14 +213,15 @@ def _load_table(
         table,
         raw,
         None,
-        report,
         lambda typed, usable: typed.where(usable),
         replacing=True,
         keep=cached,
     )
+    record(batch.counts)
     run.flush_quarantine(spec.qualified_name)  # before the commit
     try:
-        _replace_with_load(run, spec, table, found, files, has_rows, batch, report)
+        for step in _replace_with_load(run, spec, table, found, files, has_rows, batch):
+            record(step)
     finally:
         batch.product.unpersist()
 
@@ -225,8 +234,7 @@ def _replace_with_load(
     files: list[DmsFile],
     has_rows: bool,
     batch: Batch,
-    report: TableReport,
-) -> None:
+) -> tuple[ApplyFigures, CommitFigures]:
     """Commit a (re)load's rows and its facts (table properties, snapshot summary) in one replace."""
     spark = run.spark
     rows = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
@@ -264,7 +272,8 @@ def _replace_with_load(
             rows = rows.withColumn(C.SEQ, F.coalesce(F.col(C.SEQ), F.lit(str(placed)).cast(C.SEQ_TYPE)))
             floor = placed if floor is None else min(floor, placed)
             by_time = (placed, settled)
-        result = _reloaded(run, spec, table, rows, floor, target, by_time)
+        tombstones = run.state.tombstones_of(spec.qualified_name)
+        result = _reloaded(spark, spec, table, rows, floor, target, tombstones, by_time)
         summary_extra = {REPLACED_SNAPSHOT: str(current_snapshot_id(spark, table))}
     else:
         floor = figures["min_seq"]
@@ -273,27 +282,31 @@ def _replace_with_load(
     if floor is not None:
         properties[LOAD_FLOOR] = str(floor)
     if keeps_history(spec):  # before the replace: a retry finds these versions and adds none
-        record_load(spark, run.config, spec, table, result, floor, started_at, run.report.run_id)
+        record_load(spark, run.config, spec, table, result, floor, started_at, run.run_id)
     replace_table(
         spark,
         table,
         result,
         properties,
-        {FULL_LOAD_DONE: str(len(files)), RUN_ID: run.report.run_id} | summary_extra,
+        {FULL_LOAD_DONE: str(len(files)), RUN_ID: run.run_id}
+        | summary_extra
+        # the rows may differ from the table's in any change: the oldest is unbounded (lakehouse.consistent)
+        | commit_properties(spark, table, datetime.min, max(written) if written else None),
         f"DMS replica of {spec.qualified_name}",
         spec.partition_by,
     )
-    report.inserted_or_updated = figures["records"] - figures["bad"] - figures["mismatched"]
-    report.snapshot_id = current_snapshot_id(spark, table)
+    applied = ApplyFigures(inserted_or_updated=figures["records"] - figures["bad"] - figures["mismatched"])
+    return applied, CommitFigures(current_snapshot_id(spark, table))
 
 
 def _reloaded(
-    run: ApplyRun,
+    spark: SparkSession,
     spec: TableSpec,
     table: str,
     load: DataFrame,
     floor: Decimal | None,
     target: T.StructType,
+    tombstones: DataFrame,
     by_time: tuple[Decimal, Decimal] | None = None,
 ) -> DataFrame:
     """A reload's rows, whatever CDC the table applied before it and whatever arrives after:
@@ -305,8 +318,8 @@ def _reloaded(
     - a key only in the LOAD files is added, unless a newer delete of it is known (a tombstone).
     A table without a primary key keeps its rows newer than the floor and adds every LOAD row.
     A reload placed by time (`by_time`: its LOAD rows' sequence `placed`, and `settled`) counts as at
-    `settled` against the rows the table holds, and at `placed` against changes arriving later."""
-    spark = run.spark
+    `settled` against the rows the table holds, and at `placed` against changes arriving later. `tombstones`:
+    the table's (lakehouse.state)."""
     existing = aligned(spark.table(table), target)
     against = max(floor, by_time[1]) if by_time is not None and floor is not None else floor
 
@@ -334,7 +347,7 @@ def _reloaded(
     values = {k: F.coalesce(F.col(quote(kept + k)), F.col(quote(loaded + k))) for k in key}
     joined = with_tomb_seq(
         joined.withColumn(KEY, C.key_json(key, values)),
-        run.state.tombstones_of(spec.qualified_name),
+        tombstones,
         key,
         {f.name: f.dataType for f in latest.schema.fields},
         values,

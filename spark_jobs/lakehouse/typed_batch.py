@@ -19,7 +19,7 @@ from lakehouse import changes as C
 from lakehouse.apply_run import ApplyRun
 from lakehouse.clean_table import SchemaChangeError, layout_and_types
 from lakehouse.dms_reader import RawRead
-from lakehouse.run_report import TableReport
+from lakehouse.run_report import BatchFigures
 from lakehouse.schema import TableSpec
 from lakehouse.types import can_widen
 
@@ -32,12 +32,14 @@ class TypeMismatchError(RuntimeError):
 
 @dataclass
 class Batch:
-    """A batch's typed records after its first pass: the product the pass checkpointed, and its figures."""
+    """A batch's typed records after its first pass: the product the pass checkpointed, the figures it
+    observed, and what the batch reports (`counts`)."""
 
     typed: DataFrame
     product: DataFrame
     figures: dict[str, Any]
     types: dict[str, T.DataType]
+    counts: BatchFigures
 
 
 def typed_batch(
@@ -46,7 +48,6 @@ def typed_batch(
     table: str,
     raw: RawRead,
     floor: Decimal | None,
-    report: TableReport,
     build: Callable[[DataFrame, Column], DataFrame],
     replacing: bool = False,
     keep: Callable[[DataFrame], DataFrame] | None = None,
@@ -79,7 +80,6 @@ def typed_batch(
         types = types | wider
     else:
         raise SchemaChangeError(f"{spec.qualified_name}: column types kept widening: {figures['widen']}")
-    report.records += figures["records"]
     if figures["mismatched"] and run.options.type_mismatch == "fail":
         raise TypeMismatchError(
             f"{spec.qualified_name}: {figures['mismatched']} value(s) don't fit their column's type, e.g. "
@@ -96,11 +96,13 @@ def typed_batch(
     if bad:
         reasons = typed.where(rejected).withColumn(C.REASON, F.coalesce(C.REASON, C.MISMATCH))
         run.quarantine_records(spec, reasons, raw.rows)
-        report.quarantined_records += bad
-    report.ignored_older += figures["older"]
-    if figures["newest"] is not None:
-        report.newest_commit_ts = figures["newest"].isoformat()
-    return Batch(typed, product, figures, types)
+    counts = BatchFigures(
+        records=figures["records"],
+        quarantined_records=bad,
+        ignored_older=figures["older"],
+        newest_commit_ts=figures["newest"].isoformat() if figures["newest"] is not None else None,
+    )
+    return Batch(typed, product, figures, types, counts)
 
 
 def _checkpointed(frame: DataFrame) -> DataFrame:
