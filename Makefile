@@ -47,15 +47,17 @@ jdbc:
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q libpostgresql-jdbc-java >/dev/null 2>&1; } ) \
 	  || echo "WARNING: could not install libpostgresql-jdbc-java: the reconcile tests will fail"; }
 
-# The MySQL source's server (Debian's mariadb-server; `make demo SOURCE=mysql` and the MySQL tests start their
-# own, unprivileged, in a temp dir, with the binlog DMS needs): said loudly when it can't be had.
+# The MySQL source's server and the reconcile job's JDBC driver for it (Debian's mariadb-server, libmariadb-java;
+# `make demo SOURCE=mysql` and the MySQL tests start their own server, unprivileged, in a temp dir, with the
+# binlog DMS needs): said loudly when they can't be had.
 mariadb:
-	@test -x /usr/sbin/mariadbd || { \
+	@{ test -x /usr/sbin/mariadbd && test -f /usr/share/java/mariadb-java-client.jar; } || { \
 	  SUDO=$$( [ "$$(id -u)" = 0 ] && echo "" || echo "sudo -n" ); \
-	  ( $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >/dev/null 2>&1 || \
+	  PKGS="mariadb-server libmariadb-java"; \
+	  ( $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$PKGS >/dev/null 2>&1 || \
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && \
-	      $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q mariadb-server >/dev/null 2>&1; } ) \
-	  || echo "WARNING: could not install mariadb-server: the MySQL source tests will fail"; }
+	      $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$PKGS >/dev/null 2>&1; } ) \
+	  || echo "WARNING: could not install mariadb-server libmariadb-java: the MySQL source tests will fail"; }
 
 # A headless Chromium (Debian's package) for the dashboard's browser test; said loudly when it can't be had.
 browser:

@@ -330,8 +330,10 @@ def reconcile_parser() -> Any:
     parser.add_argument(
         "--run_id", default="reconcile", help="names the run in the report and dms_divergence"
     )
-    parser.add_argument("--source_engine", choices=["postgresql", "sqlite"], default="postgresql")
-    parser.add_argument("--source_jdbc_url", default="", help="jdbc:postgresql://host:port/db")
+    parser.add_argument("--source_engine", choices=["postgresql", "mysql", "sqlite"], default="postgresql")
+    parser.add_argument(
+        "--source_jdbc_url", default="", help="jdbc:postgresql://host:port/db (mysql: jdbc:mysql://host:port/db)"
+    )
     parser.add_argument("--source_user", default="", help="the source user (read-only: docs/DEPLOY.md)")
     parser.add_argument("--source_password", default="", help="local runs only; on AWS --source_secret_id")
     parser.add_argument(
@@ -388,7 +390,9 @@ def source_credentials(args: Any) -> tuple[str, dict[str, str]]:
         )
         user = user or secret.get("username", "")
         password = secret.get("password", password)
-        if not url and secret.get("host"):
+        if not url and secret.get("host") and args.source_engine == "mysql":
+            url = f"jdbc:mysql://{secret['host']}:{secret.get('port', 3306)}/{secret.get('dbname', '')}"
+        elif not url and secret.get("host"):
             url = f"jdbc:postgresql://{secret['host']}:{secret.get('port', 5432)}/{secret.get('dbname', 'postgres')}"
     if not url:
         raise SystemExit("reconcile: --source_jdbc_url or a --source_secret_id with host is required")
@@ -430,6 +434,11 @@ def reconcile_main(argv: Sequence[str]) -> int:
         if not args.source_sqlite_path:
             parser.error("--source_engine sqlite needs --source_sqlite_path")
         source = SqliteSource(spark, args.source_sqlite_path)
+    elif args.source_engine == "mysql":
+        from lakehouse.reconcile_mysql import MysqlJdbcSource
+
+        url, properties = source_credentials(args)
+        source = MysqlJdbcSource(spark, url, properties, options.parallelism)
     else:
         url, properties = source_credentials(args)
         source = PostgresJdbcSource(spark, url, properties, options.parallelism)

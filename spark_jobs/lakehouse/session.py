@@ -61,9 +61,9 @@ APPLY_TUNING = {"spark.sql.autoBroadcastJoinThreshold": "-1"}
 LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
-# JDBC drivers of the reconcile job's local sources (Debian's packages: `make jdbc`), put on spark.jars when
+# JDBC drivers of the reconcile job's local sources (Debian's packages: `make jdbc`, `make mariadb`), put on spark.jars when
 # present; on Glue the job's connection brings its own driver.
-LOCAL_JDBC_JARS = ("/usr/share/java/postgresql.jar",)
+LOCAL_JDBC_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
 
 
 def local_jars() -> str:

@@ -605,9 +605,13 @@ def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_t
     connection is killed between transactions and rows change while it is down, and `scratch` is truncated,
     Then the clean zone (full-load job, then the CDC job over every CDC file) has exactly the source's
     `OrderLine` rows by key in the Iceberg types docs/CONTRACTS.md lists, and `scratch` keeps its rows, as
-    DMS drops TRUNCATE from a MySQL source (with a warning naming it)."""
+    DMS drops TRUNCATE from a MySQL source (with a warning naming it);
+    and the reconcile job reading MariaDB over JDBC finds `OrderLine` equal and `scratch`'s 3 rows extra,
+    then, after changes made on the source only, exactly one differing row and one missing key."""
+    from lakehouse.apply_run import ApplyOptions
+    from lakehouse.cdc_apply import apply_cdc
     from lakehouse.dms_reader import ReaderOptions
-    from lakehouse.pipeline import ApplyOptions, apply_cdc, full_load
+    from lakehouse.full_load import full_load
     from lakehouse.schema import SchemaFile
 
     from tests.support import manifest, rows_of
@@ -672,6 +676,7 @@ def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_t
     assert {row[0]: row[10] for row in expected} == {
         Decimal(2**63): None,  # zero TIMESTAMP
         Decimal(TOP): datetime(2026, 7, 1, 0, 0, 0, 250000),  # written at -08:00, held in UTC
+        Decimal(7): datetime(2026, 1, 1, 8, 0),  # the same
     }
     assert rows_of(spark, lake_config.clean_table("sales_scratch"), ["id", "v"]) == [
         (1, "a"),
@@ -679,6 +684,30 @@ def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_t
         (3, "c"),
     ]
     assert any("TRUNCATE" in r.getMessage() and "sales.scratch" in r.getMessage() for r in caplog.records)
+
+    # the reconcile job's MySQL side finds the lake equal but for the TRUNCATE, then exactly what drifts
+    from lakehouse.reconcile import reconcile
+    from lakehouse.reconcile_mysql import MysqlJdbcSource
+    from lakehouse.reconcile_plan import ReconcileOptions
+
+    options = ReconcileOptions(segment_rows=2, leaf_rows=1, bisect_factor=2)
+    jdbc = MysqlJdbcSource(spark, f"jdbc:mysql://127.0.0.1:{source.port}/sales", {"user": "root"})
+    schema = SchemaFile.from_dict(schema_document(source))
+    first = reconcile(spark, lake_config, schema, jdbc, options, run_id="my1")
+    assert [(t.table, t.missing, t.extra, t.differing, t.source_empty, t.error) for t in first.tables] == [
+        ("sales.OrderLine", 0, 0, 0, False, None),
+        ("sales.scratch", 0, 3, 0, True, None),
+    ]
+    with connect(source) as db:  # the task is stopped: these reach the source only
+        run(db, f"UPDATE sales.`OrderLine` SET dur = '-00:00:00.01' WHERE id = {TOP}")
+        run(db, "INSERT INTO sales.scratch VALUES (1, 'a'), (9, 'z')")
+    second = reconcile(
+        spark, lake_config, schema, MysqlJdbcSource(spark, jdbc.url, {"user": "root"}), options
+    )
+    assert [(t.table, t.missing, t.extra, t.differing, t.key_mode) for t in second.tables] == [
+        ("sales.OrderLine", 0, 0, 1, "hash"),
+        ("sales.scratch", 1, 2, 0, "range"),
+    ]
 
 
 def dump_threads(address: MariaDbAddress) -> list[int]:

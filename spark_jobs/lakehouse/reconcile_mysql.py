@@ -1,0 +1,186 @@
+"""The reconcile's MySQL/MariaDB source side: Spark's JDBC source (MariaDB's driver), with the canonical text,
+row hashes and segment sums computed in the database, byte for byte what the lake side computes
+(`reconcile_plan.lake_text`, `lake_row_hash`) and what the PostgreSQL side computes in its SQL.
+
+MySQL spells a few things its own way, each mapped to the lake's canonical text: BIT and TINYINT(1) as their
+integer (`c + 0`), DATE as days and DATETIME/TIMESTAMP as microseconds since 1970-01-01 (the session in UTC, so a
+TIMESTAMP is its instant), zero dates NULL (as the lake holds them), BINARY/BLOB as lower-case hex, anything the
+lake keeps as text (ENUM, SET, JSON, TIME, DECIMAL beyond 38 digits) as `CAST(… AS CHAR)`. FLOAT/DOUBLE columns
+have no SQL for Java's `doubleToLongBits` in MySQL: a table with one is refused, naming the column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from lakehouse.reconcile_plan import (
+    HASH_BITS,
+    INTEGER_TYPES,
+    NULL_TEXT,
+    Level,
+    SideCounters,
+    TablePlan,
+    aligned_segments,
+    split_ranges,
+)
+
+DRIVER = "org.mariadb.jdbc.Driver"
+UTC_SESSION = "SET time_zone = '+00:00'"
+SEP = "CHAR(31 USING utf8mb4)"
+
+
+def my_ident(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def my_text(column: str, data_type: T.DataType, source_type: str) -> str:
+    """MySQL SQL: the column as canonical text (NULL stays NULL), byte for byte `lake_text`'s."""
+    c = my_ident(column)
+    source = source_type.strip().lower()
+    if isinstance(data_type, T.FloatType | T.DoubleType):
+        raise ValueError(
+            f"column {column} ({source_type}): the MySQL reconcile source can't hash a FLOAT/DOUBLE the way the"
+            " lake does (Java's doubleToLongBits); exclude the table (--tables)"
+        )
+    if isinstance(data_type, T.BooleanType) or (
+        isinstance(data_type, INTEGER_TYPES) and source.startswith("bit")
+    ):
+        return f"CAST({c} + 0 AS CHAR)"
+    if isinstance(data_type, INTEGER_TYPES):
+        return f"CAST({c} AS CHAR)"
+    if isinstance(data_type, T.DecimalType):
+        return f"CAST(CAST({c} AS DECIMAL({data_type.precision},{data_type.scale})) AS CHAR)"
+    if isinstance(data_type, T.DateType):
+        return f"CAST(DATEDIFF({c}, DATE '1970-01-01') AS CHAR)"
+    if isinstance(data_type, T.TimestampType | T.TimestampNTZType):
+        return f"CAST(TIMESTAMPDIFF(MICROSECOND, TIMESTAMP '1970-01-01 00:00:00', {c}) AS CHAR)"
+    if isinstance(data_type, T.BinaryType):
+        return f"LOWER(HEX({c}))"
+    return f"CAST({c} AS CHAR)"
+
+
+def my_field(text_sql: str, nullable: bool = True) -> str:
+    return f"COALESCE(CONCAT('=', {text_sql}), '{NULL_TEXT}')" if nullable else f"CONCAT('=', {text_sql})"
+
+
+def my_row_hash(fields: Sequence[str]) -> str:
+    """MySQL: the row hash (signed 64 bits of the row text's MD5) of canonical fields."""
+    text = f"CONCAT_WS({SEP}, " + ", ".join(fields) + ")"
+    return f"CAST(CONV(SUBSTR(MD5({text}), 1, 16), 16, -10) AS SIGNED)"
+
+
+def _payload(row: Sequence[Any]) -> int:
+    return sum(len(str(v)) for v in row if v is not None)
+
+
+class MysqlJdbcSource:
+    """A MySQL or MariaDB source through Spark's JDBC data source (see the module docstring); key ranges go to
+    `parallelism` concurrent queries."""
+
+    def __init__(
+        self, spark: SparkSession, url: str, properties: dict[str, str], parallelism: int = 4
+    ) -> None:
+        self.spark = spark
+        # Spark picks its MySQL dialect (backtick-quoted column names) by a `jdbc:mysql:` URL; under any other
+        # prefix it quotes them with `"`, which MySQL reads as strings. MariaDB's driver (2.x) takes both.
+        self.url = (
+            "jdbc:mysql:" + url.removeprefix("jdbc:mariadb:") if url.startswith("jdbc:mariadb:") else url
+        )
+        self.properties = {"driver": DRIVER, "sessionInitStatement": UTC_SESSION, **properties}
+        self.parallelism = parallelism
+        self.counters = SideCounters()
+
+    def _table(self, plan: TablePlan) -> str:
+        return f"{my_ident(plan.spec.source_schema)}.{my_ident(plan.spec.name)}"
+
+    def _key_texts(self, plan: TablePlan) -> list[str]:
+        return [my_text(k.name, k.data_type, k.source_type) for k in plan.keys]
+
+    def _x(self, plan: TablePlan, lo: int) -> str:
+        if plan.integer_key:
+            return f"(CAST({my_ident(plan.keys[0].name)} AS SIGNED) - ({lo}))"
+        text = f"CONCAT_WS({SEP}, " + ", ".join(self._key_texts(plan)) + ")"
+        return f"CAST(CONV(SUBSTR(MD5({text}), 1, {HASH_BITS // 4}), 16, 10) AS SIGNED)"
+
+    def _row_hash(self, plan: TablePlan) -> str:
+        fields = [
+            my_field(my_text(c.name, c.data_type, c.source_type), c not in plan.keys) for c in plan.columns
+        ]
+        return my_row_hash(fields)
+
+    def _from_where(self, plan: TablePlan, lo: int, ranges: Sequence[tuple[int, int]] | None) -> str:
+        """FROM … WHERE x in the ranges: an integer key's ranges as BETWEENs on the key (MySQL's range
+        optimizer reads each by the primary key); a hash key's segments looked up per row (one scan)."""
+        table = self._table(plan)
+        if ranges is None:
+            return f"FROM {table} t"
+        if plan.integer_key:
+            key = f"t.{my_ident(plan.keys[0].name)}"
+            return f"FROM {table} t WHERE " + " OR ".join(
+                f"{key} BETWEEN {lo + a} AND {lo + b}" for a, b in ranges
+            )
+        shift, segments = aligned_segments(ranges)
+        return f"FROM {table} t WHERE ({self._x(plan, lo)} >> {shift}) IN ({','.join(map(str, segments))})"
+
+    def _read(self, queries: Sequence[str]) -> list[Any]:
+        frames = [
+            self.spark.read.jdbc(self.url, f"({sql}) AS q", properties=self.properties) for sql in queries
+        ]
+        self.counters.queries += len(frames)
+        frame = frames[0]
+        for other in frames[1:]:
+            frame = frame.unionByName(other)
+        return frame.collect()
+
+    def _groups(self, plan: TablePlan, level: Level) -> list[list[tuple[int, int]] | None]:
+        if level.within is None:
+            return [None]
+        if not plan.integer_key:
+            return [list(level.within)]
+        return list(split_ranges(level.within, self.parallelism))
+
+    # -- the SourceSide protocol
+    def bounds(self, plan: TablePlan) -> tuple[int, int] | None:
+        key = my_ident(plan.keys[0].name)
+        rows = self._read(
+            [
+                f"SELECT CAST(MIN({key}) AS SIGNED) AS lo, CAST(MAX({key}) AS SIGNED) AS hi FROM {self._table(plan)}"
+            ]
+        )
+        self.counters.bytes_moved += _payload(rows[0])
+        lo, hi = rows[0]["lo"], rows[0]["hi"]
+        return None if lo is None else (int(lo), int(hi))
+
+    def segment_sums(self, plan: TablePlan, level: Level) -> dict[int, tuple[int, int]]:
+        x = self._x(plan, level.lo)
+        queries = [
+            f"SELECT (x >> {level.shift}) AS seg, COUNT(*) AS n, CAST(SUM(h) AS DECIMAL(38,0)) AS h FROM ("
+            f"SELECT {x} AS x, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
+            ") s GROUP BY seg"
+            for group in self._groups(plan, level)
+        ]
+        sums: dict[int, tuple[int, int]] = {}
+        for row in self._read(queries):
+            self.counters.bytes_moved += _payload(row)
+            n, h = sums.get(int(row["seg"]), (0, 0))
+            sums[int(row["seg"])] = (n + int(row["n"]), h + int(row["h"]))
+        self.counters.rows_hashed += sum(n for n, _ in sums.values())
+        return sums
+
+    def row_hashes(self, plan: TablePlan, level: Level) -> dict[tuple[str, ...], int]:
+        keys = ", ".join(f"{text} AS k{i}" for i, text in enumerate(self._key_texts(plan)))
+        queries = [
+            f"SELECT {keys}, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
+            for group in self._groups(plan, level)
+        ]
+        found: dict[tuple[str, ...], int] = {}
+        for row in self._read(queries):
+            self.counters.bytes_moved += _payload(row)
+            found[tuple(row[f"k{i}"] for i in range(len(plan.keys)))] = int(row["h"])
+        self.counters.rows_fetched += len(found)
+        self.counters.rows_hashed += len(found)
+        return found
