@@ -358,6 +358,8 @@ def _job(app: Any, logical_id: str) -> str:
 
 def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) -> tuple[list[Any], int]:
     """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
+    from lakehouse.freshness import describe
+
     from tools.bi import load_queries, run_query, spark_names, timestamp_as_of
     from tools.dashboard import collect_figures, run_metrics, write_dashboard
 
@@ -427,6 +429,9 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
             print("    " + ", ".join(f"{k}={v}" for k, v in row.asDict().items()))
         if not rows:
             print("    (no rows)")
+    _step(started, "freshness of each clean table, and the consistent point (docs/BI.md)")
+    for line in describe(spark, lake, f"{refined}.sales_enriched"):
+        print("  " + line)
     reports = pipeline.run_reports()
     saved = workdir / "reports"  # `make dashboard` draws the same runs from here
     saved.mkdir(parents=True, exist_ok=True)

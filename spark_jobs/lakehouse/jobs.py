@@ -12,6 +12,7 @@ from lakehouse.cdc_apply import apply_cdc
 from lakehouse.changes import ChangeColumns
 from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_reader import ReaderOptions
+from lakehouse.freshness import after_cdc_run
 from lakehouse.full_load import full_load
 from lakehouse.history import parse_history_tables, with_history
 from lakehouse.logs import configure_logging
@@ -150,6 +151,25 @@ def _finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> 
 def cdc_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Apply a manifest of DMS CDC files to the clean zone")
     parser.add_argument("--manifest", required=True, help="the batch to apply (written by the drain Lambda)")
+    parser.add_argument(
+        "--freshness",
+        choices=["true", "false"],
+        default="true",
+        help="after the run, write each clean table's freshness (lake_freshness) and the newest consistent "
+        "point (consistent_points); both in the run report",
+    )
+    parser.add_argument(
+        "--raw_path",
+        default=None,
+        help="the raw zone's root, listed for what is not applied yet (default: from the batch's files)",
+    )
+    parser.add_argument(
+        "--consistency_settle_seconds",
+        type=float,
+        default=300,
+        help="the longest a committed source change takes to be in a DMS file of the raw zone (capture "
+        "latency, CdcMaxBatchInterval, clocks apart): a consistent point is at least this old",
+    )
     dms_arguments(parser)
     return parser
 
@@ -164,6 +184,11 @@ def cdc_main(argv: Sequence[str]) -> int:
     spark = build_session(config, "dms-cdc", APPLY_TUNING)
     log.info("applying manifest %s: %d files", args.manifest, len(manifest.files))
     report = apply_cdc(spark, config, schema, manifest, apply_options(args))
+    if args.freshness == "true":
+        uris = [f.uri for f in manifest.files]
+        report.freshness = after_cdc_run(
+            spark, config, schema, uris, report.run_id, args.raw_path or None, args.consistency_settle_seconds
+        )
     return _finish(report, args, config)
 
 
