@@ -89,3 +89,17 @@ def test_a_table_of_the_schema_file_never_created_times_out_saying_so(
         pipeline.wait_until_applied(timeout=60)
     assert monitor.calls > 1
     assert pipeline.schema_tables() == {"shop_customer", "shop_item", "shop_web_sales"}
+
+
+def test_a_table_the_jobs_derive_in_the_clean_database_does_not_hold_the_wait(
+    pipeline: LocalPipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given the schema file's three tables loaded and a table the CDC runs derive beside them (lake_freshness:
+    no full load ever marks it),
+    Then the wait returns at once."""
+    monitor = Monitor([snapshot("shop_customer", "shop_item", "shop_web_sales", creating="lake_freshness")])
+    monkeypatch.setattr(pipeline, "monitor", lambda ignore_files=frozenset(): monitor)
+
+    done = pipeline.wait_until_applied(timeout=60)
+
+    assert "lake_freshness" in done.clean and monitor.calls == 1
