@@ -9,8 +9,9 @@ import json
 import socket
 import time
 import uuid
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import unquote_plus
 
 import pytest
 
@@ -95,6 +96,31 @@ def source_keys(pipeline: LocalPipeline, table: str, key: str) -> list[int]:
     return [row[0] for row in pipeline.source_rows(f"SELECT {key} FROM {table} ORDER BY {key}")]
 
 
+@dataclass
+class ProbeQueue:
+    """A queue of the test's own that a rule can target: the raw keys of the S3 events it received."""
+
+    pipeline: LocalPipeline
+    url: str
+    arn: str
+    keys: set[str] = field(default_factory=set)
+
+    def keys_seen(self) -> set[str]:
+        received = self.pipeline.aws("sqs").receive_message(
+            QueueUrl=self.url, MaxNumberOfMessages=10, WaitTimeSeconds=0
+        )
+        for message in received.get("Messages", []):
+            self.keys.add(unquote_plus(json.loads(message["Body"])["detail"]["object"]["key"]))
+        return self.keys
+
+
+def probe_queue(pipeline: LocalPipeline) -> ProbeQueue:
+    sqs = pipeline.aws("sqs")
+    url = sqs.create_queue(QueueName=f"probe-{pipeline.settings.name}")["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    return ProbeQueue(pipeline, url, arn)
+
+
 def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_never_wrote(
     make_pipeline, pipeline_endpoint
 ) -> None:
@@ -133,10 +159,13 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     pipeline.start_execution()
     pipeline.wait_until_applied(timeout=1200)  # a loaded machine: the full load alone took 7 minutes once
 
-    # 1. a file event lost: the rule that turns S3's events into queue messages has no target for a moment
+    # 1. a file event lost: the rule that turns S3's events into queue messages has no target for a moment (only
+    # a probe queue of the test's, which tells when the file's event has passed the rule)
     events = pipeline.aws("events")
     rule = pipeline.app.resources["CdcFileCreatedRule"].split("|")[-1]
     targets = events.list_targets_by_rule(Rule=rule)["Targets"]
+    probe = probe_queue(pipeline)
+    events.put_targets(Rule=rule, Targets=[{"Id": "probe", "Arn": probe.arn}])
     events.remove_targets(Rule=rule, Ids=[t["Id"] for t in targets])
     before = raw_cdc_files(pipeline, LOST)
     assert (
@@ -145,10 +174,9 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     )
     landed = wait_for(lambda: raw_cdc_files(pipeline, LOST) - before, 120, 0.5)
     assert landed, "the local DMS wrote no CDC file for the update"
-    time.sleep(
-        20
-    )  # the file's event has passed the rule (dispatched asynchronously: give a loaded machine time)
+    assert wait_for(lambda: landed <= probe.keys_seen(), 120, 0.5), (landed, probe.keys)
     events.put_targets(Rule=rule, Targets=targets)
+    events.remove_targets(Rule=rule, Ids=["probe"])
 
     # 2. what DMS never writes, in one transaction: a TRUNCATE (the rows inserted again arrive, the dropped
     # ones stay in the lake) and a primary-key move (the lake gets the new key, keeps the old one)
