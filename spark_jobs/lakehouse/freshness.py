@@ -284,14 +284,19 @@ def after_cdc_run(
     run_id: str,
     raw_path: str | None = None,
     settle_seconds: float = DEFAULT_SETTLE_SECONDS,
+    consistent_points: bool = True,
 ) -> dict[str, Any]:
     """`measure` after a CDC run (the job's hook), the raw zone's root taken from the batch's files unless
     given. It never fails the run, whose commits stand: a failure is reported in `error` (the next run
-    measures again); only a lost lease is raised (lakehouse.fence: nothing more is written)."""
+    measures again); only a lost lease is raised (lakehouse.fence: nothing more is written). Without
+    `consistent_points` the raw zone is not listed: each table's freshness only, no applied-through time
+    and no point (the listing covers every CDC file of the raw zone, a cost that grows with it)."""
+    if not consistent_points:
+        file_uris, raw_path = (), None
     from lakehouse.dms_files import NotADmsFileError, parse_dms_key
     from lakehouse.fence import LeaseLostError
 
-    if raw_path is None:
+    if raw_path is None and consistent_points:
         located = []
         for uri in file_uris:
             try:

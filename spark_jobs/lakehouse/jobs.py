@@ -159,6 +159,14 @@ def cdc_parser() -> argparse.ArgumentParser:
         "point (consistent_points); both in the run report",
     )
     parser.add_argument(
+        "--consistent_points",
+        choices=["true", "false"],
+        default="false",
+        help="with --freshness: also record the newest consistent point (consistent_points, what a refine "
+        "--read_at consistent reads) and each table's applied-through time. It lists the raw zone's CDC "
+        "files after every run, a cost that grows with the raw zone, so it is asked for (docs/BI.md)",
+    )
+    parser.add_argument(
         "--raw_path",
         default=None,
         help="the raw zone's root, listed for what is not applied yet (default: from the batch's files)",
@@ -187,7 +195,14 @@ def cdc_main(argv: Sequence[str]) -> int:
     if args.freshness == "true":
         uris = [f.uri for f in manifest.files]
         report.freshness = after_cdc_run(
-            spark, config, schema, uris, report.run_id, args.raw_path or None, args.consistency_settle_seconds
+            spark,
+            config,
+            schema,
+            uris,
+            report.run_id,
+            args.raw_path or None,
+            args.consistency_settle_seconds,
+            consistent_points=args.consistent_points == "true",
         )
     return _finish(report, args, config)
 

@@ -61,7 +61,8 @@ def test_a_late_file_holds_the_point_back_and_never_lowers_the_newest_time(spark
         report_file = tmp_path / f"{run_id}-report.json"
         arguments = ["--manifest", str(batch), "--report_uri", str(report_file)]
         before = datetime.now(UTC).replace(tzinfo=None)
-        assert cdc_main([*common, *arguments, "--consistency_settle_seconds", str(SETTLE)]) == 0
+        settle = ["--consistency_settle_seconds", str(SETTLE)]
+        assert cdc_main([*common, *arguments, *settle, "--consistent_points", "true"]) == 0
         report = json.loads(report_file.read_text())
         assert report["freshness"]["error"] is None
         listed = datetime.fromisoformat(report["freshness"]["measured_at"])
@@ -111,3 +112,45 @@ def test_a_late_file_holds_the_point_back_and_never_lowers_the_newest_time(spark
         ("sales.region", moment_of(region_at), "run-2", point.at, "run-2"),
     ]
     assert BASE_TIME < moment_of(late) < moment_of(item_at) < moment_of(region_at)
+
+
+def test_by_default_a_cdc_run_measures_freshness_without_listing_the_raw_zone(
+    spark, lake_config, tmp_path, monkeypatch
+):
+    """Given a table loaded and a CDC file applied by the CDC job with its defaults (no
+    --consistent_points), Then the run report and lake_freshness carry the table's newest source change
+    and last batch, with no applied-through time and no consistent point, and the raw zone was never
+    listed (a listing covers every CDC file of the raw zone after every run: its cost grows with it)."""
+    import lakehouse.raw_audit
+
+    def never(*_args, **_kwargs):
+        raise AssertionError("the raw zone was listed")
+
+    dms = DmsWriter(tmp_path / "raw" / "dms")
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    dms.load("sales.item", ["sku", "price"], [("A1", "1.00")])
+    dms.load("sales.region", ["code", "name"], [("NY", "New York")])
+    changed = dms.cdc("sales.item", ["sku", "price"], [("U", ("A1", "2.00"))])
+    common = [
+        *("--catalog_type", "hadoop", "--warehouse", lake_config.warehouse),
+        *("--clean_database", lake_config.clean_database, "--schema_file", str(schema_file)),
+    ]
+    assert full_load_main([*common, "--raw_path", str(dms.root)]) == 0
+    monkeypatch.setattr(lakehouse.raw_audit, "list_raw_files", never)
+    batch = tmp_path / "run-1.json"
+    batch.write_text(json.dumps(manifest(changed, run_id="run-1").to_dict()))
+    report_file = tmp_path / "run-1-report.json"
+
+    assert cdc_main([*common, "--manifest", str(batch), "--report_uri", str(report_file)]) == 0
+
+    freshness = json.loads(report_file.read_text())["freshness"]
+    assert (freshness["error"], freshness["raw_path"], freshness["consistent_point"]) == (None, None, None)
+    item, region = rows_of(
+        spark,
+        freshness_table(lake_config),
+        ["source_table", "newest_source_commit_ts", "last_batch_id", "applied_through_ts"],
+    )
+    assert item == ("sales.item", moment_of(1), "run-1", None)
+    assert (region[0], region[2], region[3]) == ("sales.region", "full-load", None)
+    assert last_point(spark, lake_config) is None
