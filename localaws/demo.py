@@ -83,7 +83,8 @@ def run_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         workdir=Path(args.workdir),
         # a low threshold: the demo shows the hand-over to a fresh execution (#2 in the progress line)
-        parameters={"HistoryThreshold": str(args.history_threshold)},
+        # and the consistent point after each CDC run (asked for: it lists the raw zone, small here)
+        parameters={"HistoryThreshold": str(args.history_threshold), "ConsistentPoints": "true"},
         replication=replication.ReplicationSettings(bucket="(set at deploy)", data_format=args.dms_format),
         source=args.source,
     )
