@@ -210,33 +210,32 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     assert recovered, reports(pipeline, "raw-audit")
     assert metric_maximum(pipeline, "FilesRecovered", "raw-audit") >= len(landed)
 
-    # the loop's reconcile finds the divergence (a run may see the key move still in flight: the first run
-    # that saw both), and repairs it by reloading the two tables
+    # the loop's reconcile finds each divergence and repairs it by reloading its table. One run may see both,
+    # or (the key move still in flight when a run read it, on a loaded machine) the TRUNCATE first, repaired
+    # at once, and the key move by a later run: each table is judged by the first run that found it diverged.
     def diverged_tables(report: dict[str, Any]) -> set[str]:
         return {name for name, t in by_table(report).items() if t["missing"] or t["extra"] or t["differing"]}
 
-    found = wait_for(
-        lambda: [r for r in reports(pipeline, "reconcile") if diverged_tables(r) == {TRUNCATED, RENUMBERED}],
-        900,
-    )
+    def first_finding() -> dict[str, dict[str, Any]] | None:
+        firsts: dict[str, dict[str, Any]] = {}
+        for report in reports(pipeline, "reconcile"):
+            for name in diverged_tables(report) & {TRUNCATED, RENUMBERED}:
+                firsts.setdefault(name, report)
+        return firsts if set(firsts) == {TRUNCATED, RENUMBERED} else None
+
+    found = wait_for(first_finding, 1200)  # three pytest workers on 2 cores: runs are slow
     assert found, reports(pipeline, "reconcile")
-    first = found[0]
-    tables = by_table(first)
-    assert (tables[TRUNCATED]["missing"], tables[TRUNCATED]["extra"], tables[TRUNCATED]["differing"]) == (
-        0,
-        len(dropped),
-        0,
-    )
-    assert tables[TRUNCATED]["samples"]["extra"] == [{"t_time_sk": k} for k in dropped[:100]]
-    assert (tables[RENUMBERED]["missing"], tables[RENUMBERED]["extra"], tables[RENUMBERED]["differing"]) == (
-        0,
-        1,
-        0,
-    )
-    assert tables[RENUMBERED]["samples"] == {"extra": [{"ca_address_sk": old_key}]}
-    assert tables[RENUMBERED]["repaired"] and tables[TRUNCATED]["repaired"] and first["repairs"] == 2
-    assert all(not t["error"] for t in first["tables"]), first
-    assert metric_maximum(pipeline, "DivergedRows", "reconcile") >= len(dropped) + 1
+    truncated, renumbered = by_table(found[TRUNCATED])[TRUNCATED], by_table(found[RENUMBERED])[RENUMBERED]
+    assert (truncated["missing"], truncated["extra"], truncated["differing"]) == (0, len(dropped), 0)
+    assert truncated["samples"]["extra"] == [{"t_time_sk": k} for k in dropped[:100]]
+    assert (renumbered["missing"], renumbered["extra"], renumbered["differing"]) == (0, 1, 0)
+    assert renumbered["samples"] == {"extra": [{"ca_address_sk": old_key}]}
+    assert truncated["repaired"] and renumbered["repaired"]
+    first = max(found.values(), key=lambda r: r["_key"])
+    assert all(not t["error"] for r in found.values() for t in r["tables"]), found
+    # the alarm's metric: one run's diverged rows (both tables' when one run found both)
+    both_at_once = found[TRUNCATED] is found[RENUMBERED]
+    assert metric_maximum(pipeline, "DivergedRows", "reconcile") >= len(dropped) + (1 if both_at_once else 0)
 
     # the repair: a later reconcile finds every table equal, and the lake equals the source
     def equal_after(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -260,11 +259,11 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
         assert lake_keys(pipeline, table, key) == source_keys(pipeline, table, key), table
 
     divergence = pipeline.spark().table(f"local_glue.{pipeline.app.clean_database}.dms_divergence")
+    finding_run = {f"public.{name}": report["run_id"] for name, report in found.items()}
     rows = [
         (r["source_table"], r["kind"], json.loads(r["key"]))
-        for r in divergence.where(divergence.run_id == first["run_id"])
-        .orderBy("source_table", "key")
-        .collect()
+        for r in divergence.orderBy("source_table", "key").collect()
+        if finding_run.get(r["source_table"]) == r["run_id"]
     ]
     assert sorted(rows, key=lambda r: (r[0], list(r[2].values()))) == [
         (f"public.{RENUMBERED}", "extra", {"ca_address_sk": old_key}),
