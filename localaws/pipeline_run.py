@@ -126,7 +126,9 @@ class LocalPipeline:
         if settings.source not in SOURCE_KINDS:
             raise ValueError(f"source {settings.source!r}: one of {SOURCE_KINDS}")
         self.postgres = LocalPostgres(self.workdir / "postgres") if settings.source == "postgresql" else None
-        self.mariadb: LocalMariaDb | None = None  # started by create_source (a temp dir the `mysql` user reaches)
+        self.mariadb: LocalMariaDb | None = (
+            None  # started by create_source (a temp dir the `mysql` user reaches)
+        )
         self.source_db = SourceDatabase.sqlite(self.workdir / "source.db")  # the server's, once it runs
         self.resource_identifier = replication.new_resource_identifier()
         self.task_arn = replication.task_arn(self.resource_identifier)

@@ -77,7 +77,7 @@ def dms_arguments(parser: argparse.ArgumentParser) -> None:
         "--history_tables",
         default="",
         help="schema.table names (a comma list or a JSON array; * for all) whose every row version is kept in "
-        "<clean table>_history, besides those the schema file marks \"history\": true (docs/CONTRACTS.md)",
+        '<clean table>_history, besides those the schema file marks "history": true (docs/CONTRACTS.md)',
     )
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
 

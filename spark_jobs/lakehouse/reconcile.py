@@ -332,7 +332,9 @@ def reconcile_parser() -> Any:
     )
     parser.add_argument("--source_engine", choices=["postgresql", "mysql", "sqlite"], default="postgresql")
     parser.add_argument(
-        "--source_jdbc_url", default="", help="jdbc:postgresql://host:port/db (mysql: jdbc:mysql://host:port/db)"
+        "--source_jdbc_url",
+        default="",
+        help="jdbc:postgresql://host:port/db (mysql: jdbc:mysql://host:port/db)",
     )
     parser.add_argument("--source_user", default="", help="the source user (read-only: docs/DEPLOY.md)")
     parser.add_argument("--source_password", default="", help="local runs only; on AWS --source_secret_id")
