@@ -12,7 +12,6 @@ have no SQL for Java's `doubleToLongBits` in MySQL: a table with one is refused,
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
@@ -21,12 +20,10 @@ from lakehouse.reconcile_plan import (
     HASH_BITS,
     INTEGER_TYPES,
     NULL_TEXT,
-    Level,
-    SideCounters,
     TablePlan,
     aligned_segments,
-    split_ranges,
 )
+from lakehouse.reconcile_sources import JdbcSqlSource
 
 DRIVER = "org.mariadb.jdbc.Driver"
 UTC_SESSION = "SET time_zone = '+00:00'"
@@ -73,26 +70,20 @@ def my_row_hash(fields: Sequence[str]) -> str:
     return f"CAST(CONV(SUBSTR(MD5({text}), 1, 16), 16, -10) AS SIGNED)"
 
 
-def _payload(row: Sequence[Any]) -> int:
-    return sum(len(str(v)) for v in row if v is not None)
-
-
-class MysqlJdbcSource:
+class MysqlJdbcSource(JdbcSqlSource):
     """A MySQL or MariaDB source through Spark's JDBC data source (see the module docstring); key ranges go to
     `parallelism` concurrent queries."""
 
     def __init__(
         self, spark: SparkSession, url: str, properties: dict[str, str], parallelism: int = 4
     ) -> None:
-        self.spark = spark
+        super().__init__(spark, parallelism)
         # Spark picks its MySQL dialect (backtick-quoted column names) by a `jdbc:mysql:` URL; under any other
         # prefix it quotes them with `"`, which MySQL reads as strings. MariaDB's driver (2.x) takes both.
         self.url = (
             "jdbc:mysql:" + url.removeprefix("jdbc:mariadb:") if url.startswith("jdbc:mariadb:") else url
         )
         self.properties = {"driver": DRIVER, "sessionInitStatement": UTC_SESSION, **properties}
-        self.parallelism = parallelism
-        self.counters = SideCounters()
 
     def _table(self, plan: TablePlan) -> str:
         return f"{my_ident(plan.spec.source_schema)}.{my_ident(plan.spec.name)}"
@@ -126,61 +117,12 @@ class MysqlJdbcSource:
         shift, segments = aligned_segments(ranges)
         return f"FROM {table} t WHERE ({self._x(plan, lo)} >> {shift}) IN ({','.join(map(str, segments))})"
 
-    def _read(self, queries: Sequence[str]) -> list[Any]:
-        frames = [
-            self.spark.read.jdbc(self.url, f"({sql}) AS q", properties=self.properties) for sql in queries
-        ]
-        self.counters.queries += len(frames)
-        frame = frames[0]
-        for other in frames[1:]:
-            frame = frame.unionByName(other)
-        return frame.collect()
-
-    def _groups(self, plan: TablePlan, level: Level) -> list[list[tuple[int, int]] | None]:
-        if level.within is None:
-            return [None]
-        if not plan.integer_key:
-            return [list(level.within)]
-        return list(split_ranges(level.within, self.parallelism))
-
-    # -- the SourceSide protocol
-    def bounds(self, plan: TablePlan) -> tuple[int, int] | None:
+    def _bounds_sql(self, plan: TablePlan) -> str:
         key = my_ident(plan.keys[0].name)
-        rows = self._read(
-            [
-                f"SELECT CAST(MIN({key}) AS SIGNED) AS lo, CAST(MAX({key}) AS SIGNED) AS hi FROM {self._table(plan)}"
-            ]
+        return f"SELECT CAST(MIN({key}) AS SIGNED) AS lo, CAST(MAX({key}) AS SIGNED) AS hi FROM {self._table(plan)}"
+
+    def _segment_sums_sql(self, rows_sql: str, shift: int) -> str:
+        return (
+            f"SELECT (x >> {shift}) AS seg, COUNT(*) AS n, CAST(SUM(h) AS DECIMAL(38,0)) AS h FROM ({rows_sql}) s "
+            "GROUP BY seg"
         )
-        self.counters.bytes_moved += _payload(rows[0])
-        lo, hi = rows[0]["lo"], rows[0]["hi"]
-        return None if lo is None else (int(lo), int(hi))
-
-    def segment_sums(self, plan: TablePlan, level: Level) -> dict[int, tuple[int, int]]:
-        x = self._x(plan, level.lo)
-        queries = [
-            f"SELECT (x >> {level.shift}) AS seg, COUNT(*) AS n, CAST(SUM(h) AS DECIMAL(38,0)) AS h FROM ("
-            f"SELECT {x} AS x, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
-            ") s GROUP BY seg"
-            for group in self._groups(plan, level)
-        ]
-        sums: dict[int, tuple[int, int]] = {}
-        for row in self._read(queries):
-            self.counters.bytes_moved += _payload(row)
-            n, h = sums.get(int(row["seg"]), (0, 0))
-            sums[int(row["seg"])] = (n + int(row["n"]), h + int(row["h"]))
-        self.counters.rows_hashed += sum(n for n, _ in sums.values())
-        return sums
-
-    def row_hashes(self, plan: TablePlan, level: Level) -> dict[tuple[str, ...], int]:
-        keys = ", ".join(f"{text} AS k{i}" for i, text in enumerate(self._key_texts(plan)))
-        queries = [
-            f"SELECT {keys}, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
-            for group in self._groups(plan, level)
-        ]
-        found: dict[tuple[str, ...], int] = {}
-        for row in self._read(queries):
-            self.counters.bytes_moved += _payload(row)
-            found[tuple(row[f"k{i}"] for i in range(len(plan.keys)))] = int(row["h"])
-        self.counters.rows_fetched += len(found)
-        self.counters.rows_hashed += len(found)
-        return found

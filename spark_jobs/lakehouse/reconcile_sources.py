@@ -42,7 +42,102 @@ def _payload(row: Sequence[Any]) -> int:
     return sum(len(str(v)) for v in row if v is not None)
 
 
-class PostgresJdbcSource:
+class JdbcSqlSource:
+    """A source read through Spark's JDBC data source whose database computes the canonical row hashes and
+    (for segments) their sums; key ranges go to `parallelism` concurrent queries. A dialect gives the SQL
+    pieces: `_table`, `_key_texts`, `_x` (a row's position), `_row_hash`, `_from_where`, `_bounds_sql` and
+    `_segment_sums_sql`."""
+
+    url: str
+    properties: dict[str, str]
+
+    def __init__(self, spark: SparkSession, parallelism: int) -> None:
+        self.spark = spark
+        self.parallelism = parallelism
+        self.counters = SideCounters()
+
+    def _table(self, plan: TablePlan) -> str:
+        raise NotImplementedError
+
+    def _key_texts(self, plan: TablePlan) -> list[str]:
+        raise NotImplementedError
+
+    def _x(self, plan: TablePlan, lo: int) -> str:
+        raise NotImplementedError
+
+    def _row_hash(self, plan: TablePlan) -> str:
+        raise NotImplementedError
+
+    def _from_where(self, plan: TablePlan, lo: int, ranges: Sequence[tuple[int, int]] | None) -> str:
+        raise NotImplementedError
+
+    def _bounds_sql(self, plan: TablePlan) -> str:
+        """SELECT lo, hi: the integer key's smallest and largest value, as bigints."""
+        raise NotImplementedError
+
+    def _segment_sums_sql(self, rows_sql: str, shift: int) -> str:
+        """SELECT seg, n, h over `rows_sql` (columns x, h): rows and the sum of hashes per segment x >> shift."""
+        raise NotImplementedError
+
+    def _read(self, queries: Sequence[str]) -> list[Any]:
+        frames = [
+            self.spark.read.jdbc(self.url, f"({sql}) AS q", properties=self.properties) for sql in queries
+        ]
+        self.counters.queries += len(frames)
+        frame = frames[0]
+        for other in frames[1:]:
+            frame = frame.unionByName(other)
+        return frame.collect()
+
+    def _groups(self, plan: TablePlan, level: Level) -> list[list[tuple[int, int]] | None]:
+        """One query per group of key ranges. A hash key's level is one query: each would scan the whole
+        table (PostgreSQL's parallel workers share that scan instead)."""
+        if level.within is None:
+            return [None]
+        if not plan.integer_key:
+            return [list(level.within)]
+        return list(split_ranges(level.within, self.parallelism))
+
+    # -- the SourceSide protocol
+    def bounds(self, plan: TablePlan) -> tuple[int, int] | None:
+        rows = self._read([self._bounds_sql(plan)])
+        self.counters.bytes_moved += _payload(rows[0])
+        lo, hi = rows[0]["lo"], rows[0]["hi"]
+        return None if lo is None else (int(lo), int(hi))
+
+    def segment_sums(self, plan: TablePlan, level: Level) -> dict[int, tuple[int, int]]:
+        x = self._x(plan, level.lo)
+        queries = [
+            self._segment_sums_sql(
+                f"SELECT {x} AS x, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}",
+                level.shift,
+            )
+            for group in self._groups(plan, level)
+        ]
+        sums: dict[int, tuple[int, int]] = {}
+        for row in self._read(queries):
+            self.counters.bytes_moved += _payload(row)
+            n, h = sums.get(int(row["seg"]), (0, 0))
+            sums[int(row["seg"])] = (n + int(row["n"]), h + int(row["h"]))
+        self.counters.rows_hashed += sum(n for n, _ in sums.values())
+        return sums
+
+    def row_hashes(self, plan: TablePlan, level: Level) -> dict[tuple[str, ...], int]:
+        keys = ", ".join(f"{text} AS k{i}" for i, text in enumerate(self._key_texts(plan)))
+        queries = [
+            f"SELECT {keys}, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
+            for group in self._groups(plan, level)
+        ]
+        found: dict[tuple[str, ...], int] = {}
+        for row in self._read(queries):
+            self.counters.bytes_moved += _payload(row)
+            found[tuple(row[f"k{i}"] for i in range(len(plan.keys)))] = int(row["h"])
+        self.counters.rows_fetched += len(found)
+        self.counters.rows_hashed += len(found)
+        return found
+
+
+class PostgresJdbcSource(JdbcSqlSource):
     """A PostgreSQL source through Spark's JDBC data source: every query computes canonical row hashes and
     (for segments) their sums inside PostgreSQL; key ranges go to `parallelism` concurrent queries."""
 
@@ -53,11 +148,9 @@ class PostgresJdbcSource:
         properties: dict[str, str],
         parallelism: int = 4,
     ) -> None:
-        self.spark = spark
+        super().__init__(spark, parallelism)
         self.url = url
         self.properties = {"driver": "org.postgresql.Driver", **properties}
-        self.parallelism = parallelism
-        self.counters = SideCounters()
 
     # -- SQL pieces
     def _table(self, plan: TablePlan) -> str:
@@ -105,64 +198,12 @@ class PostgresJdbcSource:
         ids = ",".join(map(str, segments))
         return f"FROM {table} t WHERE ({self._x(plan, lo)} >> {shift}) = ANY('{{{ids}}}'::bigint[])"
 
-    def _read(self, queries: Sequence[str]) -> list[Any]:
-        frames = [
-            self.spark.read.jdbc(self.url, f"({sql}) AS q", properties=self.properties) for sql in queries
-        ]
-        self.counters.queries += len(frames)
-        frame = frames[0]
-        for other in frames[1:]:
-            frame = frame.unionByName(other)
-        return frame.collect()
-
-    def _groups(self, plan: TablePlan, level: Level) -> list[list[tuple[int, int]] | None]:
-        """One query per group of key ranges. A hash key's level is one query: each would scan the whole
-        table (PostgreSQL's parallel workers share that scan instead)."""
-        if level.within is None:
-            return [None]
-        if not plan.integer_key:
-            return [list(level.within)]
-        return list(split_ranges(level.within, self.parallelism))
-
-    # -- the SourceSide protocol
-    def bounds(self, plan: TablePlan) -> tuple[int, int] | None:
+    def _bounds_sql(self, plan: TablePlan) -> str:
         key = pg_ident(plan.keys[0].name)
-        rows = self._read(
-            [f"SELECT min({key})::bigint AS lo, max({key})::bigint AS hi FROM {self._table(plan)}"]
-        )
-        self.counters.bytes_moved += _payload(rows[0])
-        lo, hi = rows[0]["lo"], rows[0]["hi"]
-        return None if lo is None else (int(lo), int(hi))
+        return f"SELECT min({key})::bigint AS lo, max({key})::bigint AS hi FROM {self._table(plan)}"
 
-    def segment_sums(self, plan: TablePlan, level: Level) -> dict[int, tuple[int, int]]:
-        x = self._x(plan, level.lo)
-        queries = [
-            f"SELECT (x >> {level.shift}) AS seg, count(*) AS n, sum(h)::numeric(38,0) AS h FROM ("
-            f"SELECT {x} AS x, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
-            ") s GROUP BY 1"
-            for group in self._groups(plan, level)
-        ]
-        sums: dict[int, tuple[int, int]] = {}
-        for row in self._read(queries):
-            self.counters.bytes_moved += _payload(row)
-            n, h = sums.get(row["seg"], (0, 0))
-            sums[int(row["seg"])] = (n + int(row["n"]), h + int(row["h"]))
-        self.counters.rows_hashed += sum(n for n, _ in sums.values())
-        return sums
-
-    def row_hashes(self, plan: TablePlan, level: Level) -> dict[tuple[str, ...], int]:
-        keys = ", ".join(f"{text} AS k{i}" for i, text in enumerate(self._key_texts(plan)))
-        queries = [
-            f"SELECT {keys}, {self._row_hash(plan)} AS h {self._from_where(plan, level.lo, group)}"
-            for group in self._groups(plan, level)
-        ]
-        found: dict[tuple[str, ...], int] = {}
-        for row in self._read(queries):
-            self.counters.bytes_moved += _payload(row)
-            found[tuple(row[f"k{i}"] for i in range(len(plan.keys)))] = int(row["h"])
-        self.counters.rows_fetched += len(found)
-        self.counters.rows_hashed += len(found)
-        return found
+    def _segment_sums_sql(self, rows_sql: str, shift: int) -> str:
+        return f"SELECT (x >> {shift}) AS seg, count(*) AS n, sum(h)::numeric(38,0) AS h FROM ({rows_sql}) s GROUP BY 1"
 
 
 class SqliteSource:
