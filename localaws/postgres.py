@@ -81,6 +81,13 @@ class LocalPostgres:
         from pgserver._commands import pg_ctl
 
         user = self._server.system_user if self._server is not None else None
+        if user is not None:
+            # As root the server runs as its own user, which must traverse every folder above its data. pgserver
+            # opened them at start, but a process may close one since: pytest makes /tmp/pytest-of-<user> 0700
+            # each time one starts (an xdist worker, a nested run), and `pg_ctl stop` then cannot reach the data.
+            from pgserver.utils import ensure_prefix_permissions
+
+            ensure_prefix_permissions(self.data_dir)
         pg_ctl(["-w", "-m", "fast", *options, action], pgdata=self.data_dir, user=user, timeout=60)
 
     def stop(self) -> None:
