@@ -165,9 +165,11 @@ def reconcile_arguments(
     task_arn: str,
     repair: bool,
     recheck_wait_seconds: float = 120.0,
+    settle_seconds: float = 30.0,
 ) -> dict[str, str]:
     """The Glue run's arguments over the job's defaults: the embedded PostgreSQL over JDBC, the recheck
-    against the raw zone, and (`repair`) `--repair_mode reload` on the demo's DMS task. A diverged table does
+    against the raw zone (the local DMS writes a change within seconds of its commit, hence S = 30 s, not the
+    300 s the template assumes of AWS DMS), and (`repair`) `--repair_mode reload` on the demo's DMS task. A diverged table does
     not fail the run (`--fail_on_divergence false`): the demo reads the report instead."""
     arguments = {
         "--run_id": run_id,
@@ -178,6 +180,7 @@ def reconcile_arguments(
         "--schema_file": schema_file,
         "--max_source_rows": "0",  # every table in this run, whatever the deployed row budget
         "--raw_path": raw_path,
+        "--settle_seconds": f"{settle_seconds:g}",
         "--recheck_wait_seconds": f"{recheck_wait_seconds:g}",
         "--repair_mode": "reload" if repair else "alarm",
         "--fail_on_divergence": "false",

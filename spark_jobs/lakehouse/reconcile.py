@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -48,7 +48,15 @@ from lakehouse.iceberg import (
     table_exists,
 )
 from lakehouse.names import quote
-from lakehouse.reconcile_bisect import CaughtUp, compare_table, raw_caught_up, recheck
+from lakehouse.reconcile_bisect import (
+    CaughtUp,
+    Sightings,
+    compare_table,
+    raw_caught_up,
+    recheck,
+    sightings_document,
+    sightings_from,
+)
 from lakehouse.reconcile_lake import LakeSide
 from lakehouse.reconcile_plan import (
     DEFAULT_OPTIONS,
@@ -101,8 +109,10 @@ def reconcile(
     caught_up: CaughtUp | None = None,
     start_after: str | None = None,
     reload_tables: Callable[[list[TableSpec]], None] | None = None,
+    earlier: Mapping[str, Sightings] | None = None,
 ) -> ReconcileReport:
-    """Compare each table (with a primary key, loaded in the lake) with its source; record what diverged."""
+    """Compare each table (with a primary key, loaded in the lake) with its source; record what diverged.
+    `earlier`: the sightings an earlier run carried over (`report.sightings`), per table."""
     zone = spark.conf.get("spark.sql.session.timeZone")
     if (
         zone != "UTC"
@@ -111,6 +121,7 @@ def reconcile(
     started = time.monotonic()
     t0 = datetime.now(UTC).replace(tzinfo=None)
     report = ReconcileReport(run_id, started_at=t0.isoformat(sep=" "))
+    carried = dict(earlier or {})
     chosen = [schema.tables[name] for name in tables] if tables else list(schema.tables.values())
     names = [spec.qualified_name for spec in chosen]
     order = rotation(names, start_after)
@@ -129,7 +140,9 @@ def reconcile(
             if spent + estimate > budget:
                 report.not_checked = order[position:]
                 break
-        result = _reconcile_table(plan, source, lake, options, caught_up, t0)
+        result, carried[name] = _reconcile_table(
+            plan, source, lake, options, caught_up, carried.get(name, {})
+        )
         report.tables.append(result)
         spent += result.source_rows_hashed
         report.next_table = name
@@ -163,6 +176,8 @@ def reconcile(
             log.exception("repairing %s failed", [t.table for t in report.diverged if not t.repaired])
             report.error = f"repair: {type(error).__name__}: {error}"[:2000]
     report.divergence_rows_added = write_divergence(spark, config, report, t0)
+    repaired = {t.table for t in report.tables if t.repaired}  # reloaded: what it differed in is seen anew
+    report.sightings = {name: found for name, found in carried.items() if found and name not in repaired}
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
@@ -173,15 +188,18 @@ def _reconcile_table(
     lake: LakeSide,
     options: ReconcileOptions,
     caught_up: CaughtUp | None,
-    t0: datetime,
-) -> TableResult:
+    earlier: Sightings,
+) -> tuple[TableResult, Sightings]:
     started = time.monotonic()
+    carried: Sightings = dict(earlier)  # a failed comparison keeps what earlier runs saw
     result = TableResult(plan.spec.qualified_name, "range" if plan.integer_key else "hash")
     before_source = asdict(source.counters)
     before_lake = asdict(lake.counters)
     try:
         comparison = compare_table(plan, source, lake, options)
-        confirmed, in_flight, what = recheck(plan, comparison, source, lake, caught_up, t0, options)
+        confirmed, in_flight, what, carried = recheck(
+            plan, comparison, source, lake, caught_up, earlier, options
+        )
         result.segments, result.levels, result.in_flight, result.recheck = (
             comparison.segments,
             comparison.levels,
@@ -214,7 +232,7 @@ def _reconcile_table(
             result.extra,
             result.differing,
         )
-    return result
+    return result, carried
 
 
 def source_is_empty(plan: TablePlan, source: SourceSide) -> bool:
@@ -351,7 +369,11 @@ def reconcile_parser() -> Any:
         default=0,
         help="row budget of one run: tables rotate over runs (0: no budget; one table always runs)",
     )
-    parser.add_argument("--state_uri", default="", help="where the rotation is remembered (JSON)")
+    parser.add_argument(
+        "--state_uri",
+        default="",
+        help="where the rotation and the differences not yet judged are carried to the next run (JSON)",
+    )
     parser.add_argument("--segment_rows", type=int, default=defaults.segment_rows)
     parser.add_argument("--bisect_factor", type=int, default=defaults.bisect_factor)
     parser.add_argument("--leaf_rows", type=int, default=defaults.leaf_rows)
@@ -360,7 +382,20 @@ def reconcile_parser() -> Any:
     )
     parser.add_argument("--sample_keys", type=int, default=defaults.sample_keys)
     parser.add_argument("--raw_path", default="", help="where DMS writes (the recheck waits for its files)")
-    parser.add_argument("--recheck_wait_seconds", type=float, default=300.0)
+    parser.add_argument(
+        "--settle_seconds",
+        type=float,
+        default=300.0,
+        help="S: a change committed at c is in a CDC file DMS named by c + S; a difference is divergence only"
+        " once seen S ago and still there after the lake applied those files",
+    )
+    parser.add_argument(
+        "--recheck_wait_seconds",
+        type=float,
+        default=300.0,
+        help="> 0: a run that found differences waits S out, then this long for the lake to catch up;"
+        " 0 (the loop's): it never waits and carries them to the next run (needs --state_uri)",
+    )
     parser.add_argument("--repair_mode", choices=["alarm", "reload"], default="alarm")
     parser.add_argument(
         "--dms_task_arn", default="", help="--repair_mode reload: the DMS task to reload from"
@@ -424,6 +459,7 @@ def reconcile_main(argv: Sequence[str]) -> int:
         parallelism=args.parallelism,
         max_source_rows=args.max_source_rows or None,
         sample_keys=args.sample_keys,
+        settle_seconds=args.settle_seconds,
         recheck_wait_seconds=args.recheck_wait_seconds,
         repair_mode=args.repair_mode,
         empty_clean_tables=installed() is not None,
@@ -444,10 +480,11 @@ def reconcile_main(argv: Sequence[str]) -> int:
     else:
         url, properties = source_credentials(args)
         source = PostgresJdbcSource(spark, url, properties, options.parallelism)
-    start_after = None
+    start_after, earlier = None, {}
     if args.state_uri:
         try:
-            start_after = read_json(args.state_uri, config.s3_endpoint_url).get("last_table")
+            state = read_json(args.state_uri, config.s3_endpoint_url)
+            start_after, earlier = state.get("last_table"), sightings_from(state.get("sightings"))
         except Exception as error:
             if not is_missing(error):
                 raise
@@ -467,6 +504,7 @@ def reconcile_main(argv: Sequence[str]) -> int:
         caught_up=raw_caught_up(spark, config, args.raw_path) if args.raw_path else None,
         start_after=start_after,
         reload_tables=reloader,
+        earlier=earlier,
     )
     text = json.dumps(report.to_dict(), indent=2, default=str)
     print(text)
@@ -476,8 +514,12 @@ def reconcile_main(argv: Sequence[str]) -> int:
         import boto3
 
         publish_metrics(report, boto3.client("cloudwatch"), args.metrics_namespace)
-    if args.state_uri and report.next_table:
-        write_text(args.state_uri, json.dumps({"last_table": report.next_table}), config.s3_endpoint_url)
+    if args.state_uri:
+        state = {
+            "last_table": report.next_table or start_after,
+            "sightings": sightings_document(report.sightings, options.max_sightings),
+        }
+        write_text(args.state_uri, json.dumps(state), config.s3_endpoint_url)
     for table in report.failed:
         log.error("%s: reconcile failed: %s", table.table, table.error)
     if not report.ok:

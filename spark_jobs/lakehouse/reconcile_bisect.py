@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -182,25 +182,73 @@ def raw_caught_up(spark: SparkSession, config: LakeConfig, raw_path: str) -> Cau
     return check
 
 
+@dataclass(frozen=True)
+class Sighting:
+    """A difference as a source read saw it, and when that read had ended: every change it showed was
+    committed by then, so DMS has written it into a file named no later than `seen_at` + the settle time."""
+
+    kind: str
+    source_hash: int | None
+    seen_at: datetime
+
+    def matches(self, difference: Difference) -> bool:
+        """The same kind and the same source row: the source did not change that row in between."""
+        return (self.kind, self.source_hash) == (difference[0], difference[2])
+
+
+Sightings = dict[tuple[str, ...], Sighting]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
 def recheck(
     plan: TablePlan,
     comparison: Comparison,
     source: SourceSide,
     lake: LakeSide,
     caught_up: CaughtUp | None,
-    t0: datetime,
+    earlier: Sightings,
     options: ReconcileOptions,
-) -> tuple[dict[tuple[str, ...], Difference], int, str]:
-    """Confirm the differences once the lake has applied what DMS wrote before t0: (divergence, in flight,
-    what the recheck did)."""
+) -> tuple[dict[tuple[str, ...], Difference], int, str, Sightings]:
+    """Tell divergence from changes in flight: (divergence, in flight, what the recheck did, the sightings
+    to carry to the next run).
+
+    A difference is divergence when it was sighted at a moment m at least the settle time S ago, the lake
+    has since applied every CDC file of the table DMS named before m + S (so every change the source read
+    at m showed), and a fresh read of both sides still shows the same difference with the same source row.
+    The sighting may be this run's (a run given `recheck_wait_seconds` > 0 waits S out, then up to that long
+    for the lake) or an earlier run's (`earlier`: the loop's runs, which never wait, carry their sightings
+    over: each difference is judged by the first run at least S after the one that saw it)."""
     if not comparison.differences:
-        return {}, 0, "not needed"
+        return {}, 0, "not needed", {}
     if caught_up is None:
-        return comparison.differences, 0, "no raw path"
+        return comparison.differences, 0, "no raw path", {}
+    settle = timedelta(seconds=options.settle_seconds)
+    seen_now = _now()
+    sightings = {
+        key: earlier[key]
+        if key in earlier and earlier[key].matches(difference)
+        else Sighting(difference[0], difference[2], seen_now)
+        for key, difference in comparison.differences.items()
+    }
+
+    def settled() -> Sightings:
+        now = _now()
+        return {key: s for key, s in sightings.items() if s.seen_at + settle <= now}
+
+    mature = settled()
+    if not mature and options.recheck_wait_seconds > 0:  # a run that may wait (not the loop's) waits S out
+        time.sleep(max(0.0, (seen_now + settle - _now()).total_seconds()))
+        mature = settled()
+    if not mature:
+        return {}, len(comparison.differences), "settling", sightings
     deadline = time.monotonic() + options.recheck_wait_seconds
-    while not caught_up(plan.spec, t0):
+    applied_through = max(s.seen_at for s in mature.values()) + settle
+    while not caught_up(plan.spec, applied_through):
         if time.monotonic() >= deadline:
-            return {}, len(comparison.differences), "lake behind"
+            return {}, len(comparison.differences), "lake behind", sightings
         time.sleep(options.recheck_poll_seconds)
     source_rows: dict[tuple[str, ...], int] = {}
     lake_rows: dict[tuple[str, ...], int] = {}
@@ -211,10 +259,41 @@ def recheck(
         )
         source_rows.update(s)
         lake_rows.update(lk)
+    read_at = _now()
     now = diff_rows(source_rows, lake_rows)
-    confirmed = {
-        key: difference
-        for key, difference in now.items()
-        if key in comparison.differences and comparison.differences[key][2] == difference[2]
+    confirmed = {key: d for key, d in now.items() if key in mature and mature[key].matches(d)}
+    carried = {
+        key: sightings[key]
+        if key in sightings and sightings[key].matches(d)
+        else Sighting(d[0], d[2], read_at)
+        for key, d in now.items()
     }
-    return confirmed, len(comparison.differences) - len(confirmed), "confirmed"
+    return confirmed, len(comparison.differences) - len(confirmed), "confirmed", carried
+
+
+def sightings_document(by_table: dict[str, Sightings], cap: int) -> dict[str, list[list[Any]]]:
+    """The sightings as JSON the next run reads (`sightings_from`): per table at most `cap`, the oldest."""
+    document: dict[str, list[list[Any]]] = {}
+    for table, sightings in by_table.items():
+        oldest = sorted(sightings.items(), key=lambda item: (item[1].seen_at, item[0]))[:cap]
+        if oldest:
+            document[table] = [[list(key), s.kind, s.source_hash, s.seen_at.isoformat()] for key, s in oldest]
+    return document
+
+
+def sightings_from(document: Any) -> dict[str, Sightings]:
+    """What `sightings_document` wrote; anything unreadable is no sighting (its differences are seen anew)."""
+    found: dict[str, Sightings] = {}
+    if not isinstance(document, dict):
+        return found
+    for table, entries in document.items():
+        try:
+            found[str(table)] = {
+                tuple(str(part) for part in key): Sighting(
+                    str(kind), None if h is None else int(h), datetime.fromisoformat(at)
+                )
+                for key, kind, h, at in entries
+            }
+        except (TypeError, ValueError) as error:
+            log.warning("%s: the sightings carried over are unreadable (%s); seen anew", table, error)
+    return found

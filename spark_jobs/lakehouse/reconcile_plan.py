@@ -35,8 +35,12 @@ class ReconcileOptions:
     parallelism: int = 4  # concurrent source queries per level
     max_source_rows: int | None = None  # row budget of one run (tables rotate; at least one table runs)
     sample_keys: int = 100  # keys per table and kind kept in the report and dms_divergence
-    recheck_wait_seconds: float = 0.0  # how long to wait for the lake to apply what DMS wrote before T0
+    # S: a change committed at c is in a CDC file DMS named no later than c + S (capture latency,
+    # CdcMaxBatchInterval, the two clocks apart). A difference is divergence only once seen S ago.
+    settle_seconds: float = 0.0
+    recheck_wait_seconds: float = 0.0  # > 0: the run waits S out, then this long for the lake to catch up
     recheck_poll_seconds: float = 5.0
+    max_sightings: int = 100_000  # per table, carried to the next run (the oldest first)
     repair_mode: RepairMode = "alarm"
     cache_lake: bool = True  # keep the lake's (segment key, hash) between bisect levels
     # a run that may write a clean table (emptying one whose source is empty): only a run under the pipeline
@@ -48,6 +52,8 @@ class ReconcileOptions:
             raise ValueError(f"bisect_factor {self.bisect_factor}: a power of two, at least 2")
         if self.segment_rows < 1 or self.leaf_rows < 1 or self.parallelism < 1:
             raise ValueError("segment_rows, leaf_rows and parallelism must be at least 1")
+        if self.settle_seconds < 0 or self.recheck_wait_seconds < 0 or self.max_sightings < 0:
+            raise ValueError("settle_seconds, recheck_wait_seconds and max_sightings must not be negative")
         if self.repair_mode not in ("alarm", "reload"):
             raise ValueError(f"repair_mode {self.repair_mode!r}: alarm or reload")
 

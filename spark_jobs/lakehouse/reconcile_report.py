@@ -43,8 +43,8 @@ class TableResult:
     missing: int = 0
     extra: int = 0
     differing: int = 0
-    in_flight: int = 0  # differed at first, not confirmed after the lake applied what DMS wrote before T0
-    recheck: str = ""  # "confirmed" | "lake behind" | "not needed" | "no raw path"
+    in_flight: int = 0  # differed, not (yet) confirmed: seen less than S ago, or the lake not caught up
+    recheck: str = ""  # "confirmed" | "settling" | "lake behind" | "not needed" | "no raw path"
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     repaired: bool = False
     source_empty: bool = False  # the source held no row at the check (a TRUNCATE: DMS reloads write nothing)
@@ -69,6 +69,8 @@ class ReconcileReport:
     divergence_rows_added: int = 0
     seconds: float = 0.0
     error: str | None = None
+    # per table, the differences seen and not yet judged or still standing, for the next run (not reported)
+    sightings: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def diverged(self) -> list[TableResult]:
@@ -99,6 +101,7 @@ class ReconcileReport:
 
     def to_dict(self) -> dict[str, Any]:
         document = asdict(self)
+        del document["sightings"]
         document["totals"] = self.totals()
         return document
 

@@ -163,6 +163,7 @@ def test_reconcile_arguments_repair_through_the_demos_task_and_never_fail_on_div
         "--schema_file": "s3://art/config/schema.json",
         "--max_source_rows": "0",
         "--raw_path": "s3://raw/dms",
+        "--settle_seconds": "30",
         "--recheck_wait_seconds": "120",
         "--repair_mode": "reload",
         "--fail_on_divergence": "false",
