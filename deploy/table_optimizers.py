@@ -4,7 +4,7 @@ stack runs with `MaintenanceMode=glue-optimizers` (docs/DEPLOY.md, "Table mainte
     python -m deploy.table_optimizers --stack-name dms-iceberg-lake            # enable, or update
     python -m deploy.table_optimizers --stack-name dms-iceberg-lake --disable  # back to the maintenance job
 
-Each Iceberg table of the clean and refined databases gets compaction, snapshot retention and orphan-file
+Each Iceberg table of the clean, row-history and refined databases gets compaction, snapshot retention and orphan-file
 deletion, configured from the stack's own maintenance parameters (SnapshotRetentionHours,
 RetainLastSnapshots, OrphanFileAgeHours) and run with the stack's TableOptimizerRole. Run it again after
 new tables appear (the CDC job creates a table the first time DMS sends one).
@@ -126,7 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
     catalog_id = boto3.client("sts").get_caller_identity()["Account"]
     glue = boto3.client("glue")
-    tables = iceberg_tables(glue, (outputs["CleanDatabaseName"], outputs["RefinedDatabaseName"]))
+    # the histories' database (row history) since it exists: a stack deployed before has no such output
+    databases = ("CleanDatabaseName", "HistoryDatabaseName", "RefinedDatabaseName")
+    tables = iceberg_tables(glue, [outputs[name] for name in databases if name in outputs])
     if args.disable:
         lines = disable(glue, catalog_id, tables)
     else:

@@ -155,7 +155,7 @@ class LocalPipeline:
         this environment (same names in the local warehouse) are removed, or their rows, applied files and
         tombstones would be mistaken for the new task's."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for zone in ("clean", "refined"):
+        for zone in ("clean", "clean_history", "refined"):  # clean_history: lakehouse.history
             shutil.rmtree(Path(self.stack.warehouse) / f"{self.settings.name}_{zone}", ignore_errors=True)
         if self.postgres is not None:
             self.source_db = self.postgres.start().source
@@ -197,6 +197,8 @@ class LocalPipeline:
             TASK_ARN_PARAMETERS: self.task_arn,
             CSV_NULL_PARAMETERS: replication.CSV_NULL_VALUE,
             ("SourceSchema",): self.source_schema,
+            # the deployed reconcile job's SQL and JDBC URL (a SQLite source has no deployed reconcile)
+            ("SourceEngine",): "mysql" if self.settings.source == "mysql" else "postgresql",
         }
         parameters = {}
         for candidates, value in wanted.items():

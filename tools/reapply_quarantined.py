@@ -39,6 +39,7 @@ from lakehouse.apply_run import ApplyOptions
 from lakehouse.cdc_apply import apply_cdc
 from lakehouse.config import LakeConfig, parse_job_arguments
 from lakehouse.dms_files import NotADmsFileError, parse_dms_key
+from lakehouse.history import with_existing_histories
 from lakehouse.iceberg import table_exists
 from lakehouse.manifest import Manifest, ManifestFile
 from lakehouse.quarantine import QuarantinedFile, quarantined_files
@@ -121,6 +122,8 @@ def reapply_quarantined(
     if dry_run:
         return report
     manifest = Manifest(report.run_id, tuple(ManifestFile(uri) for uri in report.files))
+    # a table with a history gets the re-applied changes there too, --history_tables given or not
+    schema = with_existing_histories(spark, config, schema, sorted({q.source_table for q in candidates}))
     report.run = apply_cdc(spark, config, schema, manifest, options or ApplyOptions(), reapply=tags)
     return report
 
@@ -187,7 +190,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give --file (one or more) or --run_id")
     if not config.schema_file:
         parser.error("--schema_file is required: the tables' keys decide how the files apply")
-    schema = load_schema(config)
+    schema = load_schema(config, args.history_tables)  # the stack's HistoryTables, as the CDC job has it
     spark = build_session(config, "dms-reapply-quarantined")
     report = reapply_quarantined(
         spark,

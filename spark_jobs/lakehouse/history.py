@@ -1,7 +1,9 @@
 """Row history (SCD type 2) of the clean tables that ask for it (docs/CONTRACTS.md, "Row history").
 
 A table with `"history": true` in the schema file (or named by the jobs' `--history_tables`, `*` for all)
-has `<clean table>_history` beside it: every version of every row, one per change the source made,
+has a history table of the clean table's own name in the histories' namespace (`<clean database>_history`,
+names.history_database; in the clean namespace any name could be another source table's clean name):
+every version of every row, one per change the source made,
 
     the table's columns, valid_from, valid_to, change_seq, operation, is_current
 
@@ -39,18 +41,18 @@ from lakehouse.config import LakeConfig
 from lakehouse.iceberg import (
     RUN_ID,
     create_table,
+    ensure_namespace,
     evolve_schema,
     replace_table,
     table_exists,
     table_properties,
     with_commit_properties,
 )
-from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, INTERNAL_PREFIX, quote
+from lakehouse.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, INTERNAL_PREFIX, history_database, quote
 from lakehouse.schema import SchemaFile, TableSpec
 
 log = logging.getLogger(__name__)
 
-HISTORY_SUFFIX = "_history"
 HISTORY_OF = "dms.history-of"  # table property of a history table: the `schema.table` whose rows it holds
 VALID_FROM = "valid_from"
 VALID_TO = "valid_to"
@@ -111,8 +113,35 @@ def keeps_history(spec: TableSpec) -> bool:
     return spec.history and spec.has_primary_key
 
 
+def with_existing_histories(
+    spark: SparkSession, config: LakeConfig, schema: SchemaFile, names: Sequence[str] | None = None
+) -> SchemaFile:
+    """The schema file with `history` set on every table (of `names`, `schema.table`; None: all) that has
+    a history table already. For the repairs that change a table outside the loop (tools.reapply_quarantined,
+    the reconcile's emptying of a table): they are not always given the stack's `--history_tables`, and a
+    history that exists must follow every change of its table, or its current versions stop being the
+    table."""
+    chosen = schema.tables if names is None else {n: schema.tables[n] for n in names if n in schema.tables}
+    found = {name for name, spec in chosen.items() if not spec.history and has_history(spark, config, spec)}
+    if not found:
+        return schema
+    tables = {
+        name: replace(spec, history=True) if name in found else spec for name, spec in schema.tables.items()
+    }
+    return SchemaFile(schema.dialect, tables, dict(schema.refused))
+
+
+def has_history(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> bool:
+    """Whether the table's changes must go to a history: it keeps one, or (a primary key and) its history
+    table exists already."""
+    if keeps_history(spec):
+        return True
+    return spec.has_primary_key and table_exists(spark, history_table(config, spec))
+
+
 def history_table(config: LakeConfig, spec: TableSpec) -> str:
-    return config.clean_table(spec.iceberg_name + HISTORY_SUFFIX)
+    """The table's history: its clean name in the histories' namespace."""
+    return config.table(history_database(config.clean_database), spec.iceberg_name)
 
 
 def history_schema(clean: T.StructType) -> T.StructType:
@@ -236,6 +265,7 @@ def ensure_history(spark: SparkSession, config: LakeConfig, spec: TableSpec, cle
     """The table's history table, created if it does not exist yet: with one LOAD version of every row
     the clean table holds (its history starts from the table as it is), in the create's one commit."""
     table = history_table(config, spec)
+    ensure_namespace(spark, config.catalog_name, history_database(config.clean_database))
     if table_exists(spark, table):
         owner = table_properties(spark, table).get(HISTORY_OF)
         if owner != spec.qualified_name:
@@ -347,3 +377,22 @@ def record_load(
     written = write_versions(spark, table, loaded.unionByName(removed), key, run_id)
     log.info("%s: %d history row(s) written by the load", table, written)
     return written
+
+
+def record_emptying(
+    spark: SparkSession,
+    config: LakeConfig,
+    spec: TableSpec,
+    clean: str,
+    kept: DataFrame,
+    floor: Decimal,
+    at: datetime,
+    run_id: str,
+) -> int:
+    """The reconcile's repair of a table whose source is empty (lakehouse.reconcile `empty_clean_table`),
+    before its replace: what a reload with no LOAD row records, a D version (at the repair's `floor` and the
+    check's time `at`) for each current row it removes (`kept`: the rows it keeps). For every table with a
+    history (`has_history`: the reconcile job is not given --history_tables); none for the others."""
+    if not has_history(spark, config, spec):
+        return 0
+    return record_load(spark, config, spec, clean, kept, floor, at, run_id)

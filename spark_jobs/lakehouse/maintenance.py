@@ -13,7 +13,9 @@ clean and refined table (the pipeline's own tables included):
    applied), then `rewrite_position_delete_files` (removes the deletes left dangling), `rewrite_manifests`.
 3. `expire_snapshots` older than the retention (time travel reaches that far back), keeping at least
    `retain_last`, and never a snapshot a refined table's newest refine consumed (the refine job would
-   rebuild in full; it still does, logged, if someone else expires it).
+   rebuild in full; it still does, logged, if someone else expires it), nor one of the newest consistent
+   point's (`consistent_points`: a refine `--read_at consistent` and a reader's query read the tables at
+   those snapshots, however old the slowest table keeps the point).
 4. `remove_orphan_files` older than the orphan age (files no snapshot references: failed writes).
 5. Tombstones recorded longer ago than their retention are deleted (the retention must exceed the longest
    delivery delay of a CDC file: docs/CONTRACTS.md).
@@ -37,6 +39,7 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakehouse.config import LakeConfig
+from lakehouse.consistent import last_point
 from lakehouse.fence import LeaseLostError, check_before_commit
 from lakehouse.iceberg import (
     APPLIED_FILES,
@@ -48,7 +51,7 @@ from lakehouse.iceberg import (
     table_exists,
     table_properties,
 )
-from lakehouse.names import quote, sql_string
+from lakehouse.names import history_database, quote, sql_string
 from lakehouse.state import LedgerEntry, RecordedFile, StateTables, lineage
 
 log = logging.getLogger(__name__)
@@ -113,7 +116,7 @@ def maintain(
     run_id: str = "maintenance",
     now: datetime | None = None,
 ) -> MaintenanceReport:
-    """One maintenance pass over every table of the clean and refined namespaces."""
+    """One maintenance pass over every table of the clean, histories' and refined namespaces."""
     if options.remove_orphans and options.orphan_file_age_hours < 24:
         raise ValueError(
             "orphan files younger than 24 hours may belong to a write in progress: "
@@ -125,12 +128,13 @@ def maintain(
     state = StateTables(spark, config)
     clean = _tables(spark, config, config.clean_database)
     refined = _tables(spark, config, config.refined_database)
-    consumed = _consumed_snapshots(spark, refined)
+    histories = _tables(spark, config, history_database(config.clean_database))  # lakehouse.history
+    consumed = _consumed_snapshots(spark, refined) | _consistent_point_snapshots(spark, config)
     own = {state.ledger, state.tombstones, config.quarantine}
     replicas = [t for t in clean if t not in own]
     # 1. the ledger learns every applied file a summary holds before any summary can be expired
     copied = _reconcile_ledger(spark, state, replicas) if table_exists(spark, state.ledger) else {}
-    for table in [*replicas, *refined, *sorted(t for t in own if t in clean)]:
+    for table in [*replicas, *histories, *refined, *sorted(t for t in own if t in clean)]:
         entry = TableMaintenance(table, ledger_entries_copied=copied.get(table, 0))
         begun = time.monotonic()
         try:
@@ -163,7 +167,7 @@ def _tables(spark: SparkSession, config: LakeConfig, database: str) -> list[str]
 def _consumed_snapshots(spark: SparkSession, refined: Sequence[str]) -> set[int]:
     """Snapshot ids (unique across tables) the refine job needs: those the refined tables' newest refine
     commits consumed, and those commits themselves (a compaction on top of one carries no refine state)."""
-    from lakehouse.refine import CONSUMED_PREFIX, consumed_snapshots
+    from lakehouse.refine_state import CONSUMED_PREFIX, consumed_snapshots
 
     needed = {snapshot for table in refined for snapshot in (consumed_snapshots(spark, table) or {}).values()}
     for table in refined:
@@ -175,6 +179,12 @@ def _consumed_snapshots(spark: SparkSession, refined: Sequence[str]) -> set[int]
         if newest is not None:
             needed.add(int(newest["snapshot_id"]))
     return needed
+
+
+def _consistent_point_snapshots(spark: SparkSession, config: LakeConfig) -> set[int]:
+    """The snapshots of the newest consistent point (lakehouse.consistent), which readers time-travel to."""
+    point = last_point(spark, config)
+    return set(point.snapshots.values()) if point is not None else set()
 
 
 def _reconcile_ledger(spark: SparkSession, state: StateTables, replicas: Sequence[str]) -> dict[str, int]:

@@ -16,7 +16,8 @@ through this module; nothing else builds SQL text from a name or a value.
   `parse_tables_argument` reads it (or the older comma list).
 
 The clean-zone table of `schema.table` is `table_name` (lower case, [a-z0-9_]); the source's own name
-travels unchanged in properties, comments, ledger, tombstone and quarantine rows and reports.
+travels unchanged in properties, comments, ledger, tombstone and quarantine rows and reports. Its row
+history (lakehouse.history) has the same name in its own namespace, `history_database`.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ INTERNAL_PREFIX = "_dms_"
 COMMIT_TS_COLUMN = "dms_commit_ts"
 CHANGE_SEQ_COLUMN = "dms_change_seq"
 RESERVED_COLUMNS = (COMMIT_TS_COLUMN, CHANGE_SEQ_COLUMN)
+# The row histories' namespace is the clean one's name with this suffix (history_database).
+HISTORY_DATABASE_SUFFIX = "_history"
 # Glue's longest table name, and the longest file name of a local disk (the Hadoop catalog's folders).
 MAX_CLEAN_NAME = 255
 # A schema or table name is one folder of an S3 key (at most 1024 bytes in all) and of a local path.
@@ -86,6 +89,14 @@ def table_name(source_schema: str, table: str) -> str:
     """The clean-zone table of `schema.table`: lower case, letters, digits and `_` only (what the Glue
     Data Catalog and Athena accept); any other character becomes `_`."""
     return _NOT_TABLE_NAME.sub("_", f"{source_schema}_{table}".lower())
+
+
+def history_database(clean_database: str) -> str:
+    """The namespace of the clean tables' row histories, `<clean database>_history`; the history of a clean
+    table has the table's own name there. Not the clean namespace: every [a-z0-9_] name with a `_` inside
+    is some source table's clean name (`table_name`), so a history named `<table>_history` (or any other
+    affix) beside the clean tables would be another source table's clean table."""
+    return f"{clean_database}{HISTORY_DATABASE_SUFFIX}"
 
 
 def tables_argument(tables: Sequence[str]) -> str:

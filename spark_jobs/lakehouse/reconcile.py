@@ -266,6 +266,7 @@ def empty_clean_table(
         sequence_at,
         target_schema,
     )
+    from lakehouse.history import record_emptying
     from lakehouse.names import CHANGE_SEQ_COLUMN
 
     table = config.clean_table(spec.iceberg_name)
@@ -280,6 +281,7 @@ def empty_clean_table(
     kept = aligned(spark.table(table), target).where(
         seq.isNotNull() & (seq > F.lit(str(settled)).cast(SEQ_TYPE))
     )
+    record_emptying(spark, config, spec, table, kept, floor, t0, run_id)  # its history closes what goes
     replace_table(
         spark,
         table,

@@ -15,6 +15,7 @@ from lakehouse.cdc_apply import apply_cdc
 from lakehouse.dms_files import cdc_file_name, change_seq, write_dms_csv
 from lakehouse.full_load import full_load
 from lakehouse.maintenance import MaintenanceOptions, maintain
+from lakehouse.names import history_database
 from lakehouse.schema import SchemaFile
 
 from tests.support import DmsWriter, manifest, rows_of, snapshot_count
@@ -79,11 +80,16 @@ def write_cdc(
     return str(path)
 
 
+def history_of(config, clean: str = "shop_item") -> str:
+    """The history table of the clean table `clean` (the histories' namespace)."""
+    return config.table(history_database(config.clean_database), clean)
+
+
 def history_rows(
     spark, config, clean: str = "shop_item", columns: Sequence[str] = HISTORY_COLUMNS
 ) -> list[tuple]:
     """The whole history table, ordered by key, valid_from, change_seq."""
-    frame = spark.table(config.clean_table(f"{clean}_history")).select(*columns)
+    frame = spark.table(history_of(config, clean)).select(*columns)
     return sorted((tuple(r) for r in frame.collect()), key=history_order)
 
 
@@ -118,7 +124,7 @@ def test_in_order_every_change_is_a_version(spark, lake_config, tmp_path: Path) 
     before = history_rows(spark, lake_config)
     options = MaintenanceOptions(min_input_files=2, remove_orphans=False)
     maintained = maintain(spark, lake_config, options, run_id="m")
-    [entry] = [t for t in maintained.tables if t.table.endswith("shop_item_history")]
+    [entry] = [t for t in maintained.tables if t.table == history_of(lake_config)]
     assert entry.error is None and entry.delete_files_before > 0
     assert (entry.data_files_after, entry.delete_files_after) == (1, 0)
     assert history_rows(spark, lake_config) == before
@@ -141,10 +147,10 @@ def test_any_order_late_files_replays_and_retries(spark, lake_config, tmp_path: 
         )
         assert report.ok, (report.failed, report.error)
         if number == 3:
-            kept = snapshot_count(spark, lake_config.clean_table("shop_item_history"))
+            kept = snapshot_count(spark, history_of(lake_config))
             retry = apply_cdc(spark, lake_config, SCHEMA, manifest(paths[1], run_id="retry"))
             assert retry.ok and retry.tables[0].skipped_already_applied == 1
-            assert snapshot_count(spark, lake_config.clean_table("shop_item_history")) == kept
+            assert snapshot_count(spark, history_of(lake_config)) == kept
         delivered |= set(batch)
         expected = oracle_history(LOADED, T0, [c for i in sorted(delivered) for c in FILES[i]])
         assert history_rows(spark, lake_config) == expected, f"after batch {number}"
@@ -182,7 +188,7 @@ def test_a_failure_between_the_two_commits_is_repaired_by_the_retry(
     retry writes no history commit at all), and both equal the oracle."""
     root = loaded_lake(spark, lake_config, tmp_path)
     paths = [write_cdc(root, f) for f in FILES]
-    history_table = lake_config.clean_table("shop_item_history")
+    history_table = history_of(lake_config)
 
     def broken(*args, **kwargs):
         raise RuntimeError("the clean commit failed")
@@ -259,10 +265,10 @@ def test_a_reload_closes_what_it_removed_and_opens_what_it_loaded(spark, lake_co
     assert history_rows(spark, lake_config) == expected
     assert rows_of(spark, lake_config.clean_table("shop_item")) == current_rows(expected)
 
-    commits = snapshot_count(spark, lake_config.clean_table("shop_item_history"))
+    commits = snapshot_count(spark, history_of(lake_config))
     assert full_load(spark, lake_config, SCHEMA, str(root), reload=True, run_id="reload-again").ok
     assert history_rows(spark, lake_config) == expected
-    assert snapshot_count(spark, lake_config.clean_table("shop_item_history")) == commits
+    assert snapshot_count(spark, history_of(lake_config)) == commits
 
 
 def test_history_asked_for_later_starts_from_the_table_as_it_is(spark, lake_config, tmp_path: Path) -> None:
@@ -306,6 +312,7 @@ def test_the_athena_named_queries_run_in_spark(spark, lake_config, tmp_path: Pat
         text, _ = resources[name]["Properties"]["QueryString"]["Fn::Sub"]
         names = {
             "${clean_db}": f"{lake_config.catalog_name}.{lake_config.clean_database}",
+            "${history_db}": f"{lake_config.catalog_name}.{history_database(lake_config.clean_database)}",
             "${SourceSchema}": "public",
         }
         for placeholder, value in names.items():

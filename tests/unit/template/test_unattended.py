@@ -523,7 +523,7 @@ def test_lake_formation_grants_what_the_jobs_do_when_enabled(template):
         for p in permissions
         if "Database" in p["Resource"] and "CREATE_TABLE" in p["Permissions"]
     }
-    assert databases == {"CleanDatabase", "RefinedDatabase"}
+    assert databases == {"CleanDatabase", "HistoryDatabase", "RefinedDatabase"}
     locations = [p for p in permissions if "DataLocation" in p["Resource"]]
     registered = [
         r["Properties"]["ResourceArn"]
