@@ -14,7 +14,8 @@ import pytest
 import yaml
 from lakehouse.cdc_apply import apply_cdc
 from lakehouse.config import LakeConfig
-from lakehouse.refine import current_snapshot_id, refine
+from lakehouse.iceberg import current_snapshot_id
+from lakehouse.refine import refine
 
 from tests.support import manifest
 from tests.unit.refine.conftest import load_clean_zone_directly

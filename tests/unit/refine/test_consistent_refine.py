@@ -21,16 +21,9 @@ from lakehouse.freshness import describe, freshness_table, measure
 from lakehouse.full_load import full_load
 from lakehouse.iceberg import snapshot_properties
 from lakehouse.names import COMMIT_TS_COLUMN
-from lakehouse.refine import (
-    BATCH_COLUMN,
-    SALES_ENRICHED,
-    SALES_KEY,
-    SOURCE_KEYS,
-    RefineOptions,
-    enrich_sales,
-    read_as_of,
-    refine,
-)
+from lakehouse.refine import RefineOptions, refine
+from lakehouse.refine_state import read_as_of
+from lakehouse.refine_tables import BATCH_COLUMN, SALES_ENRICHED, SALES_KEY, SOURCE_KEYS, enrich_sales
 from lakehouse.schema import SchemaFile
 
 from tests.support import manifest, rows_of

@@ -9,14 +9,13 @@ from pathlib import Path
 import pytest
 from lakehouse.cdc_apply import apply_cdc
 from lakehouse.config import LakeConfig
-from lakehouse.refine import (
+from lakehouse.refine import RefineReport, refine
+from lakehouse.refine_tables import (
     AGGREGATES,
     BATCH_COLUMN,
     SALES_ENRICHED,
     SALES_KEY,
-    RefineReport,
     enrich_sales,
-    refine,
 )
 from lakehouse.schema import SchemaFile
 

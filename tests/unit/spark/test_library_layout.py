@@ -1,6 +1,7 @@
 """Issue 29: the Spark library (`spark_jobs/lakehouse`) is a set of rooms without a cycle between them. Its import
 graph, imports inside functions included (they run too), has no cycle, and no module of the library or of the
-tools reaches into another library module for a private (`_`-prefixed) name. Pure: nothing is imported."""
+tools reaches into another library module for a private (`_`-prefixed) name, and no module of the library is over
+500 lines (a room one can read). Pure: nothing is imported."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 LIBRARY = REPO / "spark_jobs" / "lakehouse"
+MAX_LINES = 500
+# Library modules allowed over MAX_LINES, each with its reason. An entry that gets under the limit fails the
+# test too, so the list only shrinks.
+OVERSIZED: dict[str, str] = {
+    "reconcile": "the reconcile job: its run, empty-table repair, DMS reload, metrics and arguments (527 lines); "
+    "to split like refine (the job entry and its arguments apart) once the MySQL source wiring changing in it "
+    "has landed",
+}
 
 
 def lakehouse_imports(path: Path) -> list[tuple[str, str]]:
@@ -86,3 +95,26 @@ def test_no_library_or_tool_module_imports_a_private_name_of_the_library():
         if name.startswith("_") and name != "__future__"
     ]
     assert private == []
+
+
+def oversized(library: Path, limit: int = MAX_LINES) -> dict[str, int]:
+    """Library module → its line count, for the modules over `limit` lines."""
+    counts = {path.stem: len(path.read_text().splitlines()) for path in sorted(library.glob("*.py"))}
+    return {module: lines for module, lines in counts.items() if lines > limit}
+
+
+def test_the_size_rule_finds_a_module_over_the_limit_and_only_that_one(tmp_path):
+    """Given a library with a module of exactly 500 lines and one of 501 (a trailing newline each),
+    When the modules over 500 lines are looked for, Then only the 501-line one is found, with its count."""
+    (tmp_path / "at_limit.py").write_text("x = 1\n" * 500)
+    (tmp_path / "over.py").write_text("x = 1\n" * 501)
+    (tmp_path / "notes.txt").write_text("x\n" * 900)
+    assert oversized(tmp_path) == {"over": 501}
+
+
+def test_no_library_module_is_over_500_lines_but_the_listed_ones():
+    """Given the library's modules, When their lines are counted, Then none is over 500 lines except those
+    listed with a reason in OVERSIZED, and each listed one is still over (else its entry goes)."""
+    found = oversized(LIBRARY)
+    assert {m: n for m, n in found.items() if m not in OVERSIZED} == {}
+    assert sorted(set(OVERSIZED) - set(found)) == []
