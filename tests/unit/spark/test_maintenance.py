@@ -144,3 +144,31 @@ def test_tombstones_expire_after_their_retention_only(spark, lake_config, dms):
 
     assert spark.table(tombstones).count() == 0
     assert {t.table: t.tombstones_expired for t in report.tables}[tombstones] == 2
+
+
+def test_the_newest_consistent_point_keeps_its_snapshots_through_expiry(spark, lake_config, dms):
+    """Given a table loaded, a consistent point recorded at its snapshot after the first batch, and two more
+    batches after it,
+    When maintenance expires everything it may (retention 0, one snapshot kept),
+    Then the point's snapshot is still there and reads as the table was at the point (a refine --read_at
+    consistent and a reader's time travel need it), while the snapshots committed before it are gone."""
+    from lakehouse.consistent import Point, record_point
+
+    dms.load(ITEMS, COLUMNS, [(1, "a", 1), (2, "b", 2)])
+    full_load(spark, lake_config, SCHEMA, str(dms.root))
+    table = items(lake_config)
+    applied(spark, lake_config, dms.cdc(ITEMS, COLUMNS, [("U", (1, "a1", 3))]), run_id="b1")
+    snapshots = f"SELECT snapshot_id FROM {table}.snapshots ORDER BY committed_at"
+    *before_point, at_point = [r[0] for r in spark.sql(snapshots).collect()]
+    point = Point(datetime(2026, 1, 1), {"shop_items": at_point})
+    assert record_point(spark, lake_config, point, {"shop_items": ITEMS}, "p1", datetime.utcnow())
+    applied(spark, lake_config, dms.cdc(ITEMS, COLUMNS, [("D", (2, "b", 2))]), run_id="b2")
+    applied(spark, lake_config, dms.cdc(ITEMS, COLUMNS, [("I", (3, "c", 4))]), run_id="b3")
+
+    maintain(spark, lake_config, EXPIRE_ALL, now=datetime.utcnow() + timedelta(minutes=1))
+
+    kept = [r[0] for r in spark.sql(snapshots).collect()]
+    assert at_point in kept and before_point and not set(before_point) & set(kept)
+    as_it_was = spark.sql(f"SELECT id, name, price FROM {table} VERSION AS OF {at_point} ORDER BY id")
+    assert [tuple(r) for r in as_it_was.collect()] == [(1, "a1", Decimal("3.00")), (2, "b", Decimal("2.00"))]
+    assert rows_of(spark, table) == [(1, "a1", Decimal("3.00")), (3, "c", Decimal("4.00"))]
