@@ -1,7 +1,29 @@
-"""The Spark tests that matter (full load, CDC rules, reload, maintenance, refine, quarantine, Parquet, a
-partitioned table) run again with the driver and two executors in separate JVMs (Spark's
+"""The Spark tests that matter run again with the driver and two executors in separate JVMs (Spark's
 `local-cluster[2,1,1024]`), so that whatever works only because they share one process (files staged
 on the driver, local paths in closures, broadcasts, driver-side state read from a task) fails here.
+
+One test per distinct executor-side path (each re-run costs 15-100 s of a 2-core CI machine):
+- CSV full load, CDC MERGE, a reload (full load with reload=True: a row gone, one kept for its newer change)
+  and late changes ranked against it: test_a_reload_during_cdc_is_order_independent;
+- MERGE with deletes on a bucketed table, tombstones outranking a late insert, the ledger skipping a
+  replayed file: test_the_full_load_creates_the_schema_files_layout_and_cdc_rules_hold_on_it;
+- schema evolution (a column added, one widened, one missing from a file): test_schema_evolution_...;
+- malformed records to the quarantine table: test_malformed_records_are_quarantined_...;
+- the Parquet reader (full load and CDC): test_parquet_full_load_then_cdc_...;
+- MERGE with deletes on an unpartitioned table (merge-on-read delete files), their compaction and snapshot
+  expiry, then a replay and a late file: test_maintenance_compacts_...;
+- the refine (a build, then an incremental run over a workload): test_refine_builds_then_follows_...
+Not re-run here, because what they run on executors is in the list above (their own rules still run in
+the one-JVM suite):
+- test_rerunning_the_full_load_keeps_cdc_changes_and_a_reload_takes_the_new_load_files: a full load, a
+  CDC apply and a reload, all three in the reload-during-CDC test; the rerun's no-op is decided on the
+  driver (the table's load mark);
+- test_insert_update_delete_outcomes_for_present_and_missing_keys: the same batch shape (delete then
+  re-insert, replayed insert, update and delete of missing keys, insert then delete) is the bucketed test's;
+- test_rerun_and_overlapping_manifest_apply_nothing_twice: the ledger's skip of an applied file runs in the
+  bucketed test (the batch delivered again) and the maintenance test (a replay after compaction);
+- test_a_deleted_row_stays_deleted_when_an_older_change_of_it_arrives_late: a late change older than a
+  delete changes nothing in the bucketed test (the late insert of 3) and the reload test (late changes).
 
 One SparkSession per pytest process (tests/conftest.py), so the subset runs in a pytest of its own, with
 LAKE_SPARK_MASTER set; the `spark` fixture's session then ships the Iceberg and JDBC jars to the
@@ -23,11 +45,7 @@ MASTER = "local-cluster[2,1,1024]"
 ROOT = Path(__file__).resolve().parents[3]
 SUBSET = (
     "tests/unit/spark/test_multi_jvm.py::test_the_executors_are_other_jvms",
-    "tests/unit/spark/test_full_load_and_jobs.py::test_rerunning_the_full_load_keeps_cdc_changes_and_a_reload_takes_the_new_load_files",
-    "tests/unit/spark/test_cdc_rules.py::test_insert_update_delete_outcomes_for_present_and_missing_keys",
     "tests/unit/spark/test_cdc_rules.py::test_schema_evolution_adds_widens_and_keeps_dropped_columns",
-    "tests/unit/spark/test_cdc_rules.py::test_rerun_and_overlapping_manifest_apply_nothing_twice",
-    "tests/unit/spark/test_real_operations.py::test_a_deleted_row_stays_deleted_when_an_older_change_of_it_arrives_late",
     "tests/unit/spark/test_real_operations.py::test_a_reload_during_cdc_is_order_independent",
     "tests/unit/spark/test_bad_input.py::test_malformed_records_are_quarantined_with_file_record_and_reason",
     "tests/unit/spark/test_parquet.py::test_parquet_full_load_then_cdc_keeps_every_type_and_null_apart_from_text",
