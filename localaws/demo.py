@@ -11,7 +11,9 @@ regenerated from the live catalog), while printing progress (the state machine r
 3 batches, runs maintenance every 6 and rolls over to a fresh execution on a low history threshold), waits
 until the clean zone has applied everything, checks every clean table against its source (row checksums),
 then stops the state machine, runs the refine job once more and one maintenance pass, checks every refined
-table against a recomputation from the source database, runs the BI queries (bi/queries) and writes the
+table against a recomputation from the source database, runs the BI queries (bi/queries), prints each clean
+table's freshness, the consistent point the refined zone was built from and every version of one customer
+(the stack keeps the customer table's row history: HistoryTables; localaws/history_demo.py), writes the
 dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;
 `--keep-running` leaves it all running; `--source sqlite` replicates an SQLite file through triggers instead;
 `--source mysql` (`make demo SOURCE=mysql`) a local MariaDB server read from its binlog, as DMS reads MySQL).
@@ -40,7 +42,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from localaws import divergence, replication, sam_app, stack
+from localaws import divergence, history_demo, replication, sam_app, stack
 from localaws.pipeline_run import LocalPipeline, RunSettings
 from localaws.progress import ProgressMonitor
 
@@ -106,6 +108,9 @@ def run_demo(args: argparse.Namespace) -> int:
             f"source ({pipeline.source_db.dialect}) {pipeline.source_db}: "
             + ", ".join(f"{t} {n}" for t, n in counts.items()),
         )
+        if "HistoryTables" in sam_app.template_parameters():  # customer's row history, printed at the end
+            history = history_demo.history_tables_parameter(pipeline.source_schema)
+            settings.parameters["HistoryTables"] = history
         app = pipeline.deploy()
         _step(started, f"deployed stack {app.stack_name} (sam build + sam deploy --config-env local)")
         pipeline.start_replication()
@@ -361,6 +366,7 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
     """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
     from lakehouse.freshness import describe
 
+    from tools.asl_engine import load_template
     from tools.bi import load_queries, run_query, spark_names, timestamp_as_of
     from tools.dashboard import collect_figures, run_metrics, write_dashboard
 
@@ -432,6 +438,10 @@ def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) ->
             print("    (no rows)")
     _step(started, "freshness of each clean table, and the consistent point (docs/BI.md)")
     for line in describe(spark, lake, f"{refined}.sales_enriched"):
+        print("  " + line)
+    _step(started, "row history: every version of one customer (the template's Athena named query, in Spark)")
+    resources = load_template()["Resources"]
+    for line in history_demo.describe(spark, lake, pipeline.source_schema, resources):
         print("  " + line)
     reports = pipeline.run_reports()
     saved = workdir / "reports"  # `make dashboard` draws the same runs from here
