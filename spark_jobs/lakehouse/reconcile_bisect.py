@@ -203,6 +203,11 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def _micros(moment: datetime) -> int:
+    """A naive UTC moment as microseconds since 1970 (the lake's commit times, `LakeSide.row_versions`)."""
+    return (moment - datetime(1970, 1, 1)) // timedelta(microseconds=1)
+
+
 def recheck(
     plan: TablePlan,
     comparison: Comparison,
@@ -251,22 +256,30 @@ def recheck(
             return {}, len(comparison.differences), "lake behind", sightings
         time.sleep(options.recheck_poll_seconds)
     source_rows: dict[tuple[str, ...], int] = {}
-    lake_rows: dict[tuple[str, ...], int] = {}
+    lake_rows: dict[tuple[str, ...], tuple[int, int | None]] = {}
     for leaf in comparison.leaves:
         s, lk = _both(
             lambda lv=leaf: source.row_hashes(plan, lv),
-            lambda lv=leaf: lake.row_hashes(plan, lv, lv.shift, fresh=True),
+            lambda lv=leaf: lake.row_versions(plan, lv, lv.shift, fresh=True),
         )
         source_rows.update(s)
         lake_rows.update(lk)
     read_at = _now()
-    now = diff_rows(source_rows, lake_rows)
-    confirmed = {key: d for key, d in now.items() if key in mature and mature[key].matches(d)}
+    now = diff_rows(source_rows, {key: h for key, (h, _) in lake_rows.items()})
+
+    def holds(key: tuple[str, ...], difference: Difference) -> bool:
+        """The same difference as sighted, and the lake's row not changed since by a change committed after
+        the sighting (as far as the clocks tell: within S of it). A row changed back and forth (x, y, x) shows
+        the sighted source row again while the lake holds y from a change made after it, its last in flight."""
+        sighting = sightings.get(key)
+        if sighting is None or not sighting.matches(difference):
+            return False
+        commit = lake_rows.get(key, (0, None))[1]
+        return commit is None or commit <= _micros(sighting.seen_at - settle)
+
+    confirmed = {key: d for key, d in now.items() if key in mature and holds(key, d)}
     carried = {
-        key: sightings[key]
-        if key in sightings and sightings[key].matches(d)
-        else Sighting(d[0], d[2], read_at)
-        for key, d in now.items()
+        key: sightings[key] if holds(key, d) else Sighting(d[0], d[2], read_at) for key, d in now.items()
     }
     return confirmed, len(comparison.differences) - len(confirmed), "confirmed", carried
 

@@ -7,7 +7,7 @@ import logging
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.names import quote
+from lakehouse.names import COMMIT_TS_COLUMN, quote
 from lakehouse.reconcile_plan import (
     SEPARATOR,
     Level,
@@ -36,8 +36,9 @@ class LakeSide:
         return [lake_text(frame[quote(k.name)], k.data_type) for k in plan.keys]
 
     def hashed(self, plan: TablePlan, lo: int, span: tuple[int, int] | None = None) -> DataFrame:
-        """`x`, `k0…`, `h` of every row of the clean table (an integer key: of its rows with x in `span`,
-        a filter on the key column itself, which Iceberg prunes data files and row groups by)."""
+        """`x`, `k0…`, `h`, `c` of every row of the clean table (an integer key: of its rows with x in `span`,
+        a filter on the key column itself, which Iceberg prunes data files and row groups by). `c`: the source
+        commit time of the row's last applied change, microseconds since 1970 UTC (null: none known)."""
         frame = self.spark.table(plan.lake_table)
         if span is not None and plan.integer_key:
             frame = frame.where(F.col(quote(plan.keys[0].name)).between(lo + span[0], lo + span[1]))
@@ -50,8 +51,16 @@ class LakeSide:
             x = frame[quote(plan.keys[0].name)].cast("bigint") - F.lit(lo)
         else:
             x = F.conv(F.substring(F.md5(F.concat_ws(SEPARATOR, *keys)), 1, 15), 16, 10).cast("bigint")
+        commit = (
+            F.unix_micros(frame[COMMIT_TS_COLUMN].cast("timestamp"))
+            if COMMIT_TS_COLUMN in frame.columns
+            else F.lit(None).cast("bigint")
+        )
         return frame.select(
-            x.alias("x"), *[k.alias(f"k{i}") for i, k in enumerate(keys)], lake_row_hash(fields).alias("h")
+            x.alias("x"),
+            *[k.alias(f"k{i}") for i, k in enumerate(keys)],
+            lake_row_hash(fields).alias("h"),
+            commit.alias("c"),
         )
 
     def _rows(
@@ -112,10 +121,18 @@ class LakeSide:
     def row_hashes(
         self, plan: TablePlan, level: Level, parent_shift: int | None, fresh: bool = False
     ) -> dict[tuple[str, ...], int]:
+        return {key: h for key, (h, _) in self.row_versions(plan, level, parent_shift, fresh).items()}
+
+    def row_versions(
+        self, plan: TablePlan, level: Level, parent_shift: int | None, fresh: bool = False
+    ) -> dict[tuple[str, ...], tuple[int, int | None]]:
+        """Key -> (row hash, the source commit time of its last applied change in microseconds, or None)."""
         frame = self._rows(plan, level, parent_shift, fresh, may_cache=False)
         columns = [f"k{i}" for i in range(len(plan.keys))]
-        rows = frame.select(*columns, "h").collect()
-        found = {tuple(r[c] for c in columns): int(r["h"]) for r in rows}
+        rows = frame.select(*columns, "h", "c").collect()
+        found = {
+            tuple(r[c] for c in columns): (int(r["h"]), None if r["c"] is None else int(r["c"])) for r in rows
+        }
         self.counters.rows_fetched += len(found)
         self.counters.rows_hashed += len(found)
         return found

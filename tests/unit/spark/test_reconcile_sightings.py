@@ -24,13 +24,22 @@ PLAN = SimpleNamespace(spec="s.t")
 
 
 class Side:
-    """A side whose rows (key -> row hash) the test sets between reads."""
+    """A side whose rows (key -> row hash) the test sets between reads; the lake's rows may have the commit
+    time of their last applied change (`commits`, microseconds since 1970 UTC)."""
 
     def __init__(self, rows: dict[tuple[str, ...], int]) -> None:
         self.rows = rows
+        self.commits: dict[tuple[str, ...], int] = {}
 
     def row_hashes(self, plan, level, *_, **__) -> dict[tuple[str, ...], int]:
         return dict(self.rows)
+
+    def row_versions(self, plan, level, *_, **__) -> dict[tuple[str, ...], tuple[int, int | None]]:
+        return {key: (h, self.commits.get(key)) for key, h in self.rows.items()}
+
+
+def micros(moment: datetime) -> int:
+    return (moment - datetime(1970, 1, 1)) // timedelta(microseconds=1)
 
 
 class CaughtUp:
@@ -158,3 +167,32 @@ def test_the_sightings_cross_runs_as_json_the_oldest_kept_within_the_cap() -> No
     }
     assert sightings_from({"s.a": [["k", "missing"]], "s.b": document["s.b"]}) == {"s.b": by_table["s.b"]}
     assert sightings_from(None) == {}
+
+
+def test_a_row_changed_back_and_forth_is_not_confirmed_while_the_lake_holds_a_change_after_the_sighting() -> (
+    None
+):
+    """Given key 1 sighted 200 s ago (S = 120) differing with source row x while a change was in flight, then
+    changed to y and back to x at the source, the lake caught up with the files named before the sighting + S,
+    When a run rereads: the source shows x again (the sighted source row), the lake y, whose change it applied
+    was committed after the sighting (the change back to x still in flight),
+    Then key 1 is not divergence and is seen anew now; key 2, whose lake row was last changed before its
+    sighting less S, and key 3, which has no commit time (loaded rows), are divergence."""
+    old = now() - timedelta(seconds=200)
+    earlier = {
+        ("1",): Sighting("differing", 10, old),
+        ("2",): Sighting("differing", 20, old),
+        ("3",): Sighting("differing", 30, old),
+    }
+    source, lake = Side({("1",): 10, ("2",): 20, ("3",): 30}), Side({("1",): 11, ("2",): 21, ("3",): 31})
+    lake.commits = {
+        ("1",): micros(old + timedelta(seconds=5)),
+        ("2",): micros(old - timedelta(seconds=SETTLE + 1)),
+    }
+
+    confirmed, in_flight, what, carried = recheck(
+        PLAN, compared(source, lake), source, lake, CaughtUp(True), earlier, LOOP
+    )
+
+    assert (sorted(confirmed), in_flight, what) == ([("2",), ("3",)], 1, "confirmed")
+    assert carried[("1",)].seen_at > old and carried[("2",)].seen_at == old
