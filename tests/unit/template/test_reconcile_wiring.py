@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import re
 import sys
 from typing import Any
@@ -25,6 +26,7 @@ SAMPLE = {
     "CleanBucket": "clean",
     "RawBucket": "raw",
     "RawPrefix": "dms",
+    "SourceEngine": "postgresql",
     "ReconcileSourceSecretArn": "arn:aws:secretsmanager:us-east-1:123456789012:secret:source-AbCdEf",
     "ReconcileSourceJdbcUrl": "",
     "ReconcileMaxSourceRows": "0",
@@ -35,20 +37,22 @@ SAMPLE = {
 }
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, values: dict[str, str] = SAMPLE) -> str:
     if isinstance(value, str):
         return value
     if set(value) == {"Ref"}:
-        return SAMPLE.get(value["Ref"], "0")  # other parameters (numbers): any valid value
+        return values.get(value["Ref"], "0")  # other parameters (numbers): any valid value
     if set(value) == {"Fn::Sub"}:
-        return re.sub(r"\$\{(\w+)\}", lambda m: SAMPLE.get(m[1], "0"), value["Fn::Sub"])
+        return re.sub(r"\$\{(\w+)\}", lambda m: values.get(m[1], "0"), value["Fn::Sub"])
     raise AssertionError(f"not an argument value: {value}")
 
 
-def _job_argv(template: dict[str, Any], job: str, run_arguments: dict[str, str]) -> list[str]:
+def _job_argv(
+    template: dict[str, Any], job: str, run_arguments: dict[str, str], values: dict[str, str] = SAMPLE
+) -> list[str]:
     """The job's arguments as Glue passes them to the script: its defaults, then the run's."""
     defaults = template["Resources"][job]["Properties"]["DefaultArguments"]
-    merged = {name: _text(value) for name, value in defaults.items()} | run_arguments
+    merged = {name: _text(value, values) for name, value in defaults.items()} | run_arguments
     return [item for name, value in merged.items() for item in (name, value)]
 
 
@@ -191,6 +195,87 @@ def test_the_jobs_accept_every_argument_the_stack_passes_them(asl, template):
     for name, job in (("reconcile_job.py", "ReconcileJob"), ("raw_audit_job.py", "RawAuditJob")):
         location = template["Resources"][job]["Properties"]["Command"]["ScriptLocation"]["Fn::Sub"]
         assert location == f"s3://${{ArtifactsBucket}}/glue/scripts/{name}" and (SPARK_JOBS / name).exists()
+
+
+def _emr_reconcile_argv(template: dict[str, Any], values: dict[str, str]) -> list[str]:
+    """The EMR Serverless reconcile run's arguments (generated definition), its `${Name}`s replaced by the EMR
+    state machine's substitutions (a parameter's value from `values`, else SAMPLE), paths by sample values."""
+    from tests.unit.template.test_spark_engine import EMR_ASL, _array_items
+
+    emr = json.loads(EMR_ASL.read_text())
+    substitutions = template["Resources"]["EmrPipelineStateMachine"]["Properties"]["DefinitionSubstitutions"]
+
+    def value_of(name: str) -> str:
+        given = substitutions[name]
+        if name == "RepairMode":
+            return "alarm"
+        if isinstance(given, dict) and set(given) == {"Ref"}:
+            return (SAMPLE | values).get(given["Ref"], "0")
+        return "0"  # Number parameters joined as text, resources: any valid value
+
+    spark_submit = emr["States"]["RunReconcile"]["Parameters"]["JobDriver"]["SparkSubmit"]
+    argv = []
+    for text, dynamic in _array_items(spark_submit["EntryPointArguments.$"]):
+        if dynamic:  # $$.Execution.Id, States.Format(…): the lease holder, epoch, run id, report
+            argv.append("3" if argv[-1] == "--lease_epoch" else "x")
+        else:
+            argv.append(re.sub(r"\$\{(\w+)\}", lambda m: value_of(m[1]), text))
+    return argv
+
+
+@pytest.mark.parametrize("engine", ["postgresql", "mysql"])
+@pytest.mark.parametrize("spark_engine", ["glue", "emr-serverless"])
+def test_the_deployed_reconcile_reads_the_source_engine_the_stack_is_given(
+    template, asl, engine, spark_engine, monkeypatch
+):
+    """Given a stack deployed with SourceEngine=<engine> and a source secret holding only host, port and
+    dbname (an RDS secret), When the loop's reconcile run starts (the Glue job's defaults and run arguments,
+    or the generated EMR Serverless run) and its entry parses them and reads the secret,
+    Then it runs with --source_engine <engine> and the secret's host builds a JDBC URL of that engine (a MySQL
+    source read as PostgreSQL would fail every run)."""
+    import boto3
+    from moto import mock_aws
+
+    if str(SPARK_JOBS) not in sys.path:
+        sys.path.insert(0, str(SPARK_JOBS))
+    from lakehouse.config import parse_job_arguments
+    from lakehouse.fence import fence_from_arguments
+    from lakehouse.reconcile import reconcile_parser, source_credentials
+
+    parameter = template["Parameters"]["SourceEngine"]
+    assert parameter["Default"] == "postgresql" and parameter["AllowedValues"] == ["postgresql", "mysql"]
+    groups = template["Metadata"]["AWS::CloudFormation::Interface"]["ParameterGroups"]
+    reconcile_group = next(g["Parameters"] for g in groups if "ReconcileSourceSecretArn" in g["Parameters"])
+    assert "SourceEngine" in reconcile_group
+    url_pattern = re.compile(template["Parameters"]["ReconcileSourceJdbcUrl"]["AllowedPattern"])
+    assert url_pattern.match(f"jdbc:{engine}://db.example:1234/sales")
+
+    if spark_engine == "glue":
+        run = {
+            k.removesuffix(".$"): "x" if k.endswith(".$") else v
+            for k, v in asl["States"]["RunReconcile"]["Parameters"]["Arguments"].items()
+        } | {"--lease_epoch": "3", "--repair_mode": "alarm", "--dms_task_arn": ""}
+        argv = _job_argv(template, "ReconcileJob", run, SAMPLE | {"SourceEngine": engine})
+    else:
+        argv = _emr_reconcile_argv(template, {"SourceEngine": engine})
+    fence, rest = fence_from_arguments(argv)
+    assert fence is not None and fence.epoch == 3
+    _, args = parse_job_arguments(rest, reconcile_parser())
+    assert args.source_engine == engine
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    with mock_aws():
+        secret = boto3.client("secretsmanager").create_secret(
+            Name="source",
+            SecretString=json.dumps(
+                {"username": "lake", "password": "pw", "host": "db.example", "port": 1234, "dbname": "sales"}
+            ),
+        )
+        args.source_secret_id = secret["ARN"]
+        url, properties = source_credentials(args)
+    assert (url, properties) == (f"jdbc:{engine}://db.example:1234/sales", {"user": "lake", "password": "pw"})
 
 
 def test_the_history_guard_knows_the_jobs_and_their_periods(template):
