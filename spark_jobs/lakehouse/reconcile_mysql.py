@@ -5,8 +5,9 @@ row hashes and segment sums computed in the database, byte for byte what the lak
 MySQL spells a few things its own way, each mapped to the lake's canonical text: BIT and TINYINT(1) as their
 integer (`c + 0`), DATE as days and DATETIME/TIMESTAMP as microseconds since 1970-01-01 (the session in UTC, so a
 TIMESTAMP is its instant), zero dates NULL (as the lake holds them), BINARY/BLOB as lower-case hex, anything the
-lake keeps as text (ENUM, SET, JSON, TIME, DECIMAL beyond 38 digits) as `CAST(… AS CHAR)`. FLOAT/DOUBLE columns
-have no SQL for Java's `doubleToLongBits` in MySQL: a table with one is refused, naming the column.
+lake keeps as text (ENUM, SET, JSON, TIME, YEAR, DECIMAL beyond 38 digits) as `CAST(… AS CHAR)` (a CHAR(n) without
+its trailing spaces, as MySQL returns it and DMS writes it), FLOAT/DOUBLE as Java's `doubleToLongBits` of the
+value as a double, built from its sign, exponent and fraction with exact double arithmetic (`my_double_bits`).
 """
 
 from __future__ import annotations
@@ -34,15 +35,40 @@ def my_ident(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
+SIGN_BIT = "(-9223372036854775807 - 1)"  # -2^63 as a BIGINT (the literal 9223372036854775808 is a DECIMAL)
+FRACTION_UNIT = 4503599627370496  # 2^52
+SMALLEST_NORMAL = "2.2250738585072014e-308"  # 2^-1022, a DOUBLE literal
+
+
+def my_double_bits(value: str) -> str:
+    """MySQL SQL: Java's `Double.doubleToLongBits` of a DOUBLE (or FLOAT, widened exactly) expression, as a
+    signed BIGINT; NULL stays NULL. MySQL has no bit cast, so the bits are built from the value: the exponent
+    e = FLOOR(LOG2(|v|)), corrected by one either way where LOG2 rounds (LOG2 of the largest double is 1024.0),
+    the fraction (|v| / 2^e - 1) * 2^52 (a division by a power of two and a subtraction from a number in
+    [1, 2): exact), a subnormal's fraction |v| / 2^-1074; the sign bit from `v < 0`, and for a zero from
+    ATAN2(v, -1) < 0 (-0.0, which MySQL 8 may store; MariaDB stores +0). MySQL holds no NaN or infinity."""
+    a = f"ABS({value})"
+    e0 = f"LEAST(FLOOR(LOG2({a})), 1023)"
+    e = f"({e0} - (POW(2, {e0}) > {a}) + ({e0} < 1023 AND POW(2, LEAST({e0} + 1, 1023)) <= {a}))"
+    normal = (
+        f"CAST({e} + 1023 AS SIGNED) * {FRACTION_UNIT}"
+        f" + CAST(({a} / POW(2, {e}) - 1) * {FRACTION_UNIT} AS SIGNED)"
+    )
+    magnitude = f"IF({a} < {SMALLEST_NORMAL}, CAST({a} / POW(2, -1074) AS SIGNED), {normal})"
+    return (
+        f"CASE WHEN {value} IS NULL THEN NULL"
+        f" WHEN {value} = 0 THEN IF(ATAN2({value}, -1) < 0, {SIGN_BIT}, 0)"
+        f" WHEN {value} < 0 THEN {magnitude} + {SIGN_BIT}"
+        f" ELSE {magnitude} END"
+    )
+
+
 def my_text(column: str, data_type: T.DataType, source_type: str) -> str:
     """MySQL SQL: the column as canonical text (NULL stays NULL), byte for byte `lake_text`'s."""
     c = my_ident(column)
     source = source_type.strip().lower()
     if isinstance(data_type, T.FloatType | T.DoubleType):
-        raise ValueError(
-            f"column {column} ({source_type}): the MySQL reconcile source can't hash a FLOAT/DOUBLE the way the"
-            " lake does (Java's doubleToLongBits); exclude the table (--tables)"
-        )
+        return f"CAST({my_double_bits(c)} AS CHAR)"
     if isinstance(data_type, T.BooleanType) or (
         isinstance(data_type, INTEGER_TYPES) and source.startswith("bit")
     ):

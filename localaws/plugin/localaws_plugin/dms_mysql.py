@@ -36,6 +36,7 @@ import logging
 import queue
 import random
 import re
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -92,18 +93,32 @@ def _quote(identifier: str) -> str:
 
 @dataclass(frozen=True)
 class ColumnKind:
-    """What spelling a column's values need: its DATA_TYPE, fractional digits, SET labels in order."""
+    """What spelling a column's values need: its DATA_TYPE, fractional digits, SET labels in order, a
+    BINARY(n)'s length n."""
 
     data_type: str
     fraction_digits: int = 0
     members: tuple[str, ...] = ()
+    length: int = 0
 
     @classmethod
     def from_catalog(cls, data_type: str, column_type: str, precision: int | None) -> ColumnKind:
         members: tuple[str, ...] = ()
         if data_type.lower() == "set":
             members = tuple(m.replace("''", "'") for m in re.findall(r"'((?:[^']|'')*)'", column_type))
-        return cls(data_type.lower(), int(precision or 0), members)
+        length = re.fullmatch(r"\s*binary\((\d+)\)\s*", column_type.lower())
+        return cls(data_type.lower(), int(precision or 0), members, int(length[1]) if length else 0)
+
+
+def float_text(value: float) -> str:
+    """A FLOAT (single precision) in the fewest significant digits that read back as the same single: the
+    server's own text of a FLOAT has 6 (16777216 is `1.67772e+07`), too few to hold it."""
+    single = struct.unpack("<f", struct.pack("<f", value))[0]
+    for digits in range(6, 9):
+        text = f"{single:.{digits}g}"
+        if struct.unpack("<f", struct.pack("<f", float(text)))[0] == single:
+            return text
+    return f"{single:.9g}"  # 9 significant digits always read back as the same single
 
 
 def _fraction(micro: int, digits: int) -> str:
@@ -142,6 +157,9 @@ def dms_text(value: Any, kind: ColumnKind) -> str | None:
         if isinstance(value, str):
             return str(int(value, 2))  # the binlog decoder's '0101'
         return str(int(value))
+    if data_type == "year":  # 1901..2155, or 0000 (which the binlog decoder reads as 1900)
+        year = int(value)
+        return "0000" if year in (0, 1900) else f"{year:04d}"
     if data_type == "set":
         labels = set(value.split(",")) if isinstance(value, str) else set(value)
         labels.discard("")
@@ -149,13 +167,14 @@ def dms_text(value: Any, kind: ColumnKind) -> str | None:
         return ",".join(ordered)
     if data_type in BINARY_TYPES:
         raw = value if isinstance(value, bytes) else str(value).encode("latin-1")
-        return raw.hex().upper()
+        # a BINARY(n) holds n bytes, zero-padded; the binlog's row image drops the trailing zeros
+        return raw.ljust(kind.length, b"\x00").hex().upper()
     if isinstance(value, Decimal):
         return format(value, "f")
     if isinstance(value, bool):
         return "1" if value else "0"
     if isinstance(value, float):
-        return f"{value:.7g}" if data_type == "float" else repr(value)
+        return float_text(value) if data_type == "float" else repr(value)
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
     return str(value)
@@ -403,7 +422,10 @@ class MysqlSource:
         try:
             kinds = self.kinds(table, refresh=True)
             columns = list(kinds)
-            select = ", ".join(_quote(c) for c in columns)
+            # a FLOAT as the double it widens to: the server's text of a FLOAT has 6 significant digits
+            select = ", ".join(
+                f"{_quote(c)} + 0" if kinds[c].data_type == "float" else _quote(c) for c in columns
+            )
             rows: list[tuple] = []
             with reader.cursor() as cursor:
                 cursor.execute(f"SELECT {select} FROM {_quote(self.settings.database)}.{_quote(table)}")

@@ -39,7 +39,8 @@ DATABASE = "sales"  # MAPPING selects schema `sales`: on MySQL the database is D
 def test_values_are_spelled_alike_from_the_full_load_and_from_the_binlog():
     """Given each MySQL type's value as pymysql reads it (full load) and as the binlog decoder reads it (CDC),
     When the local DMS spells them,
-    Then both paths give the same text, zero dates are NULL, and nothing is rounded or cut."""
+    Then both paths give the same text, zero dates are NULL, and nothing is rounded or cut (a FLOAT in the
+    fewest digits that read back as the same single, a BINARY(n) in its n bytes, YEAR in 4 digits)."""
     cases = [
         # (kind, full-load value, binlog value, text)
         (ColumnKind("bit"), b"\x02\xaa", "1010101010", "682"),
@@ -78,6 +79,19 @@ def test_values_are_spelled_alike_from_the_full_load_and_from_the_binlog():
         (ColumnKind("date"), "0000-00-00", None, None),
         (ColumnKind("date"), date(2026, 2, 28), date(2026, 2, 28), "2026-02-28"),
         (ColumnKind("blob"), b"\x00\xff", b"\x00\xff", "00FF"),
+        (
+            ColumnKind("binary", length=4),
+            b"\x01\x00\x00\x00",
+            b"\x01",
+            "01000000",
+        ),  # the binlog drops the padding
+        (ColumnKind("binary", length=4), b"\x00\x00\x00\x00", b"", "00000000"),
+        (ColumnKind("year"), 0, 1900, "0000"),  # the binlog decoder reads YEAR 0000 as 1900
+        (ColumnKind("year"), 2026, 2026, "2026"),
+        (ColumnKind("float"), 1.0000001192092896, 1.0000001192092896, "1.0000001"),  # 6 digits: 1
+        (ColumnKind("float"), 16777216.0, 16777216.0, "16777216"),  # 6 digits: 16777200
+        (ColumnKind("float"), 1.401298464324817e-45, 1.401298464324817e-45, "1.4013e-45"),
+        (ColumnKind("double"), 1.7976931348623157e308, 1.7976931348623157e308, "1.7976931348623157e+308"),
         (ColumnKind("longtext"), '{"a": [1, 2]}', '{"a": [1, 2]}', '{"a": [1, 2]}'),
     ]
     for kind, loaded, streamed, text in cases:
@@ -714,3 +728,173 @@ def dump_threads(address: MariaDbAddress) -> list[int]:
     with connect(address) as db, db.cursor() as cursor:
         cursor.execute("SELECT id FROM information_schema.processlist WHERE command LIKE 'Binlog Dump%'")
         return [thread for (thread,) in cursor.fetchall()]
+
+
+# the reconcile's canonical text of the types the lake holds as float, double or text ----------------------
+
+
+def test_mysql_sql_gives_a_double_the_bits_java_gives_it(source: MariaDbAddress):
+    """Given doubles at every edge of the format (±0, the subnormals, each power of two and its neighbours,
+    the smallest normal, the largest double) and 3,000 random bit patterns,
+    When MariaDB computes the reconcile's canonical text of each (lakehouse.reconcile_mysql.my_double_bits),
+    Then it is Java's Double.doubleToLongBits of the value (the lake side's), for every one."""
+    import math
+    import random
+    import struct
+
+    from lakehouse.reconcile_mysql import my_double_bits
+
+    def java_bits(value: float) -> int:  # doubleToLongBits: the IEEE bits, as a signed long (no NaN here)
+        return struct.unpack(">q", struct.pack(">d", value))[0]
+
+    rng = random.Random(31)
+    values = [0.0, 5e-324, 1e-310, 2.225073858507201e-308, 2.2250738585072014e-308, 0.1, 1.0, 1.5]
+    values += [1.2345678901234568e20, 8.98846567431158e307, 1.7976931348623157e308]
+    values += [math.ldexp(1.0, k) for k in range(-1074, 1024)]
+    values += [math.nextafter(math.ldexp(1.0, k), 0.0) for k in range(-1073, 1024)]
+    values += [math.nextafter(math.ldexp(1.0, k), math.inf) for k in range(-1074, 1023)]
+    values += [struct.unpack(">d", rng.getrandbits(64).to_bytes(8, "big"))[0] for _ in range(3000)]
+    values = [v for v in values if math.isfinite(v)]  # MySQL holds no NaN or infinity
+    values += [-v for v in values if v]  # -0.0: a column holds +0 (MariaDB); the expression below
+    with connect(source) as db, db.cursor() as cursor:
+        run(db, "CREATE TEMPORARY TABLE sales.doubles (k INT PRIMARY KEY, d DOUBLE)")
+        cursor.executemany("INSERT INTO sales.doubles VALUES (%s, %s)", list(enumerate(values)))
+        cursor.execute(f"SELECT k, {my_double_bits('d')} FROM sales.doubles")
+        found = dict(cursor.fetchall())
+        cursor.execute(f"SELECT {my_double_bits('NULL')}, {my_double_bits('-0e0')}, {my_double_bits('0e0')}")
+        nulls_and_zeros = cursor.fetchone()
+
+    assert len(values) > 12_000
+    assert {repr(v): found[k] for k, v in enumerate(values)} == {repr(v): java_bits(v) for v in values}
+    assert nulls_and_zeros == (None, java_bits(-0.0), 0)
+
+
+TYPED = (
+    "CREATE TABLE sales.`{}` (id INT PRIMARY KEY, f FLOAT, d DOUBLE, y YEAR, ch CHAR(5), bi BINARY(4),"
+    " tm TIME(6))"
+)
+TYPED_ROWS = (
+    "(1, 1.0000001, 0.1, 2026, 'ab  ', x'01', '-12:34:56.000001')",
+    "(2, 16777217, 1.7976931348623157e308, 0, '', x'0000ff00', '838:59:59')",
+    "(3, -1.17549435e-38, -5e-324, 1901, ' y', x'', '00:00:00.5')",
+    "(4, 3.4028234e38, -2.2250738585072014e-308, 2155, '12345', x'ffffffff', '-838:59:59')",
+    "(5, 1.4e-45, -0e0, NULL, NULL, NULL, NULL)",
+    "(6, 0, 1.2345678901234568e20, 1999, 'z', x'00', '00:00:00')",
+)
+TYPED_COLUMNS = ["id", "f", "d", "y", "ch", "bi", "tm"]
+
+
+@pytest.mark.spark
+def test_float_double_year_char_binary_and_time_hash_alike_on_both_sides_of_the_mysql_reconcile(
+    source: MariaDbAddress, spark, lake_config, tmp_path: Path
+):
+    """Given `Typed` (FLOAT, DOUBLE, YEAR, CHAR(5), BINARY(4), TIME(6): float extremes and subnormals, a FLOAT
+    that prints as 1.67772e+07, the largest double, double subnormals, -0.0, YEAR 0000, CHAR trailing spaces,
+    zero-padded BINARY, TIME fractions) and `typed`, another table differing only in case (MySQL on Linux),
+    both loaded by a running task, then copied row by row through the binlog (CDC) and updated,
+    When the lake applies the files of `Typed` (the schema file's table; `typed` is not in it),
+    Then each column's canonical text is byte for byte the same computed in MariaDB's SQL and in Spark, the
+    reconcile reads `Typed` (not `typed`) and finds it equal, and after one value per row is changed on the
+    source alone (each type, by one step of its precision), exactly those rows differ."""
+    from lakehouse.apply_run import ApplyOptions
+    from lakehouse.cdc_apply import apply_cdc
+    from lakehouse.dms_reader import ReaderOptions
+    from lakehouse.full_load import full_load
+    from lakehouse.reconcile import reconcile
+    from lakehouse.reconcile_mysql import MysqlJdbcSource, my_text
+    from lakehouse.reconcile_plan import ReconcileOptions, lake_text
+    from lakehouse.schema import SchemaFile
+    from pyspark.sql import functions as F
+
+    from tests.support import manifest
+
+    with connect(source) as db:
+        run(db, TYPED.format("Typed"), TYPED.format("typed"))
+        run(db, "INSERT INTO sales.`Typed` VALUES " + ", ".join(TYPED_ROWS))
+        run(db, "INSERT INTO sales.typed VALUES " + ", ".join(
+            f"({k}, 9, 9, 2000, 'other', x'09', '09:09:09')" for k in (1, 2, 3, 4, 5, 6, 11, 12, 13)))  # fmt: skip
+    bucket, replication = started_run(source)
+    with connect(source) as db:
+        run(
+            db,
+            "INSERT INTO sales.`Typed` SELECT id + 10, f, d, y, ch, bi, tm FROM sales.`Typed`",
+            "UPDATE sales.`Typed` SET d = 2.5e-300, tm = '-00:00:00.000001', y = 2000 WHERE id = 16",
+            "UPDATE sales.typed SET ch = 'cdc'",
+        )
+    caught_up(replication, source)
+    replication.stop()
+    assert {k: r["ch"] for k, r in replay(bucket, "typed").items()} == dict.fromkeys(
+        ["1", "2", "3", "4", "5", "6", "11", "12", "13"], "cdc"
+    )
+
+    raw = tmp_path / "raw"
+    for key, body in bucket.objects.items():
+        (raw / key).parent.mkdir(parents=True, exist_ok=True)
+        (raw / key).write_bytes(body)
+    document = schema_document(source)
+    document["tables"] = {"sales.Typed": document["tables"]["sales.Typed"]}  # the task maps `Typed` only
+    schema = SchemaFile.from_dict(document)
+    options = ApplyOptions(reader=ReaderOptions(csv_null_value="NULL"))
+    loaded = full_load(spark, lake_config, schema, str(raw / "dms"), options=options)
+    assert [t.error for t in loaded.tables if t.error] == []
+    cdc_files = sorted(str(raw / k) for k in bucket.objects if "/LOAD" not in k and "/Typed/" in k)
+    applied = apply_cdc(spark, lake_config, schema, manifest(*cdc_files), options)
+    assert [t.error for t in applied.tables if t.error] == []
+
+    table = lake_config.clean_table("sales_typed")
+    types = {f.name: f.dataType for f in spark.table(table).schema if f.name in TYPED_COLUMNS}
+    assert {n: t.simpleString() for n, t in types.items()} == {
+        "id": "int", "f": "float", "d": "double", "y": "string", "ch": "string", "bi": "binary",
+        "tm": "string",
+    }  # fmt: skip
+    spec = schema.tables["sales.Typed"]
+    with connect(source) as db, db.cursor() as cursor:
+        cursor.execute(
+            "SELECT id, "
+            + ", ".join(my_text(c, types[c], spec.column(c).source_type) for c in TYPED_COLUMNS[1:])
+            + " FROM sales.`Typed`"
+        )
+        source_texts = {row[0]: row[1:] for row in cursor.fetchall()}
+    lake_texts = {
+        row[0]: tuple(row[1:])
+        for row in spark.table(table)
+        .select("id", *[lake_text(F.col(c), types[c]) for c in TYPED_COLUMNS[1:]])
+        .collect()
+    }
+    assert sorted(lake_texts) == sorted(source_texts) == [1, 2, 3, 4, 5, 6, 11, 12, 13, 14, 15, 16]
+    differing = {
+        key: (lake_texts[key], texts) for key, texts in source_texts.items() if lake_texts[key] != texts
+    }
+    assert differing == {}, differing  # (lake, source) canonical texts of a row, by key
+    assert source_texts[2][:3] == ("4715268809856909312", "9218868437227405311", "0000")  # 16777216f, max
+    assert source_texts[3][4] == "00000000" and source_texts[5][1] == "0"  # x'' padded; -0e0 stored as 0
+
+    jdbc_url = f"jdbc:mysql://127.0.0.1:{source.port}/sales"
+    settings = ReconcileOptions(segment_rows=2, leaf_rows=1, bisect_factor=2)
+    first = reconcile(
+        spark, lake_config, schema, MysqlJdbcSource(spark, jdbc_url, {"user": "root"}), settings
+    )
+    assert [(t.table, t.missing, t.extra, t.differing, t.error) for t in first.tables] == [
+        ("sales.Typed", 0, 0, 0, None)
+    ]
+    with connect(source) as db:  # the task is stopped: these reach the source only
+        run(
+            db,
+            "UPDATE sales.`Typed` SET f = 1.0000002 WHERE id = 1",  # the next float up
+            "UPDATE sales.`Typed` SET d = 1.7976931348623155e308 WHERE id = 2",  # the next double down
+            "UPDATE sales.`Typed` SET y = 1902 WHERE id = 3",
+            "UPDATE sales.`Typed` SET ch = '12346' WHERE id = 4",
+            "UPDATE sales.`Typed` SET bi = x'00000001' WHERE id = 6",
+            "UPDATE sales.`Typed` SET tm = '-12:34:56.000002' WHERE id = 11",
+            "UPDATE sales.`Typed` SET d = -1e-323 WHERE id = 13",  # the next subnormal
+            "UPDATE sales.`Typed` SET f = 3.4028232e38 WHERE id = 14",  # the next float down from the largest
+            "UPDATE sales.`Typed` SET d = 5e-324 WHERE id = 15",  # 0 to the smallest double
+            "UPDATE sales.`Typed` SET ch = 'ab   ' WHERE id = 1",  # trailing spaces: MySQL stores 'ab'
+        )
+    second = reconcile(
+        spark, lake_config, schema, MysqlJdbcSource(spark, jdbc_url, {"user": "root"}), settings
+    )
+    assert [(t.table, t.missing, t.extra, t.differing, t.error) for t in second.tables] == [
+        ("sales.Typed", 0, 0, 9, None)
+    ]
+    assert second.tables[0].samples["differing"] == [{"id": k} for k in (1, 2, 3, 4, 6, 11, 13, 14, 15)]
