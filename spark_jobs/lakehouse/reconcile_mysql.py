@@ -12,7 +12,7 @@ value as a double, built from its sign, exponent and fraction with exact double 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
@@ -26,7 +26,10 @@ from lakehouse.reconcile_plan import (
 )
 from lakehouse.reconcile_sources import JdbcSqlSource
 
-DRIVER = "org.mariadb.jdbc.Driver"
+# The JDBC drivers that read MySQL, the first one the JVM has: MariaDB's (Debian's libmariadb-java, `make mariadb`:
+# local runs and tests) or MySQL Connector/J (AWS Glue 5.x has 8.0.33 on its classpath). Both take a
+# `jdbc:mysql:` URL; every value the reconcile reads is computed in the server's SQL.
+DRIVERS = ("org.mariadb.jdbc.Driver", "com.mysql.cj.jdbc.Driver")
 UTC_SESSION = "SET time_zone = '+00:00'"
 SEP = "CHAR(31 USING utf8mb4)"
 
@@ -96,6 +99,26 @@ def my_row_hash(fields: Sequence[str]) -> str:
     return f"CAST(CONV(SUBSTR(MD5({text}), 1, 16), 16, -10) AS SIGNED)"
 
 
+def pick_driver(loadable: Callable[[str], bool]) -> str:
+    """The first of DRIVERS the JVM can load; none: an error saying how to add one."""
+    for driver in DRIVERS:
+        if loadable(driver):
+            return driver
+    raise RuntimeError(
+        f"no MySQL JDBC driver on the Spark classpath (tried {', '.join(DRIVERS)}): add MariaDB's or MySQL"
+        " Connector/J's jar (Glue: --extra-jars; EMR Serverless and spark-submit: --jars)"
+    )
+
+
+def jvm_has_class(spark: SparkSession, name: str) -> bool:
+    """Can Spark's class loader (the one its JDBC source uses, jars added with --jars included) load `name`?"""
+    try:
+        spark.sparkContext._jvm.org.apache.spark.util.Utils.classForName(name, False, False)  # type: ignore[union-attr]
+    except Exception:  # py4j's Py4JJavaError: ClassNotFoundException
+        return False
+    return True
+
+
 class MysqlJdbcSource(JdbcSqlSource):
     """A MySQL or MariaDB source through Spark's JDBC data source (see the module docstring); key ranges go to
     `parallelism` concurrent queries."""
@@ -109,7 +132,8 @@ class MysqlJdbcSource(JdbcSqlSource):
         self.url = (
             "jdbc:mysql:" + url.removeprefix("jdbc:mariadb:") if url.startswith("jdbc:mariadb:") else url
         )
-        self.properties = {"driver": DRIVER, "sessionInitStatement": UTC_SESSION, **properties}
+        driver = properties.get("driver") or pick_driver(lambda name: jvm_has_class(spark, name))
+        self.properties = {"sessionInitStatement": UTC_SESSION, **properties, "driver": driver}
 
     def _table(self, plan: TablePlan) -> str:
         return f"{my_ident(plan.spec.source_schema)}.{my_ident(plan.spec.name)}"

@@ -98,6 +98,23 @@ def test_values_are_spelled_alike_from_the_full_load_and_from_the_binlog():
         assert (dms_text(loaded, kind), dms_text(streamed, kind)) == (text, text), (kind, loaded, streamed)
 
 
+def test_the_reconcile_reads_mysql_with_the_jdbc_driver_the_jvm_has():
+    """Given a JVM with MariaDB's driver (local), with only MySQL Connector/J (AWS Glue 5.x), or with neither,
+    When the MySQL source picks its driver,
+    Then it takes MariaDB's, else Connector/J, else fails saying how to add one (not a ClassNotFoundException
+    in the middle of the first table)."""
+    from lakehouse.reconcile_mysql import pick_driver
+
+    assert pick_driver({"org.mariadb.jdbc.Driver", "com.mysql.cj.jdbc.Driver"}.__contains__) == (
+        "org.mariadb.jdbc.Driver"
+    )
+    assert pick_driver({"com.mysql.cj.jdbc.Driver", "org.postgresql.Driver"}.__contains__) == (
+        "com.mysql.cj.jdbc.Driver"
+    )
+    with pytest.raises(RuntimeError, match=r"no MySQL JDBC driver .*--extra-jars"):
+        pick_driver({"org.postgresql.Driver"}.__contains__)
+
+
 def test_a_negative_time_with_a_fraction_is_decoded_from_the_binlog_as_the_server_stores_it():
     """Given TIME2 binlog values as MySQL packs them (a negative time's fraction stored as its complement),
     When the local DMS decodes them,
@@ -801,7 +818,7 @@ def test_float_double_year_char_binary_and_time_hash_alike_on_both_sides_of_the_
     from lakehouse.dms_reader import ReaderOptions
     from lakehouse.full_load import full_load
     from lakehouse.reconcile import reconcile
-    from lakehouse.reconcile_mysql import MysqlJdbcSource, my_text
+    from lakehouse.reconcile_mysql import MysqlJdbcSource, jvm_has_class, my_text
     from lakehouse.reconcile_plan import ReconcileOptions, lake_text
     from lakehouse.schema import SchemaFile
     from pyspark.sql import functions as F
@@ -871,6 +888,8 @@ def test_float_double_year_char_binary_and_time_hash_alike_on_both_sides_of_the_
 
     jdbc_url = f"jdbc:mysql://127.0.0.1:{source.port}/sales"
     settings = ReconcileOptions(segment_rows=2, leaf_rows=1, bisect_factor=2)
+    assert MysqlJdbcSource(spark, jdbc_url, {}).properties["driver"] == "org.mariadb.jdbc.Driver"
+    assert not jvm_has_class(spark, "com.mysql.cj.jdbc.Driver")  # Glue's: not here, nor needed
     first = reconcile(
         spark, lake_config, schema, MysqlJdbcSource(spark, jdbc_url, {"user": "root"}), settings
     )
