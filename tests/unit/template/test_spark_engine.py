@@ -377,7 +377,7 @@ def test_lake_formation_grants_go_to_the_role_that_runs_the_jobs(template):
             {"Fn::GetAtt": ["GlueJobRole", "Arn"]},
         ]
     }
-    assert len(grants) == 6 and all(g == either for g in grants)
+    assert len(grants) == 8 and all(g == either for g in grants)  # clean, history, refined: 2 each; 2 locations
 
 
 @pytest.mark.parametrize(
