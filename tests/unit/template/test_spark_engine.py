@@ -377,7 +377,8 @@ def test_lake_formation_grants_go_to_the_role_that_runs_the_jobs(template):
             {"Fn::GetAtt": ["GlueJobRole", "Arn"]},
         ]
     }
-    assert len(grants) == 8 and all(g == either for g in grants)  # clean, history, refined: 2 each; 2 locations
+    # clean, history and refined databases: two grants each; the two data locations
+    assert len(grants) == 8 and all(g == either for g in grants)
 
 
 @pytest.mark.parametrize(
