@@ -435,6 +435,12 @@ def source_credentials(args: Any) -> tuple[str, dict[str, str]]:
             url = f"jdbc:postgresql://{secret['host']}:{secret.get('port', 5432)}/{secret.get('dbname', 'postgres')}"
     if not url:
         raise SystemExit("reconcile: --source_jdbc_url or a --source_secret_id with host is required")
+    schemes = ("jdbc:mysql:", "jdbc:mariadb:") if args.source_engine == "mysql" else ("jdbc:postgresql:",)
+    if not url.startswith(schemes):  # the other engine's SQL would fail on the first table, less clearly
+        raise SystemExit(
+            f"reconcile: --source_engine {args.source_engine} (template: SourceEngine) reads a {schemes[0]} URL,"
+            f" not {url.split('//', 1)[0]}//…"
+        )
     properties = {"user": user}
     if password:
         properties["password"] = password

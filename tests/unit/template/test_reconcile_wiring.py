@@ -278,6 +278,26 @@ def test_the_deployed_reconcile_reads_the_source_engine_the_stack_is_given(
     assert (url, properties) == (f"jdbc:{engine}://db.example:1234/sales", {"user": "lake", "password": "pw"})
 
 
+@pytest.mark.parametrize(
+    ("engine", "url"),
+    [("mysql", "jdbc:postgresql://db:5432/sales"), ("postgresql", "jdbc:mysql://db:3306/sales")],
+)
+def test_a_source_url_of_the_other_engine_is_refused_naming_source_engine(engine, url):
+    """Given a stack whose SourceEngine does not match its ReconcileSourceJdbcUrl, When the job starts, Then it
+    stops at once saying so (not a SQL or driver error on the first table)."""
+    if str(SPARK_JOBS) not in sys.path:
+        sys.path.insert(0, str(SPARK_JOBS))
+    from lakehouse.reconcile import source_credentials
+
+    args = argparse.Namespace(
+        source_engine=engine, source_jdbc_url=url, source_user="u", source_password="", source_secret_id=""
+    )
+    with pytest.raises(SystemExit, match=f"--source_engine {engine} \\(template: SourceEngine\\)"):
+        source_credentials(args)
+    args.source_jdbc_url = url.replace(url.split(":")[1], engine)
+    assert source_credentials(args) == (args.source_jdbc_url, {"user": "u"})
+
+
 def test_the_history_guard_knows_the_jobs_and_their_periods(template):
     """The guard answers 'due' from the jobs' run history: it is told their names and periods (0, never,
     when no source is configured: a reconcile that cannot connect is never started) and may read their runs
