@@ -417,6 +417,10 @@ def reconcile_parser() -> Any:
     return parser
 
 
+# what an RDS secret's `engine` holds (mysql, mariadb, aurora-mysql, postgres, aurora-postgresql) -> ours
+SECRET_ENGINES = (("mysql", "mysql"), ("mariadb", "mysql"), ("postgres", "postgresql"))
+
+
 def source_credentials(args: Any) -> tuple[str, dict[str, str]]:
     """The JDBC URL and user/password: from the arguments, or from a Secrets Manager secret (the shape
     RDS and DMS secrets have: username, password, host, port, dbname)."""
@@ -429,6 +433,13 @@ def source_credentials(args: Any) -> tuple[str, dict[str, str]]:
         )
         user = user or secret.get("username", "")
         password = secret.get("password", password)
+        engine = str(secret.get("engine", "")).lower()
+        wanted = next((ours for theirs, ours in SECRET_ENGINES if theirs in engine), args.source_engine)
+        if wanted != args.source_engine:
+            raise SystemExit(
+                f"reconcile: the source secret is of a {engine} database, read with --source_engine {wanted}"
+                f" (template: SourceEngine={wanted}), not {args.source_engine}"
+            )
         if not url and secret.get("host") and args.source_engine == "mysql":
             url = f"jdbc:mysql://{secret['host']}:{secret.get('port', 3306)}/{secret.get('dbname', '')}"
         elif not url and secret.get("host"):

@@ -271,6 +271,7 @@ def test_the_deployed_reconcile_reads_the_source_engine_the_stack_is_given(
             Name="source",
             SecretString=json.dumps(
                 {"username": "lake", "password": "pw", "host": "db.example", "port": 1234, "dbname": "sales"}
+                | {"engine": "aurora-mysql" if engine == "mysql" else "postgres"}  # RDS's spelling
             ),
         )
         args.source_secret_id = secret["ARN"]
@@ -296,6 +297,41 @@ def test_a_source_url_of_the_other_engine_is_refused_naming_source_engine(engine
         source_credentials(args)
     args.source_jdbc_url = url.replace(url.split(":")[1], engine)
     assert source_credentials(args) == (args.source_jdbc_url, {"user": "u"})
+
+
+@pytest.mark.parametrize(
+    ("secret_engine", "engine", "wanted"),
+    [
+        ("aurora-mysql", "postgresql", "mysql"),
+        ("mariadb", "postgresql", "mysql"),
+        ("postgres", "mysql", "postgresql"),
+    ],
+)
+def test_a_source_secret_of_the_other_engine_is_refused_naming_source_engine(
+    secret_engine, engine, wanted, monkeypatch
+):
+    """Given an RDS secret whose `engine` is not the stack's SourceEngine (a MySQL user who left the default),
+    When the job reads it, Then it stops at once naming the SourceEngine the secret needs."""
+    import boto3
+    from moto import mock_aws
+
+    if str(SPARK_JOBS) not in sys.path:
+        sys.path.insert(0, str(SPARK_JOBS))
+    from lakehouse.reconcile import source_credentials
+
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "testing")
+    with mock_aws():
+        arn = boto3.client("secretsmanager").create_secret(
+            Name="source",
+            SecretString=json.dumps({"username": "u", "host": "db", "port": 1, "engine": secret_engine}),
+        )["ARN"]
+        args = argparse.Namespace(
+            source_engine=engine, source_jdbc_url="", source_user="", source_password="", source_secret_id=arn
+        )
+        with pytest.raises(SystemExit, match=f"of a {secret_engine} database.*SourceEngine={wanted}\\)"):
+            source_credentials(args)
 
 
 def test_the_history_guard_knows_the_jobs_and_their_periods(template):
