@@ -6,7 +6,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
 
 from lakehouse.fence import fenced
-from lakehouse.reconcile import reconcile_main
+from lakehouse.reconcile_cli import reconcile_main
 
 if __name__ == "__main__":
     # fenced: dms_divergence, a reload request and the emptying of a table whose source is empty (its one

@@ -172,7 +172,7 @@ def test_reconcile_arguments_repair_through_the_demos_task_and_never_fail_on_div
     }
     check = divergence.reconcile_arguments(**common, repair=False)
     assert check == {k: v for k, v in repair.items() if k != "--dms_task_arn"} | {"--repair_mode": "alarm"}
-    from lakehouse.reconcile import reconcile_parser
+    from lakehouse.reconcile_cli import reconcile_parser
 
     parsed = reconcile_parser().parse_known_args([a for kv in repair.items() for a in kv])[0]
     assert (parsed.repair_mode, parsed.fail_on_divergence, parsed.max_source_rows) == ("reload", "false", 0)
