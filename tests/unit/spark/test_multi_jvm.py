@@ -39,6 +39,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TEST_JIT_OPTIONS
+
 pytestmark = pytest.mark.spark
 
 MASTER = "local-cluster[2,1,1024]"
@@ -95,13 +97,16 @@ def test_the_tests_that_matter_pass_with_executors_in_their_own_jvms(tmp_path):
 def test_the_executors_are_other_jvms(spark):
     """Given the session of the local-cluster run,
     When its tasks run,
-    Then two executors other than the driver ran them, each in a JVM whose process is not the driver's."""
+    Then two executors other than the driver ran them, each in a JVM whose process is not the driver's and
+    which compiles with C1 only, as the driver (tests/conftest.py, TEST_JIT_OPTIONS)."""
     context = spark.sparkContext
     assert context.master == MASTER
     driver_pid = context._jvm.java.lang.ProcessHandle.current().pid()
     jvms = set(context.parallelize(range(8), 8).map(lambda _: _task_jvm()).collect())
     assert driver_pid not in {pid for pid, _ in jvms}
     assert len(jvms) == 2 and {name for _, name in jvms} == {"java"}, jvms
+    for pid, _ in jvms:
+        assert TEST_JIT_OPTIONS in Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0"), pid
     # the driver's block manager and one per executor
     assert context._jsc.sc().getExecutorMemoryStatus().size() == 3
 

@@ -1,0 +1,56 @@
+"""The tests' own SparkSession compiles with C1 only (tests/conftest.py, TEST_JIT_OPTIONS): their tables are a
+few rows, so C2's compiling is CPU spent on nothing; the JVM's settings come from the environment only while
+the session starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import TEST_JIT_OPTIONS, jit_environment
+
+
+def vm_option(spark, name: str) -> str:
+    jvm = spark._jvm
+    bean_class = jvm.java.lang.Class.forName("com.sun.management.HotSpotDiagnosticMXBean")
+    bean = jvm.java.lang.management.ManagementFactory.getPlatformMXBean(bean_class)
+    return bean.getVMOption(name).getValue()
+
+
+@pytest.mark.spark
+def test_the_tests_session_jvm_compiles_with_c1_only_and_still_compiles_huge_methods(spark) -> None:
+    """Given the shared session of the tests, Then its JVM stops at C1 (tier 1) and keeps the product's
+    local option (huge generated methods compiled)."""
+    assert (vm_option(spark, "TieredStopAtLevel"), vm_option(spark, "DontCompileHugeMethods")) == (
+        "1",
+        "false",
+    )
+
+
+def test_a_local_session_gets_c1_for_its_driver_and_a_local_cluster_for_its_executors_too() -> None:
+    """Given no JVM settings in the environment,
+    When the tests' session settings are asked for a local master, then for local-cluster,
+    Then the driver gets the product's local options plus C1 only; on local-cluster the executors get C1 too
+    (spark-submit's arguments, which pyspark reads when it launches the driver)."""
+    assert jit_environment({}) == {
+        "LAKE_SPARK_JAVA_OPTIONS": "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
+    }
+    assert jit_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"}) == {
+        "LAKE_SPARK_JAVA_OPTIONS": "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1",
+        "PYSPARK_SUBMIT_ARGS": "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell",
+    }
+    assert TEST_JIT_OPTIONS == "-XX:TieredStopAtLevel=1"
+
+
+def test_settings_the_caller_made_win() -> None:
+    """Given JVM options set by whoever runs the tests (empty: the JVM's defaults) and their own submit
+    arguments, Then the tests' session keeps them as they are."""
+    environ = {
+        "LAKE_SPARK_MASTER": "local-cluster[2,1,1024]",
+        "LAKE_SPARK_JAVA_OPTIONS": "",
+        "PYSPARK_SUBMIT_ARGS": "--driver-memory 2g pyspark-shell",
+    }
+
+    assert jit_environment(environ) == {
+        "LAKE_SPARK_JAVA_OPTIONS": "",
+        "PYSPARK_SUBMIT_ARGS": "--driver-memory 2g pyspark-shell",
+    }
