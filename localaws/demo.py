@@ -86,7 +86,12 @@ def run_demo(args: argparse.Namespace) -> int:
         workdir=Path(args.workdir),
         # a low threshold: the demo shows the hand-over to a fresh execution (#2 in the progress line)
         # and the consistent point after each CDC run (asked for: it lists the raw zone, small here)
-        parameters={"HistoryThreshold": str(args.history_threshold), "ConsistentPoints": "true"},
+        # S: the local DMS writes a change within seconds of its commit (AWS: CdcMaxBatchInterval, 60 s)
+        parameters={
+            "HistoryThreshold": str(args.history_threshold),
+            "ConsistentPoints": "true",
+            "DmsSettleSeconds": "30",
+        },
         replication=replication.ReplicationSettings(bucket="(set at deploy)", data_format=args.dms_format),
         source=args.source,
     )

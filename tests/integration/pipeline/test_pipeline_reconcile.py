@@ -124,7 +124,7 @@ def probe_queue(pipeline: LocalPipeline) -> ProbeQueue:
 def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_never_wrote(
     make_pipeline, pipeline_endpoint
 ) -> None:
-    """Given the stack deployed with ReconcileEveryMinutes=1, ReconcileSettleSeconds=120, RawAuditEveryMinutes=1
+    """Given the stack deployed with ReconcileEveryMinutes=1, DmsSettleSeconds=120, RawAuditEveryMinutes=1
     (grace 1 minute), RepairMode=reload and the source's secret, and the pipeline caught up with its source,
     When a change's file event never reaches the queue (the EventBridge rule had no target when the file
     landed), the source's time_dim is rebuilt by TRUNCATE + INSERT without a tenth of its rows, and a
@@ -145,7 +145,7 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
             "ReconcileEveryMinutes": "1",
             # a difference counts once a run 2 minutes after the one that saw it still sees it: the local DMS
             # on a loaded machine writes a change well after its commit (AWS: CdcMaxBatchInterval, 60 s)
-            "ReconcileSettleSeconds": "120",
+            "DmsSettleSeconds": "120",
             "RawAuditEveryMinutes": "1",
             "RawAuditGraceMinutes": "1",
             "RepairMode": "reload",
