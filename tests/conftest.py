@@ -61,7 +61,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def pytest_configure(config: pytest.Config) -> None:
     """A pytest-xdist worker (`gw0`, `gw1`, …) runs its local AWS on LOCALAWS_PORT (4566 when unset) + 1 + its
     number, so workers never share one; `sam build` output stays shared (LOCALAWS_SAM_BUILD_DIR: the build
-    folder of the run's own port; tests/integration/pipeline/conftest.py builds it once per run)."""
+    folder of the run's own port; tests/integration/pipeline/conftest.py builds it once per run). Every process
+    of the run (and what it starts) compiles with C1 only (`jit_environment`)."""
+    os.environ.update(jit_environment(os.environ))
     worker = getattr(config, "workerinput", {}).get("workerid")
     if not worker:
         return
@@ -105,11 +107,14 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
     )
 
 
-# The JIT of the tests' JVMs: C1 only (-XX:TieredStopAtLevel=1). A test's tables are a few rows, so the JVM's
-# CPU goes to compiling, not to running: C2 recompiles Spark's and Iceberg's hot paths at length for rows
-# that never come. Measured (CPU seconds of the whole process tree, 2026-11-26): test_cdc_rules 128 -> 101,
-# test_history_property 87 -> 61, test_multi_jvm's local-cluster run 244 -> 152 (wall 267 -> 141 s).
-# Semantics are the JVM's either way; the product's sessions keep the JVM's default (lakehouse.session).
+# The JIT of every JVM a test run starts (its SparkSessions, the local AWS's job runs): C1 only
+# (-XX:TieredStopAtLevel=1). A test's tables are a few rows, so the JVM's CPU goes to compiling, not to running:
+# C2 recompiles Spark's and Iceberg's hot paths at length for rows that never come. Measured (CPU seconds of the
+# whole process tree, 2026-11-26): test_cdc_rules 128 -> 101, test_history_property 87 -> 61, test_hostile_names
+# 145 -> 133, test_multi_jvm's local-cluster run 244 -> 152 (wall 267 -> 141 s), test_pipeline_fencing
+# 151 -> 145. Set for the whole process (pytest_configure): a process launches one JVM, at its first session,
+# whichever test makes it (a pipeline test's check of the lake, before the `spark` fixture). Semantics are the
+# JVM's either way; the product's sessions keep the JVM's default (lakehouse.session).
 TEST_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
@@ -135,19 +140,7 @@ def spark(base_config) -> Iterator:
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "1g" if multi_jvm else "3g")
     from lakehouse.session import build_session
 
-    # The JIT settings only while the session starts: nothing started later in this process (a local AWS,
-    # a job in a subprocess) inherits them.
-    jit = jit_environment(os.environ)
-    before = {name: os.environ.get(name) for name in jit}
-    os.environ.update(jit)
-    try:
-        session = build_session(base_config, "lakehouse-tests")
-    finally:
-        for name, value in before.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+    session = build_session(base_config, "lakehouse-tests")
     yield session
     session.stop()
 

@@ -1,6 +1,5 @@
-"""The tests' own SparkSession compiles with C1 only (tests/conftest.py, TEST_JIT_OPTIONS): their tables are a
-few rows, so C2's compiling is CPU spent on nothing; the JVM's settings come from the environment only while
-the session starts."""
+"""Every JVM a test run starts compiles with C1 only (tests/conftest.py, TEST_JIT_OPTIONS, set in the process's
+environment by pytest_configure): the tests' tables are a few rows, so C2's compiling is CPU spent on nothing."""
 
 from __future__ import annotations
 
@@ -18,8 +17,8 @@ def vm_option(spark, name: str) -> str:
 
 @pytest.mark.spark
 def test_the_tests_session_jvm_compiles_with_c1_only_and_still_compiles_huge_methods(spark) -> None:
-    """Given the shared session of the tests, Then its JVM stops at C1 (tier 1) and keeps the product's
-    local option (huge generated methods compiled)."""
+    """Given the shared session of the tests (whichever test of this process launched its JVM), Then its JVM
+    stops at C1 (tier 1) and keeps the product's local option (huge generated methods compiled)."""
     assert (vm_option(spark, "TieredStopAtLevel"), vm_option(spark, "DontCompileHugeMethods")) == (
         "1",
         "false",
