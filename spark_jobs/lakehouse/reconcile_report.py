@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -100,7 +100,7 @@ class ReconcileReport:
         return totals
 
     def to_dict(self) -> dict[str, Any]:
-        document = asdict(self)
+        document = asdict(replace(self, sightings={}))  # the sightings (up to 100,000 a table) are state
         del document["sightings"]
         document["totals"] = self.totals()
         return document
