@@ -265,7 +265,6 @@ def ensure_history(spark: SparkSession, config: LakeConfig, spec: TableSpec, cle
     """The table's history table, created if it does not exist yet: with one LOAD version of every row
     the clean table holds (its history starts from the table as it is), in the create's one commit."""
     table = history_table(config, spec)
-    ensure_namespace(spark, config.catalog_name, history_database(config.clean_database))
     if table_exists(spark, table):
         owner = table_properties(spark, table).get(HISTORY_OF)
         if owner != spec.qualified_name:
@@ -275,6 +274,7 @@ def ensure_history(spark: SparkSession, config: LakeConfig, spec: TableSpec, cle
                 f"{spec.qualified_name} or rename the other table with a DMS table-mapping rule"
             )
         return table
+    ensure_namespace(spark, config.catalog_name, history_database(config.clean_database))  # once, at creation
     properties = {HISTORY_OF: spec.qualified_name}
     comment = f"Every version of every row of {spec.qualified_name}"
     if table_exists(spark, clean):
