@@ -75,8 +75,34 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["LOCALAWS_PORT"] = str(base + 1 + int(worker.removeprefix("gw")))
 
 
+# The test that runs a chosen subset of the Spark tests in a pytest of its own, with executors in their own JVMs
+# (tests/unit/spark/test_multi_jvm.py: its module's SUBSET).
+MULTI_JVM_TEST = (
+    "tests/unit/spark/test_multi_jvm.py::test_the_tests_that_matter_pass_with_executors_in_their_own_jvms"
+)
+
+
+def run_in_the_multi_jvm_test(items: list[pytest.Item]) -> set[str]:
+    """The node ids among `items` that the multi-JVM test runs itself, when it is among them: there they run
+    with the driver and the executors in separate JVMs, the harsher of the two settings, so running them in
+    this process too would only repeat them (their local-cluster run must pass whole: that test asserts it)."""
+    multi_jvm = next((item for item in items if item.nodeid == MULTI_JVM_TEST), None)
+    if multi_jvm is None:
+        return set()
+    return {
+        nodeid for nodeid in multi_jvm.module.SUBSET if not nodeid.startswith(MULTI_JVM_TEST.split("::")[0])
+    }
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """In a pytest-xdist worker, the tests in `parallel_rank` order (every worker sorts alike, as xdist needs)."""
+    """Each of the multi-JVM test's subset runs once, in that test's local-cluster run, not here too
+    (`run_in_the_multi_jvm_test`; a run of a module alone still runs its tests here). In a pytest-xdist
+    worker, the tests in `parallel_rank` order (every worker sorts alike, as xdist needs)."""
+    if not os.environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster"):
+        elsewhere = run_in_the_multi_jvm_test(items)
+        if elsewhere:
+            config.hook.pytest_deselected(items=[item for item in items if item.nodeid in elsewhere])
+            items[:] = [item for item in items if item.nodeid not in elsewhere]
     if not hasattr(config, "workerinput"):
         return
     tests_dir = Path(__file__).resolve().parent

@@ -188,3 +188,32 @@ def test_workers_of_one_run_build_once_and_a_new_run_or_a_failed_build_builds_ag
     monkeypatch.setattr(sam_app, "build", _fake_build(log))
     assert sam_app.build_once("http://127.0.0.1:4721", "run-3") is True
     assert sam_app.build_once("http://127.0.0.1:4722", "run-3") is False
+
+
+def test_the_multi_jvm_tests_subset_runs_once_in_its_local_cluster_run():
+    """Given collected items that hold the multi-JVM test (its module's SUBSET: itself, a test that runs only
+    in its run, and two other modules' tests),
+    When the run decides where each test runs,
+    Then the other modules' tests of the subset run only in the multi-JVM test's run, nothing else is moved;
+    without the multi-JVM test among the items (a module run alone), nothing is."""
+    module = SimpleNamespace(
+        SUBSET=(
+            "tests/unit/spark/test_multi_jvm.py::test_the_executors_are_other_jvms",
+            "tests/unit/spark/test_cdc_rules.py::test_schema_evolution",
+            "tests/unit/refine/test_refine.py::test_refine_builds",
+        )
+    )
+    multi_jvm = SimpleNamespace(nodeid=conftest.MULTI_JVM_TEST, module=module)
+    others = [
+        SimpleNamespace(nodeid=n, module=None)
+        for n in (
+            "tests/unit/spark/test_cdc_rules.py::test_schema_evolution",
+            "tests/unit/spark/test_x.py::t",
+        )
+    ]
+
+    assert conftest.run_in_the_multi_jvm_test([*others, multi_jvm]) == {
+        "tests/unit/spark/test_cdc_rules.py::test_schema_evolution",
+        "tests/unit/refine/test_refine.py::test_refine_builds",
+    }
+    assert conftest.run_in_the_multi_jvm_test(others) == set()

@@ -1,8 +1,10 @@
-"""The Spark tests that matter run again with the driver and two executors in separate JVMs (Spark's
+"""The Spark tests that matter run with the driver and two executors in separate JVMs (Spark's
 `local-cluster[2,1,1024]`), so that whatever works only because they share one process (files staged
-on the driver, local paths in closures, broadcasts, driver-side state read from a task) fails here.
+on the driver, local paths in closures, broadcasts, driver-side state read from a task) fails here. When
+this test is collected with them (`make test`), they run only here, not in the one-JVM run as well
+(tests/conftest.py, `run_in_the_multi_jvm_test`): the harsher setting proves their rules, once.
 
-One test per distinct executor-side path (each re-run costs 15-100 s of a 2-core CI machine):
+One test per distinct executor-side path (each costs 15-100 s of a 2-core CI machine here):
 - CSV full load, CDC MERGE, a reload (full load with reload=True: a row gone, one kept for its newer change)
   and late changes ranked against it: test_a_reload_during_cdc_is_order_independent;
 - MERGE with deletes on a bucketed table, tombstones outranking a late insert, the ledger skipping a
@@ -13,8 +15,8 @@ One test per distinct executor-side path (each re-run costs 15-100 s of a 2-core
 - MERGE with deletes on an unpartitioned table (merge-on-read delete files), their compaction and snapshot
   expiry, then a replay and a late file: test_maintenance_compacts_...;
 - the refine (a build, then an incremental run over a workload): test_refine_builds_then_follows_...
-Not re-run here, because what they run on executors is in the list above (their own rules still run in
-the one-JVM suite):
+Not run here, because what they run on executors is in the list above (their own rules run in the one-JVM
+suite):
 - test_rerunning_the_full_load_keeps_cdc_changes_and_a_reload_takes_the_new_load_files: a full load, a
   CDC apply and a reload, all three in the reload-during-CDC test; the rerun's no-op is decided on the
   driver (the table's load mark);
