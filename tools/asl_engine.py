@@ -67,33 +67,13 @@ class EngineError(ValueError):
 
 
 # ---------------------------------------------------------------- reading the template
-def _cfn_loader() -> type:
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def tag(loader: yaml.SafeLoader, suffix: str, node: yaml.Node) -> Any:
-        name = "Ref" if suffix == "Ref" else f"Fn::{suffix}"
-        if isinstance(node, yaml.ScalarNode):
-            value: Any = loader.construct_scalar(node)
-            if suffix == "GetAtt":
-                value = value.split(".", 1)
-        elif isinstance(node, yaml.SequenceNode):
-            value = loader.construct_sequence(node, deep=True)
-        else:
-            value = loader.construct_mapping(node, deep=True)
-        return {name: value}
-
-    Loader.add_multi_constructor("!", tag)
-    return Loader
-
-
 def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
-    """template.yaml with CloudFormation's short tags as their long forms (`!Ref X` → `{"Ref": "X"}`)."""
-    import yaml
+    """template.yaml as CloudFormation reads it, by cfn-lint's decoder: short tags in their long forms
+    (`!Ref X` → `{"Ref": "X"}`, `!GetAtt A.B` → `{"Fn::GetAtt": ["A", "B"]}`, `!Condition C` →
+    `{"Condition": "C"}`); mappings and strings are dict and str subclasses that carry their line."""
+    from cfnlint.decode import cfn_yaml
 
-    return yaml.load(path.read_text(), Loader=_cfn_loader())  # a SafeLoader subclass
+    return cfn_yaml.load(str(path))
 
 
 def as_text(value: Any) -> str:

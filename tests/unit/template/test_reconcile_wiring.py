@@ -348,7 +348,7 @@ def test_the_history_guard_knows_the_jobs_and_their_periods(template):
     assert variables["RAW_AUDIT_EVERY_MINUTES"] == {"Ref": "RawAuditEveryMinutes"}
     assert template["Conditions"]["ReconcileConfigured"] == {
         "Fn::Or": [
-            {"Fn::Condition": "HasSourceSecret"},
+            {"Condition": "HasSourceSecret"},
             {"Fn::Not": [{"Fn::Equals": [{"Ref": "ReconcileSourceJdbcUrl"}, ""]}]},
         ]
     }
