@@ -63,8 +63,10 @@ def job_sites(spark, job_ids: list[int]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--applies", type=int, default=12)
+    parser.add_argument("--applies", type=int, default=12, help="at least 2; the first is not counted")
     args = parser.parse_args(argv)
+    if args.applies < 2:
+        parser.error("--applies: at least 2 (the first apply of a session is not counted)")
     root = Path(tempfile.mkdtemp(prefix="small-apply-"))
     config = LakeConfig(
         warehouse=str(root / "warehouse"), staging_dir=str(root / "staging"), clean_database="bench"

@@ -89,9 +89,8 @@ def run_in_the_multi_jvm_test(items: list[pytest.Item]) -> set[str]:
     multi_jvm = next((item for item in items if item.nodeid == MULTI_JVM_TEST), None)
     if multi_jvm is None:
         return set()
-    return {
-        nodeid for nodeid in multi_jvm.module.SUBSET if not nodeid.startswith(MULTI_JVM_TEST.split("::")[0])
-    }
+    own_module = MULTI_JVM_TEST.split("::", 1)[0]
+    return {nodeid for nodeid in multi_jvm.module.SUBSET if not nodeid.startswith(own_module)}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
