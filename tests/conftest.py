@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import shlex
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -137,10 +138,14 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
 # C2 recompiles Spark's and Iceberg's hot paths at length for rows that never come. Measured (CPU seconds of the
 # whole process tree, 2026-11-26): test_cdc_rules 128 -> 101, test_history_property 87 -> 61, test_hostile_names
 # 145 -> 133, test_multi_jvm's local-cluster run 244 -> 152 (wall 267 -> 141 s), test_pipeline_fencing
-# 151 -> 145. Set for the whole process (pytest_configure): a process launches one JVM, at its first session,
+# 151 -> 145. C1 only also shrinks the JVM's default code cache from 240 MB to 48 MB, which a session that runs
+# queries for half an hour fills: the JVM then flushes and recompiles its hot code again and again ("CodeCache
+# is full. Compiler has been disabled"), and a small apply costs 2.5-5.8 CPU-s instead of 2.2 after a dozen
+# applies (bench/RESULTS.md, "The code cache of a C1-only JVM"); the cache keeps the tiered default.
+# Set for the whole process (pytest_configure): a process launches one JVM, at its first session,
 # whichever test makes it (a pipeline test's check of the lake, before the `spark` fixture). Semantics are the
 # JVM's either way; the product's sessions keep the JVM's default (lakehouse.session).
-TEST_JIT_OPTIONS = "-XX:TieredStopAtLevel=1"
+TEST_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
 def jit_environment(environ: Mapping[str, str]) -> dict[str, str]:
@@ -152,7 +157,7 @@ def jit_environment(environ: Mapping[str, str]) -> dict[str, str]:
     wanted = {"LAKE_SPARK_JAVA_OPTIONS": f"{LOCAL_JAVA_OPTIONS} {TEST_JIT_OPTIONS}"}
     if environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster"):
         wanted["PYSPARK_SUBMIT_ARGS"] = (
-            f"--conf spark.executor.extraJavaOptions={TEST_JIT_OPTIONS} pyspark-shell"
+            f"--conf {shlex.quote(f'spark.executor.extraJavaOptions={TEST_JIT_OPTIONS}')} pyspark-shell"
         )
     return {name: environ.get(name, value) for name, value in wanted.items()}
 

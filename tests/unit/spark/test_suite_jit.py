@@ -1,7 +1,10 @@
 """Every JVM a test run starts compiles with C1 only (tests/conftest.py, TEST_JIT_OPTIONS, set in the process's
-environment by pytest_configure): the tests' tables are a few rows, so C2's compiling is CPU spent on nothing."""
+environment by pytest_configure): the tests' tables are a few rows, so C2's compiling is CPU spent on nothing. Its
+code cache keeps the tiered default (240 MB): C1 only would shrink it to 48 MB, which a long session fills."""
 
 from __future__ import annotations
+
+import shlex
 
 import pytest
 
@@ -16,13 +19,15 @@ def vm_option(spark, name: str) -> str:
 
 
 @pytest.mark.spark
-def test_the_tests_session_jvm_compiles_with_c1_only_and_still_compiles_huge_methods(spark) -> None:
+def test_the_tests_session_jvm_compiles_with_c1_only_into_a_full_size_code_cache(spark) -> None:
     """Given the shared session of the tests (whichever test of this process launched its JVM), Then its JVM
-    stops at C1 (tier 1) and keeps the product's local option (huge generated methods compiled)."""
-    assert (vm_option(spark, "TieredStopAtLevel"), vm_option(spark, "DontCompileHugeMethods")) == (
-        "1",
-        "false",
-    )
+    stops at C1 (tier 1), keeps the product's local option (huge generated methods compiled) and has a code
+    cache of 240 MB, not the 48 MB C1 only would give it."""
+    assert (
+        vm_option(spark, "TieredStopAtLevel"),
+        vm_option(spark, "DontCompileHugeMethods"),
+        vm_option(spark, "ReservedCodeCacheSize"),
+    ) == ("1", "false", str(240 * 1024 * 1024))
 
 
 def test_a_local_session_gets_c1_for_its_driver_and_a_local_cluster_for_its_executors_too() -> None:
@@ -30,14 +35,20 @@ def test_a_local_session_gets_c1_for_its_driver_and_a_local_cluster_for_its_exec
     When the tests' session settings are asked for a local master, then for local-cluster,
     Then the driver gets the product's local options plus C1 only; on local-cluster the executors get C1 too
     (spark-submit's arguments, which pyspark reads when it launches the driver)."""
-    assert jit_environment({}) == {
-        "LAKE_SPARK_JAVA_OPTIONS": "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1"
+    options = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    assert jit_environment({}) == {"LAKE_SPARK_JAVA_OPTIONS": f"-XX:-DontCompileHugeMethods {options}"}
+    cluster = jit_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"})
+    assert cluster == {
+        "LAKE_SPARK_JAVA_OPTIONS": f"-XX:-DontCompileHugeMethods {options}",
+        "PYSPARK_SUBMIT_ARGS": f"--conf 'spark.executor.extraJavaOptions={options}' pyspark-shell",
     }
-    assert jit_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"}) == {
-        "LAKE_SPARK_JAVA_OPTIONS": "-XX:-DontCompileHugeMethods -XX:TieredStopAtLevel=1",
-        "PYSPARK_SUBMIT_ARGS": "--conf spark.executor.extraJavaOptions=-XX:TieredStopAtLevel=1 pyspark-shell",
-    }
-    assert TEST_JIT_OPTIONS == "-XX:TieredStopAtLevel=1"
+    # pyspark splits the submit arguments as a shell would: the executors' options stay one setting
+    assert shlex.split(cluster["PYSPARK_SUBMIT_ARGS"]) == [
+        "--conf",
+        f"spark.executor.extraJavaOptions={options}",
+        "pyspark-shell",
+    ]
+    assert options == TEST_JIT_OPTIONS
 
 
 def test_settings_the_caller_made_win() -> None:
