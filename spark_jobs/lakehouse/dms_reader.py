@@ -12,6 +12,7 @@ group (`_dms_header`): a column its file lacks is absent for it (null), never an
 from __future__ import annotations
 
 import csv
+import json
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
@@ -23,7 +24,6 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.dms_files import DmsFile
-from lakehouse.frames import literal_frame
 from lakehouse.names import LITERAL_PATHS, quote
 from lakehouse.storage import (
     StorageError,
@@ -44,7 +44,6 @@ POSITION = "_dms_pos"
 NEVER_NULL = "\u0000never-null\u0000"
 CORRUPT = "_dms_corrupt_record"
 SPARK_PATH = "_dms_spark_path"
-DECODED = "_dms_decoded"
 MISSING = "the object does not exist"
 
 
@@ -209,7 +208,10 @@ def _with_file_order(
     """Each record's file URI and file position, from the path Spark read it from. First by Spark's
     exact path string (decoding it on every record cost ~1 s per million records: bench/); a path
     Spark spells otherwise (escaped characters) is decoded and matched again; a record matched by
-    neither keeps Spark's path and no position, and typed_changes rejects it: nothing is dropped."""
+    neither keeps Spark's path and no position, and typed_changes rejects it: nothing is dropped.
+    The two lookups are constant maps in the plan, not joins: a join of the batch's file names was a
+    broadcast, two Spark jobs more for every table of every run (bench/RESULTS.md, "The fixed cost of a
+    small apply"); the plan goes once to each executor, so a batch of thousands of files is no burden."""
     readable = [(position, file) for position, file in enumerate(files) if file.uri in spark_paths]
     exact = {
         spelling: _facts(position, file)
@@ -217,26 +219,33 @@ def _with_file_order(
         for spelling in _spellings(spark_paths[file.uri])
     }
     decoded = {_normalise(spark_paths[f.uri]): _facts(position, f) for position, f in readable}
-    facts = (FILE_URI, FILE_ORDER, SEQ_BASE)
-
-    def lookup(rows: dict[str, FileFacts], key: str, prefix: str) -> DataFrame:
-        names = (key, *(f"{prefix}{name}" for name in facts))
-        schema = (
-            f"{key} string, {prefix}{FILE_URI} string, {prefix}{FILE_ORDER} int, {prefix}{SEQ_BASE} string"
-        )
-        document = [dict(zip(names, (k, *values), strict=True)) for k, values in rows.items()]
-        return F.broadcast(literal_frame(spark, document, schema))
-
     path = F.col(SPARK_PATH)
-    matched = (
-        raw.join(lookup(exact, SPARK_PATH, ""), SPARK_PATH, "left")
-        .withColumn(DECODED, F.when(F.col(FILE_ORDER).isNull(), _normalise_column(path)))
-        .join(lookup(decoded, DECODED, "_d"), DECODED, "left")
-        .withColumn(FILE_URI, F.coalesce(F.col(FILE_URI), F.col(f"_d{FILE_URI}"), path))
+    # `coalesce` evaluates its second lookup, and the decoding, only for a path the first did not find
+    found = F.coalesce(
+        F.try_element_at(_facts_map(exact), path),
+        F.try_element_at(_facts_map(decoded), _normalise_column(path)),
     )
-    for name in (FILE_ORDER, SEQ_BASE):
-        matched = matched.withColumn(name, F.coalesce(F.col(name), F.col(f"_d{name}")))
-    return matched.drop(SPARK_PATH, DECODED, *(f"_d{name}" for name in facts))
+    return (
+        raw.withColumn(_FOUND, found)
+        .withColumn(FILE_URI, F.coalesce(F.col(f"{_FOUND}.uri"), path))
+        .withColumn(FILE_ORDER, F.col(f"{_FOUND}.position"))
+        .withColumn(SEQ_BASE, F.col(f"{_FOUND}.sequence_base"))
+        .drop(SPARK_PATH, _FOUND)
+    )
+
+
+_FOUND = "_dms_found_file"
+_FACTS_TYPE = "map<string,struct<uri:string,position:int,sequence_base:string>>"
+
+
+def _facts_map(rows: dict[str, FileFacts]) -> Column:
+    """`rows` (path → the file's facts) as a constant map: one JSON literal, which the optimizer folds (a
+    literal per value would cost a py4j call each)."""
+    document = {
+        path: {"uri": uri, "position": position, "sequence_base": base}
+        for path, (uri, position, base) in rows.items()
+    }
+    return F.from_json(F.lit(json.dumps(document)), _FACTS_TYPE)
 
 
 FileFacts = tuple[str, int, str | None]  # URI, position in the batch, synthesized sequence base

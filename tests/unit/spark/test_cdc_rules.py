@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from lakehouse.cdc_apply import apply_cdc
 from lakehouse.full_load import full_load
+from lakehouse.iceberg import ensure_namespace, key_upper_bound
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 
@@ -235,6 +237,40 @@ def test_a_batch_whose_keys_are_all_new_is_appended_and_the_rules_still_hold(spa
     assert sorted(f for r in recorded if r.files for f in json.loads(r.files)) == sorted(
         Path(p).name for p in (new_keys, late, replay)
     )
+
+
+def test_a_bound_read_in_the_driver_is_the_bound_the_spark_query_reads(spark, lake_config):
+    """Given a table without a snapshot, then with files holding keys 1..3 and 7, 10, then with a file written
+    while the key's metrics were only counts,
+    When the upper bounds of its integer key and of its timestamp and date columns are read from its manifests
+    in the driver and by the Spark query of `data_files`,
+    Then both read the same values at every step: none yet, the highest, then unknown for the key."""
+    ensure_namespace(spark, lake_config.catalog_name, lake_config.clean_database)
+    name = lake_config.clean_table("bounds")
+    spark.sql(f"CREATE TABLE {name} (id bigint, at timestamp, day date, label string) USING iceberg")
+
+    def both() -> list[tuple[tuple[bool, object], tuple[bool, object]]]:
+        return [
+            (key_upper_bound(spark, name, column, driver_files=64), key_upper_bound(spark, name, column, 0))
+            for column in ("ID", "at", "day")
+        ]
+
+    seen = [both()]
+    row = "({}, TIMESTAMP '2026-11-{:02d} 10:00:00.123456', DATE '2026-10-{:02d}', 'x')"
+    spark.sql(f"INSERT INTO {name} VALUES {', '.join(row.format(k, k, k) for k in (1, 2, 3))}")
+    spark.sql(f"INSERT INTO {name} VALUES {', '.join(row.format(k, k, k) for k in (10, 7))}")
+    seen.append(both())
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('write.metadata.metrics.column.id' = 'counts')")
+    spark.sql(f"INSERT INTO {name} VALUES {row.format(5, 5, 5)}")
+    seen.append(both())
+
+    at_10 = datetime(2026, 11, 10, 10, 0, 0, 123456)
+    nothing = ((True, None), (True, None))
+    assert seen == [
+        [nothing, nothing, nothing],
+        [((True, 10),) * 2, ((True, at_10),) * 2, ((True, date(2026, 10, 10)),) * 2],
+        [((False, None),) * 2, ((True, at_10),) * 2, ((True, date(2026, 10, 10)),) * 2],
+    ]
 
 
 def test_primary_key_change_through_before_image_moves_the_row(spark, lake_config, dms):
