@@ -17,6 +17,13 @@ print(json.dumps(args))
 assert args["--mode"] == "run", args
 """
 
+# Still running when the test's next call comes: a warm worker runs OK_SCRIPT in milliseconds, so a run of it
+# could end before a second start was asked for, and the limit went unseen.
+SLOW_SCRIPT = b"""
+import time
+time.sleep(5)
+"""
+
 FAILING_SCRIPT = b"""
 import sys
 print("about to fail", file=sys.stderr)
@@ -41,6 +48,7 @@ def scripts_bucket(aws) -> str:
     s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="glue/scripts/ok.py", Body=OK_SCRIPT)
     s3.put_object(Bucket=bucket, Key="glue/scripts/fail.py", Body=FAILING_SCRIPT)
+    s3.put_object(Bucket=bucket, Key="glue/scripts/slow.py", Body=SLOW_SCRIPT)
     return bucket
 
 
@@ -83,10 +91,10 @@ def test_job_run_failure_reports_the_error(aws, scripts_bucket: str) -> None:
 
 def test_concurrent_runs_are_limited_by_max_concurrent_runs(aws, scripts_bucket: str) -> None:
     glue = aws("glue")
-    name = create_job(glue, scripts_bucket, "ok.py", ExecutionProperty={"MaxConcurrentRuns": 1})
-    first = glue.start_job_run(JobName=name, Arguments={"--mode": "run"})["JobRunId"]
+    name = create_job(glue, scripts_bucket, "slow.py", ExecutionProperty={"MaxConcurrentRuns": 1})
+    first = glue.start_job_run(JobName=name)["JobRunId"]
     with pytest.raises(glue.exceptions.ConcurrentRunsExceededException):
-        glue.start_job_run(JobName=name, Arguments={"--mode": "run"})
+        glue.start_job_run(JobName=name)
     assert wait_for_run(glue, name, first)["JobRunState"] == "SUCCEEDED"
 
 

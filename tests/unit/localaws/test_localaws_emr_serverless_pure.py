@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from localaws_plugin import host_runs
+from localaws_plugin import host_runs, settings
 from localaws_plugin.emr_serverless_runs import (
     TERMINAL_STATES,
     JobRun,
@@ -202,3 +202,18 @@ def test_the_plugin_package_declares_the_emr_serverless_service_its_cloudformati
         assert re.search(rf"^(def|class) {name}\b", source, re.MULTILINE), target
     hook = (plugin / "localaws_plugin" / "sfn_emr_serverless.py").read_text()
     assert "@hooks.on_infra_start()" in hook
+
+
+def test_a_job_run_gets_the_callers_spark_jvm_options_and_not_localstacks_settings(monkeypatch):
+    """Given LocalStack's environment with the JVM options of local Spark sessions and LocalStack's own settings,
+    When the base environment of a host process (a job script, a warm Spark worker) is made,
+    Then it carries the JVM options and the paths, and none of LocalStack's settings."""
+    monkeypatch.setenv("LAKE_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+    monkeypatch.setenv("GATEWAY_LISTEN", "127.0.0.1:4566")
+    monkeypatch.setenv("PATH", "/usr/bin")
+
+    env = settings.host_process_base_env()
+
+    assert env["LAKE_SPARK_JAVA_OPTIONS"] == "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    assert env["PATH"] == "/usr/bin"
+    assert "GATEWAY_LISTEN" not in env
