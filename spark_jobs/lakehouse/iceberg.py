@@ -340,8 +340,9 @@ def merge_changes(
 
 
 # Up to this many data files, key_upper_bound reads the files' bounds from the table's manifests in the driver
-# (a few py4j calls per file); above it, one Spark query of `data_files`, two jobs whatever the table's size.
-# The query was a tenth of a small apply's CPU (bench/RESULTS.md, "The fixed cost of a small apply").
+# (a few py4j calls per file); above it, a Spark query of `data_files`, a job whatever the table's size. An apply
+# reads two bounds (freshness's newest commit time, the append test's highest key): as queries they were 2 of a
+# small apply's 16 jobs (bench/RESULTS.md, "The fixed cost of a small apply").
 DRIVER_BOUND_FILES = 64
 
 
