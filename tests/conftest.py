@@ -140,8 +140,9 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
 # 145 -> 133, test_multi_jvm's local-cluster run 244 -> 152 (wall 267 -> 141 s), test_pipeline_fencing
 # 151 -> 145. C1 only also shrinks the JVM's default code cache from 240 MB to 48 MB, which a session that runs
 # queries for half an hour fills: the JVM then flushes and recompiles its hot code again and again ("CodeCache
-# is full. Compiler has been disabled"), and a small apply costs 2.5-5.8 CPU-s instead of 2.2 after a dozen
-# applies (bench/RESULTS.md, "The code cache of a C1-only JVM"); the cache keeps the tiered default.
+# is full. Compiler has been disabled"): after a dozen applies a small apply costs up to 4.9 CPU-s in bursts,
+# 2.49 on average against 2.25 (bench/RESULTS.md, "The code cache of a C1-only JVM"); the cache keeps the
+# tiered default.
 # Set for the whole process (pytest_configure): a process launches one JVM, at its first session,
 # whichever test makes it (a pipeline test's check of the lake, before the `spark` fixture). Semantics are the
 # JVM's either way; the product's sessions keep the JVM's default (lakehouse.session).
