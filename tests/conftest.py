@@ -26,11 +26,16 @@ def parallel_scope(nodeid: str) -> str:
     """The unit of work a pytest-xdist worker takes whole (`make test`: `--dist loadscope`, scheduled by
     `pytest_xdist_make_scheduler` below), from a test's node id ("tests/unit/spark/test_x.py::test_y[a]"):
     - the local AWS's own tests (tests/integration/localaws/): one unit, so one LocalStack serves them all;
-    - any other module: a unit of its own, so that what it starts once (a pipeline module's LocalStack, the
-      reconcile tests' PostgreSQL) starts once, and pipeline modules run side by side on different workers."""
+    - a pipeline test (tests/integration/pipeline/): a unit of its own. Each deploys its own stack on its
+      worker's LocalStack, and the end-to-end module's five tests in a row were the run's long pole (≈ 1,180 s
+      on one worker while the CPU idled at the end, 2026-11-26);
+    - any other module: a unit of its own, so that what it starts once (the reconcile tests' PostgreSQL)
+      starts once."""
     module = nodeid.split("::", 1)[0]
     if module.startswith("tests/integration/localaws/"):
         return "tests/integration/localaws/"
+    if module.startswith("tests/integration/pipeline/"):
+        return nodeid
     return module
 
 

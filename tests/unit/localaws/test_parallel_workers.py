@@ -25,15 +25,17 @@ from tests import conftest
         ("tests/integration/localaws/test_localaws_drain_keys.py::test_b", "tests/integration/localaws/"),
         (
             "tests/integration/pipeline/test_pipeline_end_to_end.py::test_rollover",
-            "tests/integration/pipeline/test_pipeline_end_to_end.py",
+            "tests/integration/pipeline/test_pipeline_end_to_end.py::test_rollover",
         ),
         ("tests/unit/spark/test_reconcile.py::test_x[a::b]", "tests/unit/spark/test_reconcile.py"),
         ("tests/unit/functions/test_lease.py::test_y", "tests/unit/functions/test_lease.py"),
     ],
 )
-def test_a_worker_takes_the_local_aws_tests_together_and_every_other_module_whole(nodeid, scope) -> None:
+def test_a_worker_takes_the_local_aws_tests_together_a_pipeline_test_alone_and_other_modules_whole(
+    nodeid, scope
+) -> None:
     """Given a test's node id,
-    Then its unit of work is the local AWS's own tests together, or else its module."""
+    Then its unit of work is the local AWS's own tests together, a pipeline test alone, or else its module."""
     assert conftest.parallel_scope(nodeid) == scope
 
 
