@@ -39,8 +39,9 @@ def template() -> dict:
 
 
 def test_every_function_gets_the_contracts_layer_built_from_the_shared_folder(template):
-    """Given the template, Then the layer is built by `sam build` from functions/shared (BuildMethod
-    python3.11, which puts it under python/ on the function's path) and every function has it."""
+    """Given the template, Then the contracts layer is built by `sam build` from functions/shared (BuildMethod
+    python3.11, which puts it under python/ on the function's path), the libraries layer from
+    functions/libraries/requirements.txt, and every function has both."""
     resources = template["Resources"]
     layer = resources["LakeContractsLayer"]
     assert layer["Type"] == "AWS::Serverless::LayerVersion"
@@ -50,9 +51,14 @@ def test_every_function_gets_the_contracts_layer_built_from_the_shared_folder(te
     assert runtime in layer["Properties"]["CompatibleRuntimes"]
     functions = {n: r for n, r in resources.items() if r["Type"] == "AWS::Serverless::Function"}
     assert len(functions) == len(FUNCTION_FOLDERS)
+    libraries = resources["LakeLibrariesLayer"]
+    assert libraries["Metadata"]["BuildMethod"] == "python3.11"
+    assert (REPO / libraries["Properties"]["ContentUri"]).resolve() == (FUNCTIONS / "libraries").resolve()
+    assert runtime in libraries["Properties"]["CompatibleRuntimes"]
     for name, function in functions.items():
         layers = function["Properties"].get("Layers", template["Globals"]["Function"].get("Layers", []))
         assert {"Ref": "LakeContractsLayer"} in layers, name
+        assert {"Ref": "LakeLibrariesLayer"} in layers, name
 
 
 @pytest.mark.parametrize("folder", FUNCTION_FOLDERS, ids=lambda p: p.name)

@@ -1,4 +1,4 @@
-"""What each function's requirements.txt must pin for the code beside it (read as text, no install)."""
+"""What the libraries layer's requirements.txt must pin for the functions' code (read as text, no install)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,13 @@ FIRST_WITH_CONDITIONAL_WRITES = Version("1.35.69")
 ALL_FUNCTIONS = sorted(folder.name for folder in FUNCTIONS.iterdir() if any(folder.glob("*.py")))
 
 
-def requirements(function: str) -> dict[str, Requirement]:
-    lines = (FUNCTIONS / function / "requirements.txt").read_text().splitlines()
+LIBRARIES = (
+    FUNCTIONS / "libraries"
+)  # the layer every function runs its third-party code from (Globals: Layers)
+
+
+def requirements(folder: Path) -> dict[str, Requirement]:
+    lines = (folder / "requirements.txt").read_text().splitlines()
     parsed = [Requirement(line.split("#")[0]) for line in lines if line.split("#")[0].strip()]
     return {requirement.name.lower(): requirement for requirement in parsed}
 
@@ -68,11 +73,19 @@ def test_a_conditional_write_in_the_shared_layer_counts_for_the_functions_that_i
 
 @pytest.mark.parametrize("function", [f for f in ALL_FUNCTIONS if uses_conditional_writes(f)])
 @pytest.mark.parametrize("package", ["boto3", "botocore"])
-def test_a_function_using_conditional_writes_brings_an_sdk_that_has_them(function, package):
-    """Given a function whose code passes IfMatch or IfNoneMatch to S3, When its requirements.txt is
-    read, Then it requires boto3 and botocore at a version whose S3 model has both (not whatever the
-    Lambda runtime bundles)."""
-    required = requirements(function).get(package)
+def test_a_function_using_conditional_writes_runs_on_an_sdk_that_has_them(function, package):
+    """Given a function whose code passes IfMatch or IfNoneMatch to S3, When the libraries layer's
+    requirements.txt is read, Then it requires boto3 and botocore at a version whose S3 model has both (not
+    whatever the Lambda runtime bundles)."""
+    required = requirements(LIBRARIES).get(package)
 
-    assert required is not None, f"functions/{function}/requirements.txt does not require {package}"
+    assert required is not None, f"functions/libraries/requirements.txt does not require {package}"
     assert (lowest_allowed(required) or Version("0")) >= FIRST_WITH_CONDITIONAL_WRITES, str(required)
+
+
+@pytest.mark.parametrize("function", ALL_FUNCTIONS)
+def test_no_function_bundles_libraries_of_its_own(function):
+    """Given a function's folder, Then it has no requirements.txt: `sam build` would install its libraries into
+    the function's own package (about 20 MB zipped, 45 MB unzipped, for each of the seven) beside the layer's,
+    and they would come first on its path, shadowing the layer's SDK."""
+    assert not (FUNCTIONS / function / "requirements.txt").exists()
