@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -68,6 +69,12 @@ class StackConfig:
     def log_file(self) -> Path:
         return self.state_dir / "localstack.log"
 
+    @property
+    def tmp_dir(self) -> Path:
+        """LocalStack's TMPDIR: it unzips every Lambda function and layer version it runs there (about 45 MB
+        a function with its libraries) and never removes them when it stops; emptied at each start and stop."""
+        return self.state_dir / "tmp"
+
     def environment(self) -> dict[str, str]:
         """The environment of the LocalStack process: host mode, hypercorn, our plugins and their settings."""
         env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHONPATH"))}
@@ -77,6 +84,7 @@ class StackConfig:
                 "GATEWAY_SERVER": "hypercorn",
                 "GATEWAY_LISTEN": f"{self.host}:{self.port}",
                 "FILESYSTEM_ROOT": str(self.state_dir / "filesystem"),
+                "TMPDIR": str(self.tmp_dir),
                 "LAMBDA_RUNTIME_EXECUTOR": "host",
                 "SKIP_SSL_CERT_DOWNLOAD": "1",
                 "DISABLE_EVENTS": "1",
@@ -128,6 +136,7 @@ def start(config: StackConfig | None = None, install: bool = True, timeout: floa
     venv_python = setup_venv.install() if install else setup_venv.VENV_DIR / "bin" / "python"
     config.state_dir.mkdir(parents=True, exist_ok=True)
     config.warehouse.mkdir(parents=True, exist_ok=True)
+    _empty(config.tmp_dir)  # what a killed LocalStack left
     with config.log_file.open("ab") as log:
         process = subprocess.Popen(
             [str(venv_python), "-m", "localstack.runtime.main"],
@@ -164,6 +173,7 @@ def stop(config: StackConfig | None = None, timeout: float = 20.0) -> bool:
     pid = read_pid(config)
     if pid is None:
         config.pid_file.unlink(missing_ok=True)
+        shutil.rmtree(config.tmp_dir, ignore_errors=True)
         return False
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signal.SIGTERM)
@@ -174,7 +184,13 @@ def stop(config: StackConfig | None = None, timeout: float = 20.0) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(pid, signal.SIGKILL)
     config.pid_file.unlink(missing_ok=True)
+    shutil.rmtree(config.tmp_dir, ignore_errors=True)
     return True
+
+
+def _empty(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
 
 
 def _is_alive(pid: int) -> bool:
