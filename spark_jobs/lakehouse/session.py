@@ -61,14 +61,25 @@ APPLY_TUNING = {"spark.sql.autoBroadcastJoinThreshold": "-1"}
 LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
 
-# JDBC drivers of the reconcile job's local sources (Debian's packages: `make jdbc`, `make mariadb`), put on spark.jars when
-# present; on Glue the job's connection brings its own driver.
+# JDBC drivers of the reconcile job's local sources (Debian's packages: `make jdbc`, `make mariadb`), given to the
+# local session when present (local_jar_settings); on Glue the job's connection brings its own driver.
 LOCAL_JDBC_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
 
 
 def local_jars() -> str:
     """spark.jars of a local session: the Iceberg runtime and whichever JDBC drivers are installed."""
     return ",".join([iceberg_runtime_jar(), *(jar for jar in LOCAL_JDBC_JARS if os.path.isfile(jar))])
+
+
+def local_jar_settings(master: str) -> dict[str, str]:
+    """How a local session's JVMs get the jars. A local master's driver is its executor: the jars go on its
+    class path when it starts. spark.jars would copy them (the Iceberg runtime is 44 MB) into each
+    SparkContext's scratch folder and keep the copy open until the JVM ends, and a long-lived JVM (a warm
+    worker of the local AWS, the tests' session) makes a context per run: 44 MB of disk a run, never freed.
+    Another master's executors are other JVMs: spark.jars ships the jars to them."""
+    if master == "local" or master.startswith("local["):
+        return {"spark.driver.extraClassPath": os.pathsep.join(local_jars().split(","))}
+    return {"spark.jars": local_jars()}
 
 
 def iceberg_runtime_jar() -> str:
@@ -154,7 +165,6 @@ def build_session(
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
-        .config("spark.jars", local_jars())
         .config("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
         .config(
             "spark.driver.extraJavaOptions", os.environ.get("LAKE_SPARK_JAVA_OPTIONS", LOCAL_JAVA_OPTIONS)
@@ -166,7 +176,7 @@ def build_session(
     if partitions:
         builder = builder.config("spark.default.parallelism", str(partitions))
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
-    for key, value in (catalog_conf(config) | settings).items():
+    for key, value in (local_jar_settings(master) | catalog_conf(config) | settings).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not partitions:

@@ -52,11 +52,11 @@ def launch_jvm(library: str, warm_up: bool = True) -> None:
     sys.path.insert(0, library)
     try:
         from lakehouse.config import LakeConfig
-        from lakehouse.session import LOCAL_JAVA_OPTIONS, build_session, local_jars
+        from lakehouse.session import LOCAL_JAVA_OPTIONS, build_session, local_jar_settings
         from pyspark import SparkConf, SparkContext
 
         conf = SparkConf(loadDefaults=False)
-        conf.set("spark.jars", local_jars())
+        conf.setAll(local_jar_settings(os.environ.get("LAKE_SPARK_MASTER", "local[2]")).items())
         conf.set("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
         conf.set(
             "spark.driver.extraJavaOptions",

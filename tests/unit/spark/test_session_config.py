@@ -1,7 +1,11 @@
 """The catalog is configuration: the same code talks to the Glue Data Catalog or a local folder."""
 
+import os
+from pathlib import Path
+
+import pytest
 from lakehouse.config import LakeConfig, parse_job_arguments
-from lakehouse.session import catalog_conf, iceberg_runtime_jar
+from lakehouse.session import catalog_conf, iceberg_runtime_jar, local_jar_settings
 
 
 def test_glue_catalog_uses_glue_catalog_and_s3_file_io():
@@ -31,6 +35,38 @@ def test_glue_job_arguments_parse_and_unknown_glue_arguments_are_ignored():
 
 def test_pinned_iceberg_runtime_jar_is_installed():
     assert iceberg_runtime_jar().endswith("iceberg-spark-runtime-3.5_2.12-1.10.2.jar")
+
+
+def test_a_local_master_gets_the_jars_at_launch_and_other_masters_ship_them():
+    """Given a local master (its driver is its executor), Then the jars are on the driver's class path from its
+    start; given a master whose executors are other JVMs, Then spark.jars ships the same jars to them."""
+    local = local_jar_settings("local[2]")
+    cluster = local_jar_settings("local-cluster[2,1,1024]")
+
+    assert list(local) == ["spark.driver.extraClassPath"]
+    assert local["spark.driver.extraClassPath"].split(os.pathsep) == cluster["spark.jars"].split(",")
+    assert list(cluster) == ["spark.jars"] and iceberg_runtime_jar() in cluster["spark.jars"].split(",")
+    assert local_jar_settings("local") == local_jar_settings("local[*]") == local
+
+
+def test_a_new_context_in_a_running_jvm_copies_no_jar(spark):
+    """Given the tests' session, built by build_session in a JVM that outlives its SparkContexts (as a warm
+    worker of the local AWS does, one context a job run), Then the Iceberg runtime loads through the JVM's own
+    class loader and the context's scratch folder holds no jar: spark.jars copied the 44 MB runtime there for
+    every new context and kept the copy open until the JVM ended (46 MB a context, measured)."""
+    from pyspark import SparkFiles
+
+    if not spark.sparkContext.master.startswith("local["):
+        pytest.skip("executors in other JVMs get the jars through spark.jars")
+    jvm = spark.sparkContext._jvm
+
+    assert (
+        jvm.java.lang.Class.forName("org.apache.iceberg.spark.SparkCatalog")
+        .getName()
+        .endswith("SparkCatalog")
+    )
+    assert spark.sparkContext.getConf().get("spark.jars", "") == ""
+    assert not [f for f in Path(SparkFiles.getRootDirectory()).rglob("*") if f.suffix == ".jar"]
 
 
 def test_every_session_carries_the_measured_tuning(spark, base_config):
