@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -24,7 +25,10 @@ def test_a_server_stops_after_a_folder_above_its_data_was_closed_to_other_users(
     address = server.start()
     parent.chmod(0o700)
 
-    server.stop()
+    try:
+        server.stop()
 
-    with pytest.raises(psycopg.OperationalError):
-        psycopg.connect(address.uri, connect_timeout=3).close()
+        with pytest.raises(psycopg.OperationalError):
+            psycopg.connect(address.uri, connect_timeout=3).close()
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)

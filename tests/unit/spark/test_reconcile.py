@@ -6,6 +6,7 @@ the full load, so the canonical texts of both sides are checked against what the
 from __future__ import annotations
 
 import json
+import shutil
 import socket
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,10 +63,12 @@ def pg():
     probe.close()
     import tempfile
 
-    server = LocalPostgres(Path(tempfile.mkdtemp(prefix="reconcile-pg-")) / "data")
+    base = Path(tempfile.mkdtemp(prefix="reconcile-pg-"))
+    server = LocalPostgres(base / "data")
     address = server.start(tcp_port=port)
     yield address
     server.stop()
+    shutil.rmtree(base, ignore_errors=True)
 
 
 def connect(pg) -> psycopg.Connection:
