@@ -81,6 +81,32 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ["LOCALAWS_PORT"] = str(base + 1 + int(worker.removeprefix("gw")))
 
 
+def free_disk(paths: tuple[Path, ...]) -> str:
+    """The free space of the file systems the run writes to (the repository's var/ and .aws-sam/, the temporary
+    folder), each once: a run that fails with ENOSPC says in its header and summary how much there was."""
+    import shutil
+
+    seen: dict[int, str] = {}
+    for path in paths:
+        seen.setdefault(path.stat().st_dev, f"{path} {shutil.disk_usage(path).free / 2**30:.1f} GB")
+    return "free disk: " + ", ".join(seen.values())
+
+
+def _run_paths() -> tuple[Path, ...]:
+    import tempfile
+
+    return (Path(__file__).resolve().parents[1], Path(tempfile.gettempdir()))
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return free_disk(_run_paths())
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):
+        terminalreporter.write_line(f"{free_disk(_run_paths())} (at the end)")
+
+
 # The test that runs a chosen subset of the Spark tests in a pytest of its own, with executors in their own JVMs
 # (tests/unit/spark/test_multi_jvm.py: its module's SUBSET).
 MULTI_JVM_TEST = (

@@ -219,3 +219,14 @@ def test_the_multi_jvm_tests_subset_runs_once_in_its_local_cluster_run():
         "tests/unit/refine/test_refine.py::test_refine_builds",
     }
     assert conftest.run_in_the_multi_jvm_test(others) == set()
+
+
+def test_a_run_says_how_much_disk_was_free_once_for_each_file_system(tmp_path: Path) -> None:
+    """Given two folders on one file system, When the run's header and summary line is made,
+    Then it names that file system once, with its free space in GB (a run that ran out of disk says so)."""
+    (tmp_path / "var").mkdir()
+
+    line = conftest.free_disk((tmp_path, tmp_path / "var"))
+
+    assert line.startswith(f"free disk: {tmp_path} ") and line.endswith(" GB")
+    assert line.count(" GB") == 1
