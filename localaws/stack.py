@@ -71,8 +71,8 @@ class StackConfig:
 
     @property
     def tmp_dir(self) -> Path:
-        """LocalStack's TMPDIR: it unzips every Lambda function and layer version it runs there (about 45 MB
-        a function with its libraries) and never removes them when it stops; emptied at each start and stop."""
+        """LocalStack's TMPDIR: it unzips every Lambda function and layer version it deploys there (a stack's
+        libraries layer: 45 MB) and never removes them when it stops; emptied at each start and stop."""
         return self.state_dir / "tmp"
 
     def environment(self) -> dict[str, str]:

@@ -19,9 +19,8 @@ FIRST_WITH_CONDITIONAL_WRITES = Version("1.35.69")
 ALL_FUNCTIONS = sorted(folder.name for folder in FUNCTIONS.iterdir() if any(folder.glob("*.py")))
 
 
-LIBRARIES = (
-    FUNCTIONS / "libraries"
-)  # the layer every function runs its third-party code from (Globals: Layers)
+# the layer every function runs its third-party code from (template.yaml, Globals: Layers)
+LIBRARIES = FUNCTIONS / "libraries"
 
 
 def requirements(folder: Path) -> dict[str, Requirement]:
