@@ -426,13 +426,28 @@ class LocalPipeline:
 
         return check_refined(self.spark(), f"{VERIFY_CATALOG}.{self.refined_database}", self.source_db)
 
-    def stop_executions(self) -> None:
-        """Stop the pipeline's running executions (its pending batch stays; nothing is lost)."""
-        for execution in self.executions():
-            if execution["status"] == "RUNNING":
-                self.aws("stepfunctions").stop_execution(
-                    executionArn=execution["executionArn"], error="Stopped", cause="demo finale"
-                )
+    def stop_executions(self, quiet_seconds: float = 3.0, timeout: float = 120.0) -> None:
+        """Stop the pipeline's running executions until none has run for `quiet_seconds` (its pending batch
+        stays; nothing is lost). Once is not enough: an execution stopped while it hands over to its successor
+        (a history rollover's states:startExecution) leaves that one running, and the successor takes the lease
+        and stops every job run it did not start (the demo's final refine, stopped so, once)."""
+        sfn = self.aws("stepfunctions")
+        deadline = time.monotonic() + timeout
+        quiet_since: float | None = None
+        while True:
+            running = [e["executionArn"] for e in self.executions() if e["status"] == "RUNNING"]
+            for arn in running:
+                sfn.stop_execution(executionArn=arn, error="Stopped", cause="stopped by the local run")
+            now = time.monotonic()
+            if running:
+                quiet_since = None
+            elif quiet_since is None:
+                quiet_since = now
+            elif now - quiet_since >= quiet_seconds:
+                return
+            if now > deadline:
+                raise TimeoutError(f"executions still starting after {timeout:.0f}s: {running}")
+            time.sleep(0.5)
 
     def run_job(
         self, job_name: str, arguments: dict[str, str] | None = None, timeout: float = 600
