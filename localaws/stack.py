@@ -72,7 +72,8 @@ class StackConfig:
     @property
     def tmp_dir(self) -> Path:
         """LocalStack's TMPDIR: it unzips every Lambda function and layer version it deploys there (a stack's
-        libraries layer: 45 MB) and never removes them when it stops; emptied at each start and stop."""
+        libraries layer: 45 MB) and never removes them when it stops; emptied at each start and stop. Its job
+        runs and warm Spark workers inherit it (settings.host_process_base_env), so their temporary files go too."""
         return self.state_dir / "tmp"
 
     def environment(self) -> dict[str, str]:

@@ -66,9 +66,9 @@ LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 LOCAL_JDBC_JARS = ("/usr/share/java/postgresql.jar", "/usr/share/java/mariadb-java-client.jar")
 
 
-def local_jars() -> str:
-    """spark.jars of a local session: the Iceberg runtime and whichever JDBC drivers are installed."""
-    return ",".join([iceberg_runtime_jar(), *(jar for jar in LOCAL_JDBC_JARS if os.path.isfile(jar))])
+def local_jars() -> list[str]:
+    """The jars of a local session: the Iceberg runtime and whichever JDBC drivers are installed."""
+    return [iceberg_runtime_jar(), *(jar for jar in LOCAL_JDBC_JARS if os.path.isfile(jar))]
 
 
 def local_jar_settings(master: str) -> dict[str, str]:
@@ -78,8 +78,8 @@ def local_jar_settings(master: str) -> dict[str, str]:
     worker of the local AWS, the tests' session) makes a context per run: 44 MB of disk a run, never freed.
     Another master's executors are other JVMs: spark.jars ships the jars to them."""
     if master == "local" or master.startswith("local["):
-        return {"spark.driver.extraClassPath": os.pathsep.join(local_jars().split(","))}
-    return {"spark.jars": local_jars()}
+        return {"spark.driver.extraClassPath": os.pathsep.join(local_jars())}
+    return {"spark.jars": ",".join(local_jars())}
 
 
 def iceberg_runtime_jar() -> str:
