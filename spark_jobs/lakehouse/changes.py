@@ -36,6 +36,7 @@ WIDEN_SEPARATOR = "\u0001"  # between entries (names may hold any printable char
 WIDEN_TYPE_SEPARATOR = "\u0002"  # between a column and the type it needs
 RAW = "_dms_raw"
 BEFORE_IMAGE = "_dms_bi_"
+STAGED_PREFIX = "_dms_text_"  # a record's texts, computed once before they are typed
 SEQ_TYPE = T.DecimalType(38, 0)
 VALID_OPS = ("I", "U", "D")
 MAX_DECIMAL_PRECISION = 38
@@ -114,8 +115,19 @@ def typed_changes(
     seq_name = names.change_seq.lower() if names.change_seq.lower() in sources else None
     ts_name = names.timestamp.lower() if names.timestamp.lower() in sources else None
 
-    op = F.upper(F.trim(text(op_name))) if op_name else F.lit("I")  # IncludeOpForFullLoad=false
-    seq_text = F.trim(text(seq_name))
+    # Each text is computed once, in a projection of its own, and the typing refers to it by name. Typing
+    # reads a column's text up to ten times: inlined each time, the first pass of a wide table (web_sales:
+    # 27 columns, 17 of them decimal) generated a method over 64 KB, which Spark compiles, throws away and
+    # runs interpreted. bench/tpcds_apply.py, "A wide table's first pass" in bench/RESULTS.md.
+    staged: dict[str, Column] = {}
+
+    def staged_text(expression: Column) -> Column:
+        name = f"{STAGED_PREFIX}{len(staged)}"
+        staged[name] = expression
+        return F.col(name)
+
+    op = staged_text(F.upper(F.trim(text(op_name)))) if op_name else F.lit("I")  # IncludeOpForFullLoad=false
+    seq_text = staged_text(F.trim(text(seq_name)))
     written_seq = F.when(seq_text == "", None).otherwise(seq_text).cast(SEQ_TYPE)
     record_seq = F.col(SEQ_BASE).cast(SEQ_TYPE) + F.col(POSITION).bitwiseAND(_RECORD_MASK).cast(SEQ_TYPE)
     is_delete = op == "D"
@@ -141,7 +153,7 @@ def typed_changes(
     typed: dict[str, Column] = {}
     texts: dict[str, Column] = {}
     for column in layout.data_columns:
-        texts[column] = text(column)
+        texts[column] = staged_text(text(column))
         value = _typed(texts[column], types[column], column, sources.get(column, TEXT))
         typed[column] = value.value
         # A delete needs its key only: the rest of its before image may not fit the type, it goes nowhere.
@@ -157,7 +169,7 @@ def typed_changes(
     before: dict[str, Column] = {}
     for key, column in layout.before_image.items():
         target = types.get(key) or spec.spark_type_of(key) or T.StringType()
-        value = _typed(text(column), target, column, sources.get(column, TEXT))
+        value = _typed(staged_text(text(column)), target, column, sources.get(column, TEXT))
         before[f"{BEFORE_IMAGE}{key}"] = value.value
         mismatches.append(value.mismatch)
         widenings.append(value.widen)
@@ -168,7 +180,7 @@ def typed_changes(
         F.to_json(F.struct(*[F.col(quote(c)) for c in rows.columns if not c.startswith(INTERNAL_PREFIX)])),
     )
     mismatch = _joined(mismatches)
-    return rows.select(
+    return rows.select("*", *[value.alias(name) for name, value in staged.items()]).select(
         *[value.alias(name) for name, value in typed.items()],
         *[value.alias(name) for name, value in before.items()],
         op.alias(OP),
