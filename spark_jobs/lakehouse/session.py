@@ -132,6 +132,30 @@ def parallelism(config: LakeConfig, conf: dict[str, str], default_parallelism: i
     return shuffle_partitions_for(cores, default_parallelism or 1, config.shuffle_partitions)
 
 
+# The JVM classes PySpark names by their short name on every call: `functions` for each F.col, F.when, F.lit…,
+# PythonUtils for each list of columns a DataFrame method sends. The gateway resolves a short name through its
+# star imports, one package after the other, and each package that lacks it is a class-loader miss that
+# searches every jar (250 of them): building a wide table's typing, thousands of calls, spent seconds there.
+# Imported singly, each resolves at once, to the class the star imports found. bench/RESULTS.md, "A wide
+# table's first pass".
+PYSPARK_SHORT_NAMES = (
+    "org.apache.spark.sql.functions",
+    "org.apache.spark.api.python.PythonUtils",
+    "org.apache.spark.sql.api.python.PythonSQLUtils",
+    "org.apache.spark.sql.SparkSession",
+    "org.apache.spark.api.python.PythonRDD",
+)
+
+
+def import_short_names(spark: SparkSession) -> SparkSession:
+    """`spark` with PYSPARK_SHORT_NAMES imported singly into its gateway's view of the JVM."""
+    from py4j.java_gateway import java_import
+
+    for name in PYSPARK_SHORT_NAMES:
+        java_import(spark.sparkContext._jvm, name)
+    return spark
+
+
 def build_session(
     config: LakeConfig, app_name: str = "lakehouse", tuning: Mapping[str, str] | None = None
 ) -> SparkSession:
@@ -159,7 +183,7 @@ def build_session(
         for key, value in runtime.items():
             if key != "spark.sql.extensions":
                 spark.conf.set(key, value)
-        return spark
+        return import_short_names(spark)
     master = os.environ.get("LAKE_SPARK_MASTER", "local[2]")
     partitions = parallelism(config, {"spark.master": master})
     builder = (
@@ -183,4 +207,4 @@ def build_session(
         partitions = parallelism(config, {}, spark.sparkContext.defaultParallelism)
         spark.conf.set("spark.sql.shuffle.partitions", str(partitions))
     spark.sparkContext.setLogLevel(os.environ.get("LAKE_SPARK_LOG_LEVEL", "WARN"))
-    return spark
+    return import_short_names(spark)

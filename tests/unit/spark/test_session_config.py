@@ -69,6 +69,37 @@ def test_a_new_context_in_a_running_jvm_copies_no_jar(spark):
     assert not [f for f in Path(SparkFiles.getRootDirectory()).rglob("*") if f.suffix == ".jar"]
 
 
+# pyspark.java_gateway.launch_gateway's star imports, in its order
+GATEWAY_STAR_IMPORTS = (
+    "org.apache.spark.api.java",
+    "org.apache.spark.api.python",
+    "org.apache.spark.ml.python",
+    "org.apache.spark.mllib.api.python",
+    "org.apache.spark.resource",
+    "org.apache.spark.sql",
+    "org.apache.spark.sql.api.python",
+    "org.apache.spark.sql.hive",
+)
+
+
+def test_the_short_names_pyspark_calls_by_resolve_to_the_classes_its_star_imports_find(spark):
+    """Given the tests' session, built by build_session (which imports PYSPARK_SHORT_NAMES singly),
+    When each short name is resolved through the session's view of the JVM and through a new view holding
+    only the gateway's own star imports,
+    Then both name the same class: the single imports change how fast a name resolves, never what it names
+    (a mistyped one would have made every F.col fail)."""
+    from lakehouse.session import PYSPARK_SHORT_NAMES
+    from py4j.java_gateway import java_import
+
+    star_only = spark.sparkContext._gateway.new_jvm_view("star-imports-only")
+    for package in GATEWAY_STAR_IMPORTS:
+        java_import(star_only, f"{package}.*")
+    for name in PYSPARK_SHORT_NAMES:
+        short = name.rsplit(".", 1)[1]
+        assert getattr(spark.sparkContext._jvm, short)._fqn == name
+        assert getattr(star_only, short)._fqn == name
+
+
 def test_every_session_carries_the_measured_tuning(spark, base_config):
     """Given a session built by build_session (the shared one, built again: a job's main run in this process
     before, such as the CDC job's, leaves its own settings on it), Then the columnar cache is not compressed
