@@ -60,6 +60,13 @@ APPLY_TUNING = {"spark.sql.autoBroadcastJoinThreshold": "-1"}
 # replaces it (empty: the JVM's default). Glue launches its own JVMs: see the README's "Wide tables on Glue".
 LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 
+# A local JVM lives long and runs the same queries again: a warm worker of the local AWS one CDC run after the
+# other, a test run, the demo. Spark keeps the classes it compiled for 100 generated codes by default, and six
+# tables' applies make about 240: every apply compiled its 30 to 46 classes again (Janino, a fifth of a small
+# apply's CPU). A static setting: given when the session is made (on Glue each run is a new JVM anyway).
+# bench/RESULTS.md, "A wide table's first pass".
+LOCAL_STATIC_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
+
 
 # JDBC drivers of the reconcile job's local sources (Debian's packages: `make jdbc`, `make mariadb`), given to the
 # local session when present (local_jar_settings); on Glue the job's connection brings its own driver.
@@ -200,7 +207,9 @@ def build_session(
     if partitions:
         builder = builder.config("spark.default.parallelism", str(partitions))
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
-    for key, value in (local_jar_settings(master) | catalog_conf(config) | settings).items():
+    for key, value in (
+        local_jar_settings(master) | LOCAL_STATIC_SETTINGS | catalog_conf(config) | settings
+    ).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     if not partitions:

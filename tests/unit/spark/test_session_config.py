@@ -100,6 +100,31 @@ def test_the_short_names_pyspark_calls_by_resolve_to_the_classes_its_star_import
         assert getattr(star_only, short)._fqn == name
 
 
+def test_a_long_lived_local_jvm_compiles_a_query_again_only_after_many_others(spark):
+    """Given the tests' session (a local JVM that lives for the whole run, as a warm worker of the local AWS),
+    When a query runs, then 150 queries whose generated code differs, then the first query again,
+    Then its second run compiles nothing: its classes are still cached (Spark's default keeps 100, and the
+    applies of six tables need about 240, so each apply compiled all of its classes again)."""
+    if not spark.sparkContext.master.startswith("local["):
+        pytest.skip("executors in other JVMs compile their own stages")
+    compilations = (
+        spark.sparkContext._jvm.org.apache.spark.metrics.source.CodegenMetrics.METRIC_COMPILATION_TIME()
+    )
+
+    def run(number: int) -> None:
+        spark.range(3).selectExpr(
+            f"id * {number} + {number} AS v"
+        ).collect()  # a long literal is inlined in code
+
+    run(1_000_001)
+    for number in range(150):
+        run(2_000_000 + number)
+    before = compilations.getCount()
+    run(1_000_001)
+
+    assert compilations.getCount() == before
+
+
 def test_every_session_carries_the_measured_tuning(spark, base_config):
     """Given a session built by build_session (the shared one, built again: a job's main run in this process
     before, such as the CDC job's, leaves its own settings on it), Then the columnar cache is not compressed
