@@ -90,12 +90,14 @@ def main(argv: list[str] | None = None) -> None:
     config = LakeConfig(warehouse=str(root / "warehouse"), staging_dir=str(root / "staging"))
     log = root / "spark.log"
     # the JVM's own log (stderr) names the stages it could not compile
-    saved_stderr = os.dup(2)
-    os.dup2(os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND), 2)
+    saved_stderr, log_fd = os.dup(2), os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log_fd, 2)
     try:
-        spark = build_session(config, "tpcds-apply")
+        spark = build_session(config, "tpcds-apply")  # its JVM keeps the log as its stderr
     finally:
         os.dup2(saved_stderr, 2)
+        os.close(log_fd)
+        os.close(saved_stderr)
     jvm = Jvm(spark, log)
     load = measured(jvm, lambda: full_load(spark, config, schema, str(raw), options=options))
     applies: dict[str, list[dict]] = defaultdict(list)
