@@ -112,9 +112,8 @@ def test_a_long_lived_local_jvm_compiles_a_query_again_only_after_many_others(sp
     )
 
     def run(number: int) -> None:
-        spark.range(3).selectExpr(
-            f"id * {number} + {number} AS v"
-        ).collect()  # a long literal is inlined in code
+        # a long literal is written into the generated code: each number makes code of its own
+        spark.range(3).selectExpr(f"id * {number} + {number} AS v").collect()
 
     run(1_000_001)
     for number in range(150):
