@@ -41,6 +41,7 @@ from lakehouse.iceberg import (
     merge_changes,
     table_exists,
 )
+from lakehouse.jvm import observed_metrics
 from lakehouse.manifest import Manifest
 from lakehouse.names import CHANGE_SEQ_COLUMN, INTERNAL_PREFIX, quote
 from lakehouse.run_report import ApplyFigures, CommitFigures, FileFigures, LayoutFigures, RunReport
@@ -191,7 +192,7 @@ def _apply_keyed(
     batch = typed_batch(run, spec, table, raw, floor, latest_changes)
     record(batch.counts)
     properties |= commit_properties(spark, table, batch.figures["oldest"], batch.figures["newest"])
-    counts = outcomes[-1].get
+    counts = observed_metrics(outcomes[-1])
     if "deletes" not in counts:
         counts = {
             "deletes": batch.product.where(F.col(C.OP) == "D").count(),

@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 
 from lakehouse.changes import OP, VALID_OPS
 from lakehouse.fence import check_before_commit
+from lakehouse.jvm import java_class, java_dict
 from lakehouse.names import properties_sql, quote, sql_string
 from lakehouse.schema import parse_transform
 from lakehouse.types import can_widen
@@ -202,14 +203,14 @@ def snapshot_properties(spark: SparkSession, table: str) -> Iterator[dict[str, s
     java_table = iceberg_table(spark, table)
     snapshot = java_table.currentSnapshot()
     while snapshot is not None:
-        yield dict(snapshot.summary())
+        yield java_dict(snapshot.summary())
         parent = snapshot.parentId()
         snapshot = java_table.snapshot(parent) if parent is not None else None
 
 
 def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
     """The table's properties, from its current metadata (no Spark job)."""
-    return dict(iceberg_table(spark, table).properties())
+    return java_dict(iceberg_table(spark, table).properties())
 
 
 def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
@@ -223,7 +224,7 @@ def commit_of_run(spark: SparkSession, table: str, run_id: str) -> int | None:
     java_table = iceberg_table(spark, table)
     snapshot = java_table.currentSnapshot()
     while snapshot is not None:
-        if dict(snapshot.summary()).get(RUN_ID) == run_id:
+        if snapshot.summary().get(RUN_ID) == run_id:
             return int(snapshot.snapshotId())
         parent = snapshot.parentId()
         snapshot = java_table.snapshot(parent) if parent is not None else None
@@ -232,8 +233,8 @@ def commit_of_run(spark: SparkSession, table: str, run_id: str) -> int | None:
 
 def iceberg_table(spark: SparkSession, table: str) -> Any:
     """The Iceberg Java table (its metadata fresh from the catalog)."""
-    jvm = spark.sparkContext._jvm
-    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    spark3_util = java_class(spark, "org.apache.iceberg.spark.Spark3Util")
+    iceberg_table = spark3_util.loadIcebergTable(spark._jsparkSession, table)
     iceberg_table.refresh()
     return iceberg_table
 
@@ -269,14 +270,13 @@ def with_commit_properties(
     properties = properties | check_before_commit()
     with _callback_lock:
         ensure_callback_server_started(spark.sparkContext._gateway)
-    jvm = spark.sparkContext._jvm
-    java_map = jvm.java.util.HashMap()
+    java_map = java_class(spark, "java.util.HashMap")()
     for key, value in properties.items():
         java_map.put(key, value)
     callable_ = _PythonCallable(action)
     try:
-        jvm.org.apache.iceberg.spark.CommitMetadata.withCommitProperties(
-            java_map, callable_, jvm.java.lang.RuntimeException().getClass()
+        java_class(spark, "org.apache.iceberg.spark.CommitMetadata").withCommitProperties(
+            java_map, callable_, java_class(spark, "java.lang.RuntimeException")().getClass()
         )
     except Exception:
         if callable_.error is not None:
@@ -359,7 +359,7 @@ def key_upper_bound(
     snapshot = java_table.currentSnapshot()
     if snapshot is None:
         return True, None
-    files = dict(snapshot.summary()).get("total-data-files")
+    files = snapshot.summary().get("total-data-files")
     field = java_table.schema().caseInsensitiveFindField(column)
     in_driver = files is not None and files.isdigit() and int(files) <= driver_files
     if in_driver and field is not None and field.type().typeId().name() in _DRIVER_BOUND_TYPES:
@@ -383,7 +383,7 @@ _DRIVER_BOUND_TYPES = ("INTEGER", "LONG", "DATE", "TIMESTAMP")
 
 def _bound_from_manifests(spark: SparkSession, java_table: Any, field: Any) -> tuple[bool, Any]:
     """key_upper_bound of the current snapshot's data files, read by Iceberg's scan planning in the driver."""
-    to_value = spark.sparkContext._jvm.org.apache.iceberg.types.Conversions.fromByteBuffer
+    to_value = java_class(spark, "org.apache.iceberg.types.Conversions").fromByteBuffer
     field_id, iceberg_type = field.fieldId(), field.type()
     tasks = java_table.newScan().includeColumnStats().planFiles()
     highest = None

@@ -10,6 +10,7 @@ import time
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.iceberg import iceberg_table, snapshot_properties, table_exists
+from lakehouse.jvm import java_class
 
 CONSUMED_PREFIX = "refine.consumed."
 REFINE_RUN_ID = "refine.run-id"
@@ -20,7 +21,7 @@ def is_in_history(spark: SparkSession, table: str, snapshot_id: int, current_id:
     jtable = iceberg_table(spark, table)
     if jtable.snapshot(snapshot_id) is None:
         return False
-    util = spark.sparkContext._jvm.org.apache.iceberg.util.SnapshotUtil
+    util = java_class(spark, "org.apache.iceberg.util.SnapshotUtil")
     return snapshot_id == current_id or bool(util.isAncestorOf(jtable, current_id, snapshot_id))
 
 

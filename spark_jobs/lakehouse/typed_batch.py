@@ -19,6 +19,7 @@ from lakehouse import changes as C
 from lakehouse.apply_run import ApplyRun
 from lakehouse.clean_table import SchemaChangeError, layout_and_types
 from lakehouse.dms_reader import RawRead
+from lakehouse.jvm import observed_metrics
 from lakehouse.run_report import BatchFigures
 from lakehouse.schema import TableSpec
 from lakehouse.types import can_widen
@@ -68,7 +69,7 @@ def typed_batch(
         observation = Observation(f"batch_{spec.iceberg_name}_{id(typed)}")
         observed = typed.observe(observation, *_batch_figures(usable, newer))
         product = (keep or _checkpointed)(build(observed, usable & newer))
-        figures = observation.get
+        figures = observed_metrics(observation)
         if "records" not in figures:  # metrics not delivered: count instead (one more pass)
             figures = typed.agg(*_batch_figures(usable, newer)).first().asDict()
         figures = _read_figures(figures)
