@@ -15,7 +15,7 @@ from pyspark.sql import types as T
 
 from lakehouse.changes import OP, VALID_OPS
 from lakehouse.fence import check_before_commit
-from lakehouse.jvm import java_class, java_dict
+from lakehouse.jvm import java_class, java_dict, java_list
 from lakehouse.names import properties_sql, quote, sql_string
 from lakehouse.schema import parse_transform
 from lakehouse.types import can_widen
@@ -112,7 +112,7 @@ def partition_spec(spark: SparkSession, table: str) -> tuple[str, ...]:
     java_table = iceberg_table(spark, table)
     schema = java_table.schema()
     transforms = []
-    for field in java_table.spec().fields():
+    for field in java_list(java_table.spec().fields()):
         kind, column = str(field.transform().toString()), str(schema.findColumnName(field.sourceId()))
         if kind == "identity":
             transforms.append(column)

@@ -4,9 +4,9 @@ classes from Python").
 - **A Java collection iterated from Python ends with a Java exception.** py4j's iterator calls `next()` until
   Java throws NoSuchElementException, and PySpark converts every Java exception on its way out: a dozen
   `isinstance` checks through the gateway, each resolving `py4j.reflection.TypeUtil` again, package by
-  package. So `dict(java_map)`, `Observation.get` (it iterates its map) or `for x in java_set` cost some 30
+  package. So `dict(java_map)`, `Observation.get` (it iterates its map) or `for x in java_list` cost some 30
   gateway calls and over a hundred class lookups that search every jar (250 of them). `java_dict` walks the
-  map with `hasNext()`: no exception.
+  map with `hasNext()`, `java_list` a list by index: no exception.
 - **A class named by its package path is resolved one package at a time** (`jvm.org.apache.iceberg…`): a
   gateway call per component, and each package is first tried as a class (a miss through every jar; the
   first component also through every star import). `java_class` names the class in one step.
@@ -33,6 +33,11 @@ def java_dict(java_map: Any) -> dict[Any, Any]:
         entry = iterator.next()
         entries[entry.getKey()] = entry.getValue()
     return entries
+
+
+def java_list(items: Any) -> list[Any]:
+    """A java.util.List's items as a Python list (each converted as py4j converts it)."""
+    return [items.get(index) for index in range(items.size())]
 
 
 def observed_metrics(observation: Observation) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from lakehouse.jvm import java_class, java_dict, observed_metrics
+from lakehouse.jvm import java_class, java_dict, java_list, observed_metrics
 from pyspark.errors.exceptions import captured
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
@@ -42,6 +42,22 @@ def test_a_java_map_reads_as_the_same_dict_without_a_java_exception(spark, java_
     assert read == {"name": "customer", "rows": 12345678901, "amount": Decimal("12.50")}
 
     assert dict(java_map) == read
+    assert java_exceptions == ["java.util.NoSuchElementException"]
+
+
+def test_a_java_list_reads_as_the_same_list_without_a_java_exception(spark, java_exceptions) -> None:
+    """Given a java.util.ArrayList of three strings (as a partition spec's fields() is a list),
+    When it is read with java_list, and then with list() (py4j's iteration),
+    Then both give the same list, in order, and only list() made Java throw."""
+    items = java_class(spark, "java.util.ArrayList")()
+    for item in ("c", "a", "b"):
+        items.add(item)
+
+    read = java_list(items)
+    assert java_exceptions == []
+    assert read == ["c", "a", "b"]
+
+    assert list(items) == read
     assert java_exceptions == ["java.util.NoSuchElementException"]
 
 
