@@ -11,6 +11,7 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 
 from lakehouse.config import LakeConfig, executor_cores, shuffle_partitions_for
+from lakehouse.jvm import remember_names
 
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 
@@ -140,26 +141,25 @@ def parallelism(config: LakeConfig, conf: dict[str, str], default_parallelism: i
 
 
 # The JVM classes PySpark names by their short name on every call: `functions` for each F.col, F.when, F.lit…,
-# PythonUtils for each list of columns a DataFrame method sends. The gateway resolves a short name through its
-# star imports, one package after the other, and each package that lacks it is a class-loader miss that
-# searches every jar (250 of them): building a wide table's typing, thousands of calls, spent seconds there.
-# Imported singly, each resolves at once, to the class the star imports found. bench/RESULTS.md, "A wide
-# table's first pass".
+# PythonUtils for each list of columns a DataFrame method sends; and the package roots it walks (`jvm.org.apache
+# .spark.sql.Observation` for each observed DataFrame, `jvm.py4j.reflection.TypeUtil` for each Java exception
+# it converts). py4j resolves each again on every use, through class-loader misses that search every jar (250
+# of them): bound on the session's view of the JVM, each is resolved once (lakehouse.jvm.remember_names).
+# bench/RESULTS.md, "A wide table's first pass" and "Java collections and classes from Python".
 PYSPARK_SHORT_NAMES = (
     "org.apache.spark.sql.functions",
     "org.apache.spark.api.python.PythonUtils",
     "org.apache.spark.sql.api.python.PythonSQLUtils",
     "org.apache.spark.sql.SparkSession",
+    "org.apache.spark.sql.SparkSession$",
     "org.apache.spark.api.python.PythonRDD",
 )
+PYSPARK_PACKAGE_ROOTS = ("org", "java", "py4j")
 
 
 def import_short_names(spark: SparkSession) -> SparkSession:
-    """`spark` with PYSPARK_SHORT_NAMES imported singly into its gateway's view of the JVM."""
-    from py4j.java_gateway import java_import
-
-    for name in PYSPARK_SHORT_NAMES:
-        java_import(spark.sparkContext._jvm, name)
+    """`spark` with PYSPARK_SHORT_NAMES and PYSPARK_PACKAGE_ROOTS remembered on its gateway's view of the JVM."""
+    remember_names(spark.sparkContext._jvm, PYSPARK_SHORT_NAMES, PYSPARK_PACKAGE_ROOTS)  # type: ignore[arg-type]
     return spark
 
 

@@ -100,3 +100,48 @@ def test_a_class_named_in_one_step_is_the_class_the_package_walk_finds(spark) ->
         loaded = java_class(spark, name)._java_lang_class  # the JVM's Class: fails for a class it lacks
         assert loaded.getName() == walked._java_lang_class.getName() == name
     assert java_class(spark, "java.lang.Integer").MAX_VALUE == jvm.java.lang.Integer.MAX_VALUE
+
+
+@pytest.fixture
+def gateway_calls(spark, monkeypatch) -> list[str]:
+    """The commands the session's gateway client sends while the test runs."""
+    client = spark.sparkContext._gateway._gateway_client
+    sent: list[str] = []
+    send = client.send_command
+
+    def counting(command, *args, **kwargs):
+        sent.append(command)
+        return send(command, *args, **kwargs)
+
+    monkeypatch.setattr(client, "send_command", counting)
+    return sent
+
+
+def test_what_pyspark_reaches_on_every_call_is_resolved_once_per_session(spark, gateway_calls) -> None:
+    """Given the session's view of the JVM with PySpark's short names and package roots bound anew,
+    When `functions.col`, a class by its package path and its static method are reached twice,
+    Then the second time sends nothing to the JVM (the first resolved them), the calls still work, and a
+    static field is still read from the JVM each time (its value may change)."""
+    from lakehouse.session import import_short_names
+
+    jvm = import_short_names(spark).sparkContext._jvm  # bound anew: nothing resolved yet
+
+    def reach() -> tuple:
+        return (
+            jvm.functions.col,
+            jvm.org.apache.spark.sql.Observation,
+            jvm.py4j.reflection.TypeUtil.isInstanceOf,
+        )
+
+    first = reach()
+    assert gateway_calls, "the first reach resolves through the JVM"
+    gateway_calls.clear()
+    assert reach() == first
+    assert gateway_calls == []
+
+    assert str(first[0]("a").toString()) == "a"
+    assert first[2]("java.lang.String", "text") is True
+    assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1
+    gateway_calls.clear()
+    assert jvm.java.lang.Integer.MAX_VALUE == 2**31 - 1
+    assert len(gateway_calls) == 1 and "MAX_VALUE" in gateway_calls[0]
