@@ -3,7 +3,10 @@ lakehouse.jvm, in one local session with the Iceberg runtime on the classpath (t
 
 - an Iceberg snapshot summary (16 entries) read with dict() (py4j's iteration, which ends in a Java exception
   that PySpark converts) and with `java_dict`;
-- `org.apache.iceberg.spark.Spark3Util` reached package by package and with `java_class`.
+- `org.apache.iceberg.spark.Spark3Util` reached package by package and with `java_class`;
+
+each with py4j as it ships and with the names `build_session` remembers on the gateway's view
+(lakehouse.jvm.remember_names).
 
     .venv/bin/python bench/py4j_java_reads.py [--rounds 300]
 """
@@ -20,7 +23,12 @@ sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "spark_jobs")]
 
 from lakehouse.config import LakeConfig  # noqa: E402
 from lakehouse.jvm import java_class, java_dict  # noqa: E402
-from lakehouse.session import build_session  # noqa: E402
+from lakehouse.session import (  # noqa: E402
+    PYSPARK_PACKAGE_ROOTS,
+    PYSPARK_SHORT_NAMES,
+    build_session,
+    import_short_names,
+)
 
 
 def timed(label: str, rounds: int, action) -> float:
@@ -47,21 +55,24 @@ def main() -> None:
     assert dict(summary) == java_dict(summary)
     print(f"a snapshot summary of {len(java_dict(summary))} entries", flush=True)
 
-    for _ in range(2):  # warm-up of both paths
-        timed("warm-up", 30, lambda: (dict(summary), java_dict(summary)))
-    before = timed("dict(summary): py4j's iteration", rounds, lambda: dict(summary))
-    after = timed("java_dict(summary)", rounds, lambda: java_dict(summary))
-    print(f"  {after / before:.2f}x the time", flush=True)
-
     def walked() -> object:
         return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable
 
     def named() -> object:
         return java_class(spark, "org.apache.iceberg.spark.Spark3Util").loadIcebergTable
 
-    before = timed("jvm.org.apache.iceberg.spark.Spark3Util.<member>", rounds, walked)
-    after = timed("java_class(spark, 'org…Spark3Util').<member>", rounds, named)
-    print(f"  {after / before:.2f}x the time", flush=True)
+    # py4j as it ships: the names build_session remembered taken off the view
+    for name in [n.rsplit(".", 1)[1] for n in PYSPARK_SHORT_NAMES] + list(PYSPARK_PACKAGE_ROOTS):
+        jvm.__dict__.pop(name, None)
+    for remembered in (False, True):
+        if remembered:
+            import_short_names(spark)
+        print(f"-- names remembered on the view: {remembered}", flush=True)
+        timed("warm-up", 30, lambda: (dict(summary), java_dict(summary), walked(), named()))
+        timed("dict(summary): py4j's iteration", rounds, lambda: dict(summary))
+        timed("java_dict(summary)", rounds, lambda: java_dict(summary))
+        timed("jvm.org.apache.iceberg.spark.Spark3Util.<member>", rounds, walked)
+        timed("java_class(spark, 'org…Spark3Util').<member>", rounds, named)
     spark.stop()
 
 

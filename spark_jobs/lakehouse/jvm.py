@@ -5,8 +5,9 @@ classes from Python").
   Java throws NoSuchElementException, and PySpark converts every Java exception on its way out: a dozen
   `isinstance` checks through the gateway, each resolving `py4j.reflection.TypeUtil` again, package by
   package. So `dict(java_map)`, `Observation.get` (it iterates its map) or `for x in java_list` cost some 30
-  gateway calls and over a hundred class lookups that search every jar (250 of them). `java_dict` walks the
-  map with `hasNext()`, `java_list` a list by index: no exception.
+  gateway calls and, on a view that does not remember names (`remember_names`), over a hundred class lookups
+  that search every jar (250 of them). `java_dict` walks the map with `hasNext()`, `java_list` a list by
+  index: no exception.
 - **A class named by its package path is resolved one package at a time** (`jvm.org.apache.iceberg…`): a
   gateway call per component, and each package is first tried as a class (a miss through every jar; the
   first component also through every star import). `java_class` names the class in one step.
