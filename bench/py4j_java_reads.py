@@ -1,7 +1,7 @@
 """What a Java map read from Python and a class named by its package path cost, before and after
 lakehouse.jvm, in one local session with the Iceberg runtime on the classpath (the jobs' own: 250-odd jars):
 
-- an Iceberg snapshot summary (16 entries) read with dict() (py4j's iteration, which ends in a Java exception
+- an Iceberg snapshot summary (15 entries) read with dict() (py4j's iteration, which ends in a Java exception
   that PySpark converts) and with `java_dict`;
 - `org.apache.iceberg.spark.Spark3Util` reached package by package and with `java_class`;
 
