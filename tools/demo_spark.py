@@ -24,6 +24,7 @@ from lakehouse.dms_files import CsvFormat
 from lakehouse.dms_reader import ReaderOptions
 from lakehouse.full_load import full_load
 from lakehouse.manifest import Manifest, ManifestFile
+from lakehouse.run_report import RunReport
 from lakehouse.schema import SchemaFile
 from lakehouse.session import build_session
 
@@ -74,16 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         next_seq += len(workload.changes)
         manifest = Manifest(f"batch-{batch}", tuple(ManifestFile(f) for f in files))
         result = apply_cdc(spark, config, schema, manifest, options)
-        totals = result.totals()
-        newest = max((t.max_commit_ts for t in result.tables if t.max_commit_ts), default=None)
-        lag = ""
-        if newest:
-            lag = f", newest change committed {datetime.fromisoformat(newest).replace(tzinfo=UTC):%Y-%m-%d %H:%M:%S}"
-        print(
-            f"batch {batch}: {len(files)} files, {len(workload.changes)} row changes → "
-            f"{totals['inserted_or_updated']} upserts, {totals['deleted']} deletes, "
-            f"{totals['quarantined_records']} quarantined, in {result.seconds:.1f}s{lag}"
-        )
+        print(batch_line(batch, len(files), len(workload.changes), result))
         if result.failed:
             print(f"FAILED tables: {[(t.table, t.error) for t in result.failed]}", file=sys.stderr)
             return 1
@@ -98,6 +90,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"warehouse: {config.warehouse}"
     )
     return 0 if ok else 1
+
+
+def batch_line(batch: int, files: int, changes: int, result: RunReport) -> str:
+    """What a CDC run did to one batch, with the commit time of the newest change it applied."""
+    totals = result.totals()
+    newest = result.newest_commit_ts
+    lag = ""
+    if newest:
+        lag = f", newest change committed {datetime.fromisoformat(newest).replace(tzinfo=UTC):%Y-%m-%d %H:%M:%S}"
+    return (
+        f"batch {batch}: {files} files, {changes} row changes → "
+        f"{totals['inserted_or_updated']} upserts, {totals['deleted']} deletes, "
+        f"{totals['quarantined_records']} quarantined, in {result.seconds:.1f}s{lag}"
+    )
 
 
 if __name__ == "__main__":
