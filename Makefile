@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: jdbc mariadb venv sam-venv refine bi sample-db localstack-venv demo demo-spark test test-unit test-integration browser dashboard lint format bench deploy local-up local-down clean
+.PHONY: jdbc mariadb venv sam-venv refine bi sample-db localstack-venv demo demo-spark test jvm-archive test-unit test-integration browser dashboard lint format bench deploy local-up local-down clean
 
 venv: $(STAMP)
 
@@ -35,8 +35,13 @@ PYTEST_PARALLEL = $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --di
 # Up to TEST_WORKERS local AWSs at once: each keeps one warm Spark worker, not two (more start while runs overlap).
 test test-integration: export LOCALAWS_WARM_SPARK_WORKERS ?= 1
 
-test: venv localstack-venv sam-venv browser jdbc mariadb
+test: venv localstack-venv sam-venv browser jdbc mariadb jvm-archive
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL)
+
+# The tests' JVMs map one class-data archive of Spark's, Iceberg's and the JDBC drivers' classes instead of
+# loading them from the jars each (localaws/jvm_archive.py): made once per JDK and class path, in var/jvm-archive/.
+jvm-archive: venv jdbc mariadb
+	$(BIN)/python -m localaws.jvm_archive
 
 # The reconcile job's JDBC driver for the local PostgreSQL source (Debian's package; Maven is not reachable
 # here): /usr/share/java/postgresql.jar, which the local Spark session puts on spark.jars.
@@ -67,10 +72,10 @@ browser:
 	    { $$SUDO apt-get update -q >/dev/null 2>&1 && $$SUDO apt-get install -y -q chromium >/dev/null 2>&1; } ) \
 	  || echo "WARNING: could not install chromium: the dashboard's browser test will be SKIPPED"; }
 
-test-unit: venv jdbc mariadb
+test-unit: venv jdbc mariadb jvm-archive
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m "not integration"
 
-test-integration: venv localstack-venv sam-venv
+test-integration: venv localstack-venv sam-venv jvm-archive
 	$(BIN)/python -m pytest $(PYTEST_PARALLEL) -m integration
 
 # LocalStack (community, host mode, no Docker) in its own Python 3.13 venv, with our plugins.

@@ -68,8 +68,11 @@ def pytest_configure(config: pytest.Config) -> None:
     """A pytest-xdist worker (`gw0`, `gw1`, …) runs its local AWS on LOCALAWS_PORT (4566 when unset) + 1 + its
     number, so workers never share one; `sam build` output stays shared (LOCALAWS_SAM_BUILD_DIR: the build
     folder of the run's own port; tests/integration/pipeline/conftest.py builds it once per run). Every process
-    of the run (and what it starts) compiles with C1 only (`jit_environment`)."""
-    os.environ.update(jit_environment(os.environ))
+    of the run (and what it starts) compiles with C1 only and maps the JVM class archive when `make test` made
+    it (`jvm_environment`)."""
+    from localaws.jvm_archive import existing_archive_option
+
+    os.environ.update(jvm_environment(os.environ, existing_archive_option()))
     worker = getattr(config, "workerinput", {}).get("workerid")
     if not worker:
         return
@@ -98,8 +101,16 @@ def _run_paths() -> tuple[Path, ...]:
     return (Path(__file__).resolve().parents[1], Path(tempfile.gettempdir()))
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return free_disk(_run_paths())
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    from localaws.jvm_archive import archive_path
+
+    archive = archive_path()
+    said = (
+        str(archive)
+        if archive.is_file()
+        else "none: its JVMs load their classes from the jars (make jvm-archive)"
+    )
+    return [free_disk(_run_paths()), f"JVM class archive: {said}"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -180,14 +191,20 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
 TEST_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
-def jit_environment(environ: Mapping[str, str]) -> dict[str, str]:
+def jvm_environment(environ: Mapping[str, str], class_archive: str = "") -> dict[str, str]:
     """The environment variables that give the tests' session TEST_JIT_OPTIONS, over `environ` (set ones
     win): the local JVM options plus C1 only for the driver and, on a local-cluster master, for the
-    executors too (spark-submit's arguments)."""
+    executors too (spark-submit's arguments). `class_archive`: the option that maps the JVM class archive
+    (localaws.jvm_archive), given to a local master's driver, whose class path is the archive's (a
+    local-cluster driver's and executors' are Spark's jars alone, where it would be ignored)."""
     from lakehouse.session import LOCAL_JAVA_OPTIONS
 
-    wanted = {"LAKE_SPARK_JAVA_OPTIONS": f"{LOCAL_JAVA_OPTIONS} {TEST_JIT_OPTIONS}"}
-    if environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster"):
+    cluster = environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster")
+    driver = f"{LOCAL_JAVA_OPTIONS} {TEST_JIT_OPTIONS}"
+    if class_archive and not cluster:
+        driver = f"{driver} {class_archive}"
+    wanted = {"LAKE_SPARK_JAVA_OPTIONS": driver}
+    if cluster:
         wanted["PYSPARK_SUBMIT_ARGS"] = (
             f"--conf {shlex.quote(f'spark.executor.extraJavaOptions={TEST_JIT_OPTIONS}')} pyspark-shell"
         )

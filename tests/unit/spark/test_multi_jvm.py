@@ -65,8 +65,14 @@ def test_the_tests_that_matter_pass_with_executors_in_their_own_jvms(tmp_path):
     """Given the chosen Spark tests,
     When they run in a pytest whose session is local-cluster[2,1,1024] (a driver and two executor JVMs),
     Then every one passes (their own assertions: whole tables), none skipped."""
+    # this process's driver options without the JVM class archive: the cluster's driver loads Spark's jars
+    # alone (its session ships the others), a class path the archive is not for (tests/conftest.py)
+    driver_options = os.environ.get("LAKE_SPARK_JAVA_OPTIONS", "").split()
     env = os.environ | {
         "LAKE_SPARK_MASTER": MASTER,
+        "LAKE_SPARK_JAVA_OPTIONS": " ".join(
+            o for o in driver_options if not o.startswith("-XX:SharedArchiveFile=")
+        ),
         "PYTHONPATH": os.pathsep.join(
             [str(ROOT), str(ROOT / "spark_jobs"), str(ROOT / "localaws" / "plugin")]
             + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]

@@ -1,14 +1,18 @@
 """Every JVM a test run starts compiles with C1 only (tests/conftest.py, TEST_JIT_OPTIONS, set in the process's
 environment by pytest_configure): the tests' tables are a few rows, so C2's compiling is CPU spent on nothing. Its
-code cache keeps the tiered default (240 MB): C1 only would shrink it to 48 MB, which a long session fills."""
+code cache keeps the tiered default (240 MB): C1 only would shrink it to 48 MB, which a long session fills. A
+local driver also maps the JVM class archive (localaws.jvm_archive) instead of loading its classes from the jars."""
 
 from __future__ import annotations
 
 import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import TEST_JIT_OPTIONS, jit_environment
+from localaws.jvm_archive import archive_path
+from tests.conftest import TEST_JIT_OPTIONS, jvm_environment
 
 
 def vm_option(spark, name: str) -> str:
@@ -36,8 +40,8 @@ def test_a_local_session_gets_c1_for_its_driver_and_a_local_cluster_for_its_exec
     Then the driver gets the product's local options plus C1 only; on local-cluster the executors get C1 too
     (spark-submit's arguments, which pyspark reads when it launches the driver)."""
     options = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-    assert jit_environment({}) == {"LAKE_SPARK_JAVA_OPTIONS": f"-XX:-DontCompileHugeMethods {options}"}
-    cluster = jit_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"})
+    assert jvm_environment({}) == {"LAKE_SPARK_JAVA_OPTIONS": f"-XX:-DontCompileHugeMethods {options}"}
+    cluster = jvm_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"})
     assert cluster == {
         "LAKE_SPARK_JAVA_OPTIONS": f"-XX:-DontCompileHugeMethods {options}",
         "PYSPARK_SUBMIT_ARGS": f"--conf 'spark.executor.extraJavaOptions={options}' pyspark-shell",
@@ -60,7 +64,43 @@ def test_settings_the_caller_made_win() -> None:
         "PYSPARK_SUBMIT_ARGS": "--driver-memory 2g pyspark-shell",
     }
 
-    assert jit_environment(environ) == {
+    assert jvm_environment(environ) == {
         "LAKE_SPARK_JAVA_OPTIONS": "",
         "PYSPARK_SUBMIT_ARGS": "--driver-memory 2g pyspark-shell",
     }
+
+
+def test_a_local_driver_maps_the_class_archive_and_a_local_cluster_does_not() -> None:
+    """Given the option that maps the JVM class archive,
+    When the tests' session settings are asked for a local master, then for local-cluster, then with options
+    the caller set,
+    Then only the local driver gets it (a local-cluster's JVMs load Spark's jars alone, a class path the archive
+    is not for), after C1 only; the caller's options stay as they are."""
+    archive = "-XX:SharedArchiveFile=/var/a.jsa"
+    local = jvm_environment({}, archive)["LAKE_SPARK_JAVA_OPTIONS"]
+    assert local == f"-XX:-DontCompileHugeMethods {TEST_JIT_OPTIONS} {archive}"
+    cluster = jvm_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"}, archive)
+    assert archive not in cluster["LAKE_SPARK_JAVA_OPTIONS"] + cluster["PYSPARK_SUBMIT_ARGS"]
+    assert jvm_environment({"LAKE_SPARK_JAVA_OPTIONS": "-Xss4m"}, archive) == {
+        "LAKE_SPARK_JAVA_OPTIONS": "-Xss4m"
+    }
+
+
+@pytest.mark.spark
+def test_the_tests_session_jvm_maps_the_class_archive_made_for_its_class_path(spark) -> None:
+    """Given the JVM class archive `make test` makes (localaws.jvm_archive) and the tests' shared session,
+    Then the session's JVM was given it, and a JVM of the same JDK with the session's class path maps it where
+    mapping is required (`-Xshare:on` refuses an archive of another JDK or class path)."""
+    archive = archive_path()
+    assert archive.is_file(), f"no JVM class archive at {archive}: `make jvm-archive` makes it"
+    assert vm_option(spark, "SharedArchiveFile") == str(archive)
+    jvm = spark._jvm
+    java = Path(jvm.java.lang.System.getProperty("java.home")) / "bin" / "java"
+    class_path = jvm.java.lang.System.getProperty("java.class.path")
+    mapped = subprocess.run(
+        [str(java), "-Xshare:on", f"-XX:SharedArchiveFile={archive}", "-cp", class_path, "-version"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert mapped.returncode == 0, mapped.stderr
