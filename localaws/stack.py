@@ -218,6 +218,12 @@ def status(config: StackConfig | None = None) -> dict[str, object]:
     }
 
 
+# How long a LocalStack that `running_stack` started may take to stop before it is killed: its state goes with it
+# anyway. Its shutdown can wait on a run's thread: on a fresh clone 2 of the 3 test sessions' LocalStacks held
+# their session's end to the 20 s kill (2026-11-27), the suite's last seconds.
+RUNNING_STACK_STOP_SECONDS = 5.0
+
+
 @contextlib.contextmanager
 def running_stack(config: StackConfig | None = None) -> Iterator[str]:
     """Yield the endpoint URL of a healthy LocalStack; stop it afterwards only if this call started it."""
@@ -229,7 +235,7 @@ def running_stack(config: StackConfig | None = None) -> Iterator[str]:
         yield config.endpoint_url
     finally:
         if not already_running:
-            stop(config)
+            stop(config, timeout=RUNNING_STACK_STOP_SECONDS)
 
 
 def main(argv: list[str] | None = None) -> int:

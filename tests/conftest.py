@@ -39,14 +39,22 @@ def parallel_scope(nodeid: str) -> str:
     return module
 
 
+# Pure tests that mostly wait: the Lambda tests, on moto, whose every drain ends with a receive that long-polls
+# the empty queue for its second (as SQS does). Queued with the Spark tests, they wait while the others compute;
+# last, they were the run's final minute at half the CPU (test_queue_drain_hardening: 57 drains, 66 s).
+WAITING_PURE_TESTS = ("unit/functions/",)
+
+
 def parallel_rank(path: str, fixturenames: tuple[str, ...] = ()) -> int:
     """Where a test goes in a parallel run's queue (`--no-loadscope-reorder`: the order the workers collected),
     the long kinds first so that quick ones fill the end: 0 integration (minutes of waiting on the local AWS),
-    1 Spark or an embedded PostgreSQL, 2 the rest (pure tests: Lambdas, template, docs). `path`: relative to
-    tests/."""
+    1 Spark or an embedded PostgreSQL, and the pure tests that wait (WAITING_PURE_TESTS), 2 the rest (pure
+    tests: template, docs, tools). `path`: relative to tests/."""
     if path.startswith("integration/"):
         return 0
-    return 1 if any(name in SERVER_FIXTURES for name in fixturenames) else 2
+    if any(name in SERVER_FIXTURES for name in fixturenames) or path.startswith(WAITING_PURE_TESTS):
+        return 1
+    return 2
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: ignored where it is not installed

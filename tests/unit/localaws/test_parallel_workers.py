@@ -47,12 +47,15 @@ def test_a_worker_takes_the_local_aws_tests_together_a_pipeline_test_alone_and_o
         ("unit/spark/test_cdc_rules.py", ("spark", "lake_config"), 1),
         ("unit/localaws/test_localaws_dms_postgres.py", ("postgres_socket_dir",), 1),
         ("unit/spark/test_reconcile_cost.py", ("pg", "tmp_path"), 1),
-        ("unit/functions/test_lease.py", ("tmp_path",), 2),
+        ("unit/functions/test_queue_drain_hardening.py", ("queues", "drain_app"), 1),
+        ("unit/template/test_template.py", ("template",), 2),
+        ("unit/docs/test_docs_resolve.py", (), 2),
     ],
 )
 def test_the_long_kinds_of_test_go_first(path, fixtures, rank) -> None:
     """Given a test's path under tests/ and its fixtures,
-    Then integration tests rank first, Spark and PostgreSQL tests next, pure tests last."""
+    Then integration tests rank first, Spark and PostgreSQL tests and the Lambda tests (they wait on moto's
+    long polls) next, the other pure tests last."""
     assert conftest.parallel_rank(path, fixtures) == rank
 
 
