@@ -40,8 +40,9 @@ def parallel_scope(nodeid: str) -> str:
 
 
 # Pure tests that mostly wait: the Lambda tests, on moto, whose every drain ends with a receive that long-polls
-# the empty queue for its second (as SQS does). Queued with the Spark tests, they wait while the others compute;
-# last, they were the run's final minute at half the CPU (test_queue_drain_hardening: 57 drains, 66 s).
+# the empty queue for its second (as SQS does). Queued with the Spark tests and spread among them
+# (`spread_waiting`), they wait while the others compute. Last, they were the run's final minute at half the CPU
+# (test_queue_drain_hardening: 57 drains, 66 s); all together, two workers waited at once for 100 s.
 WAITING_PURE_TESTS = ("unit/functions/",)
 
 
@@ -55,6 +56,19 @@ def parallel_rank(path: str, fixturenames: tuple[str, ...] = ()) -> int:
     if any(name in SERVER_FIXTURES for name in fixturenames) or path.startswith(WAITING_PURE_TESTS):
         return 1
     return 2
+
+
+def spread_waiting(modules: list[str]) -> list[str]:
+    """`modules` (paths relative to tests/, in queue order) with the waiting ones (WAITING_PURE_TESTS) spread
+    evenly among the others, each keeping its order: a worker that takes one waits while the others compute."""
+    waiting = [m for m in modules if m.startswith(WAITING_PURE_TESTS)]
+    computing = [m for m in modules if not m.startswith(WAITING_PURE_TESTS)]
+    if not waiting or not computing:
+        return list(modules)
+    step = len(computing) / len(waiting)
+    placed = [(float(i), m) for i, m in enumerate(computing)]
+    placed += [((j + 0.5) * step - 0.5, m) for j, m in enumerate(waiting)]
+    return [m for _, m in sorted(placed, key=lambda p: p[0])]
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's: ignored where it is not installed
@@ -147,7 +161,8 @@ def run_in_the_multi_jvm_test(items: list[pytest.Item]) -> set[str]:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Each of the multi-JVM test's subset runs once, in that test's local-cluster run, not here too
     (`run_in_the_multi_jvm_test`; a run of a module alone still runs its tests here). In a pytest-xdist
-    worker, the tests in `parallel_rank` order (every worker sorts alike, as xdist needs)."""
+    worker, the tests in `parallel_rank` order, the waiting ones of rank 1 spread among the others
+    (`spread_waiting`; every worker sorts alike, as xdist needs)."""
     if not os.environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster"):
         elsewhere = run_in_the_multi_jvm_test(items)
         if elsewhere:
@@ -157,14 +172,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     tests_dir = Path(__file__).resolve().parent
 
-    def rank(item: pytest.Item) -> int:
+    def path_of(item: pytest.Item) -> str | None:
         try:
-            path = item.path.resolve().relative_to(tests_dir).as_posix()
+            return item.path.resolve().relative_to(tests_dir).as_posix()
         except ValueError:
-            return 2
-        return parallel_rank(path, tuple(getattr(item, "fixturenames", ())))
+            return None
 
-    items.sort(key=rank)  # stable: collection order within a rank
+    def rank(item: pytest.Item) -> int:
+        path = path_of(item)
+        return 2 if path is None else parallel_rank(path, tuple(getattr(item, "fixturenames", ())))
+
+    ranks = {item.nodeid: rank(item) for item in items}
+    second = spread_waiting(
+        list(dict.fromkeys(p for i in items if ranks[i.nodeid] == 1 and (p := path_of(i))))
+    )
+    position = {module: number for number, module in enumerate(second)}
+    # stable: collection order within a rank, and within a module
+    items.sort(key=lambda item: (ranks[item.nodeid], position.get(path_of(item) or "", 0)))
 
 
 @pytest.fixture(scope="session")

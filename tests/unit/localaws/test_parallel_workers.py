@@ -59,6 +59,25 @@ def test_the_long_kinds_of_test_go_first(path, fixtures, rank) -> None:
     assert conftest.parallel_rank(path, fixtures) == rank
 
 
+def test_the_waiting_lambda_tests_are_spread_among_the_computing_ones() -> None:
+    """Given the rank-1 modules in collection order, the Lambda tests (they wait on moto's long polls) first,
+    Then the queue spreads them evenly among the Spark modules, each kind in its own order, none lost; with
+    nothing to spread among, the order stays."""
+    lambdas = [f"unit/functions/test_{n}.py" for n in ("a", "b")]
+    spark = [f"unit/spark/test_{n}.py" for n in ("c", "d", "e", "f")]
+    assert conftest.spread_waiting(lambdas + spark) == [
+        spark[0],
+        lambdas[0],
+        spark[1],
+        spark[2],
+        lambdas[1],
+        spark[3],
+    ]
+    assert conftest.spread_waiting(lambdas[:1] + spark) == [*spark[:2], lambdas[0], *spark[2:]]
+    assert conftest.spread_waiting(lambdas) == lambdas
+    assert conftest.spread_waiting(spark) == spark
+
+
 # What `make test` passes (Makefile, PYTEST_PARALLEL).
 MAKE_TEST_OPTIONS = ("-n", "3", "--dist", "loadscope", "--no-loadscope-reorder")
 
