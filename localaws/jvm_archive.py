@@ -4,12 +4,13 @@ then mapped by every later JVM of the same JDK and class path instead of read fr
 
     python -m localaws.jvm_archive      # `make test`: makes the archive when it is missing, prints its path
 
-A test run starts a dozen such JVMs (each pytest worker's session, each local AWS's warm Spark worker, the job
-runs that start cold); each spent ~5 of its first 13 CPU-seconds loading classes (bench/RESULTS.md, "Classes
-loaded once for every JVM of a test run"). The archive changes no behaviour: a JVM whose JDK or class path
-differs from the archive's (a jar updated, another JDBC driver installed) ignores it and loads its classes as
-before (`-Xshare:auto`, the JVM's default), and the archive's name carries a digest of both, so such a change
-makes a new one. Only the tests use it (tests/conftest.py); on Glue and EMR every JVM is the service's own."""
+A test run starts about 17 such JVMs (each pytest worker's session, each local AWS's warm Spark worker, the job
+runs that start cold); a cold one that runs a small Iceberg workload spends 9.8 CPU-seconds with its classes
+from the jars, 6.0 from the archive (bench/RESULTS.md, "Classes loaded once for every JVM of a test run").
+The archive changes no behaviour: a JVM whose JDK or class path differs from the archive's (a jar updated,
+another JDBC driver installed) ignores it and loads its classes as before (`-Xshare:auto`, the JVM's default),
+and the archive's name carries a digest of both, so such a change makes a new one. Only the tests use it
+(tests/conftest.py); on Glue and EMR every JVM is the service's own."""
 
 from __future__ import annotations
 
@@ -37,8 +38,8 @@ def java_home(environ: os._Environ[str] | dict[str, str] = os.environ) -> Path |
 
 
 def class_path_jars() -> list[Path]:
-    """The jars of a local session's class path, in the launcher's order: the session's own (lakehouse.session:
-    the Iceberg runtime, the JDBC drivers installed), then Spark's."""
+    """The jars of a local session's class path: the session's own (lakehouse.session: the Iceberg runtime, the
+    JDBC drivers installed), then Spark's (sorted: the launcher lists its folder, the digest needs one order)."""
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
     import pyspark
@@ -100,11 +101,11 @@ with tempfile.TemporaryDirectory(prefix="jvm-archive-") as scratch:
 
 
 def create(path: Path, java_options: str = "") -> Path:
-    """Make the archive at `path`: a local session (with `java_options`: what the JIT does changes nothing of
-    what a JVM may map, so the product's local default serves every JVM of the tests) runs a small Iceberg workload (create,
-    insert, merge, delete, read, a metadata table) and its JVM writes the classes it loaded when it exits; a
-    JVM that must map it (`-Xshare:on`) then checks it against the same class path before it takes its name.
-    Raises RuntimeError with the JVM's own words when either step fails."""
+    """Make the archive at `path`: a local session (with `java_options`; the JIT's options change nothing of
+    what a JVM may map, so the JVM's defaults serve every JVM of the tests) runs a small Iceberg workload
+    (create, insert, merge, delete, read, a metadata table) and its JVM writes the classes it loaded when it
+    exits; a JVM that must map it (`-Xshare:on`) then checks it against the same class path before it takes its
+    name. Raises RuntimeError with the JVM's own words when either step fails."""
     path.parent.mkdir(parents=True, exist_ok=True)
     draft = Path(tempfile.mkdtemp(prefix=".draft-", dir=path.parent)) / path.name
     try:

@@ -219,8 +219,8 @@ def status(config: StackConfig | None = None) -> dict[str, object]:
 
 
 # How long a LocalStack that `running_stack` started may take to stop before it is killed: its state goes with it
-# anyway. Its shutdown can wait on a run's thread: on a fresh clone 2 of the 3 test sessions' LocalStacks held
-# their session's end to the 20 s kill (2026-11-27), the suite's last seconds.
+# anyway. Its shutdown sometimes hangs after "Stopping all services" (cause not found): on a fresh clone 2 of the
+# 3 test sessions' LocalStacks held their session's end to the 20 s kill (2026-11-27), the suite's last seconds.
 RUNNING_STACK_STOP_SECONDS = 5.0
 
 
