@@ -178,17 +178,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except ValueError:
             return None
 
+    paths = {item.nodeid: path_of(item) for item in items}  # each resolved once
+
     def rank(item: pytest.Item) -> int:
-        path = path_of(item)
+        path = paths[item.nodeid]
         return 2 if path is None else parallel_rank(path, tuple(getattr(item, "fixturenames", ())))
 
     ranks = {item.nodeid: rank(item) for item in items}
     second = spread_waiting(
-        list(dict.fromkeys(p for i in items if ranks[i.nodeid] == 1 and (p := path_of(i))))
+        list(dict.fromkeys(p for i in items if ranks[i.nodeid] == 1 and (p := paths[i.nodeid])))
     )
     position = {module: number for number, module in enumerate(second)}
     # stable: collection order within a rank, and within a module
-    items.sort(key=lambda item: (ranks[item.nodeid], position.get(path_of(item) or "", 0)))
+    items.sort(key=lambda item: (ranks[item.nodeid], position.get(paths[item.nodeid] or "", 0)))
 
 
 @pytest.fixture(scope="session")
