@@ -91,10 +91,16 @@ def pytest_configure(config: pytest.Config) -> None:
     number, so workers never share one; `sam build` output stays shared (LOCALAWS_SAM_BUILD_DIR: the build
     folder of the run's own port; tests/integration/pipeline/conftest.py builds it once per run). Every process
     of the run (and what it starts) compiles with C1 only and maps the JVM class archive when `make test` made
-    it (`jvm_environment`)."""
+    it (`jvm_environment`). Its botocore sessions share one reading of AWS's service models, as a warm Spark
+    worker's runs do (`share_service_models`): moto gives each test a new boto3 default session, and each read
+    the models again (megabytes of JSON per service), the Lambda tests' largest cost (90 CPU-s of a `make
+    test`, py-spy, 2026-11-27)."""
+    from localaws_plugin.spark_worker import share_service_models
+
     from localaws.jvm_archive import existing_archive_option
 
     os.environ.update(jvm_environment(os.environ, existing_archive_option()))
+    share_service_models()
     worker = getattr(config, "workerinput", {}).get("workerid")
     if not worker:
         return

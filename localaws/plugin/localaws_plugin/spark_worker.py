@@ -23,6 +23,7 @@ run in its own process was killed; the pool starts a new worker for later runs.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -84,6 +85,20 @@ def launch_jvm(library: str, warm_up: bool = True) -> None:
     finally:
         sys.path.remove(library)
         forget_modules(_library_modules(library))
+
+
+def share_service_models() -> None:
+    """Every run's boto3 gets a new default session (run_one: the run's credentials and region), and every new
+    botocore session read AWS's service models again, megabytes of JSON for a run's first S3 client (a CDC run's
+    manifest): one loader keeps them for the worker's life. They are data files of the installed botocore,
+    the same for every run."""
+    try:
+        import botocore.loaders
+        import botocore.session
+    except ImportError:  # a Python without boto3: its runs make no AWS clients either
+        return
+    if botocore.session.create_loader is botocore.loaders.create_loader:  # not shared yet
+        botocore.session.create_loader = functools.cache(botocore.loaders.create_loader)
 
 
 def _library_modules(library: str) -> list[str]:
@@ -260,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         p for p in sys.path if os.path.abspath(p or ".") != os.path.dirname(os.path.abspath(__file__))
     ]
     launch_jvm(args.library, warm_up=not args.no_warm_up)
+    share_service_models()
     answers.write(json.dumps({"ready": True}) + "\n")
     answers.flush()
     return serve(requests, answers, args.idle_seconds)
