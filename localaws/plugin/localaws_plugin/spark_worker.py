@@ -27,6 +27,7 @@ import functools
 import json
 import logging
 import os
+import re
 import runpy
 import select
 import sys
@@ -38,11 +39,29 @@ import traceback
 from typing import Any
 
 THREAD_GRACE_SECONDS = 30.0
-# A worker lives long and idles between runs: G1 collects every 30 s when idle and gives back what it freed, so
-# an idle worker holds a few hundred MB, not the heap its biggest run grew (a run's own JVM ended with it).
+# A worker lives long and idles between runs: G1 collects every 30 s when idle and gives back what it freed above
+# the heap's floor (heap_options), not the heap its biggest run grew (a run's own JVM ended with it).
 IDLE_HEAP_OPTIONS = (
     "-XX:+UseG1GC -XX:G1PeriodicGCInterval=30000 -XX:MinHeapFreeRatio=10 -XX:MaxHeapFreeRatio=30"
 )
+# The heap's floor (-Xms). A heap given back down to what an idle worker holds started every run with a young
+# generation of a few MB: a run collected every second or so, G1 ran a concurrent cycle every other run, and a
+# full GC after each run gave the heap back again. With a floor of 1 GB and no full GC after a run, a CDC run of
+# the pipeline tests' six tables costs 12.3 CPU-s instead of 14.3 (eleven runs: young collections 247 -> 79,
+# concurrent cycles 58 -> 4, full 11 -> 0); the idle worker's JVM holds 1.5 GB instead of 0.74
+# (bench/warm_worker_runs.py; bench/RESULTS.md, "A warm worker's heap").
+HEAP_FLOOR_MB = 1024
+_MEMORY = re.compile(r"(\d+)([kmgt]?)b?")  # Spark's sizes: 4g, 4gb, 512m, 2048 (MB)
+_MEGABYTES = {"k": 1 / 1024, "": 1, "m": 1, "g": 1024, "t": 1024 * 1024}
+
+
+def heap_options(driver_memory: str) -> str:
+    """The worker JVM's heap options for `driver_memory` (spark.driver.memory, its maximum heap):
+    IDLE_HEAP_OPTIONS and a floor of HEAP_FLOOR_MB, or of the maximum heap where that is less (a floor above it
+    would stop the JVM). A size Spark would refuse gets no floor: Spark says what is wrong with it."""
+    size = _MEMORY.fullmatch(driver_memory.strip().lower())
+    floor = min(HEAP_FLOOR_MB, int(int(size[1]) * _MEGABYTES[size[2]])) if size else 0
+    return f"{IDLE_HEAP_OPTIONS} -Xms{floor}m" if floor else IDLE_HEAP_OPTIONS
 
 
 def launch_jvm(library: str, warm_up: bool = True) -> None:
@@ -58,10 +77,11 @@ def launch_jvm(library: str, warm_up: bool = True) -> None:
 
         conf = SparkConf(loadDefaults=False)
         conf.setAll(local_jar_settings(os.environ.get("LAKE_SPARK_MASTER", "local[2]")).items())
-        conf.set("spark.driver.memory", os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g"))
+        driver_memory = os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g")
+        conf.set("spark.driver.memory", driver_memory)
         conf.set(
             "spark.driver.extraJavaOptions",
-            f"{os.environ.get('LAKE_SPARK_JAVA_OPTIONS', LOCAL_JAVA_OPTIONS)} {IDLE_HEAP_OPTIONS}".strip(),
+            f"{os.environ.get('LAKE_SPARK_JAVA_OPTIONS', LOCAL_JAVA_OPTIONS)} {heap_options(driver_memory)}".strip(),
         )
         SparkContext._ensure_initialized(conf=conf)  # the JVM only: no context, nothing else in its defaults
         if not warm_up:
@@ -148,8 +168,8 @@ def exit_status(code: Any) -> int:
 
 
 def stop_spark() -> None:
-    """Stop the run's session and context, if it made one: the next run starts from a new SparkContext. Then
-    a full GC, after which the JVM gives back the heap it no longer needs (an idle worker stays small)."""
+    """Stop the run's session and context, if it made one: the next run starts from a new SparkContext. No full
+    GC: the idle worker's periodic collections give the heap back (IDLE_HEAP_OPTIONS, heap_options)."""
     if "pyspark" not in sys.modules:
         return
     from pyspark import SparkContext
@@ -160,8 +180,6 @@ def stop_spark() -> None:
         session.stop()
     if SparkContext._active_spark_context is not None:
         SparkContext._active_spark_context.stop()
-    if SparkContext._jvm is not None:
-        SparkContext._jvm.java.lang.System.gc()
 
 
 def run_one(request: dict[str, Any], base_path: list[str], prefixes: tuple[str, ...]) -> int:
