@@ -24,6 +24,7 @@ from lakehouse.clean_table import KEY, TOMB_SEQ, clean_schema, load_floor, with_
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile
 from lakehouse.dms_reader import RawRead
+from lakehouse.frames import empty_frame
 from lakehouse.freshness import commit_properties
 from lakehouse.history import keeps_history, record_changes
 from lakehouse.iceberg import (
@@ -296,4 +297,4 @@ def _apply_without_key(
 def _commit_nothing(spark: SparkSession, table: str, properties: dict[str, str]) -> None:
     """A commit without rows that still names the files it processed (all unreadable or superseded)."""
     schema = spark.table(table).schema
-    append_rows(spark, table, spark.createDataFrame([], schema), properties)
+    append_rows(spark, table, empty_frame(spark, schema), properties)

@@ -37,12 +37,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.config import LakeConfig
-from lakehouse.frames import literal_frame
+from lakehouse.frames import rows_frame
 from lakehouse.iceberg import RUN_ID, create_table, fenced_writer, iceberg_table, table_exists
 
 log = logging.getLogger(__name__)
@@ -229,20 +229,6 @@ def newest_by_metrics(spark: SparkSession, table: str) -> datetime | None:
     if not known:
         return None
     return utc_naive(bound) if bound is not None else datetime.min
-
-
-def rows_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]], schema: T.StructType) -> DataFrame:
-    """Small rows as a DataFrame of `schema` without Python workers (frames.literal_frame): timestamps
-    travel as ISO text (naive UTC) and are cast in the session's time zone (UTC, as the jobs set it)."""
-    as_text = {
-        f.name: "string" if isinstance(f.dataType, T.TimestampType) else f.dataType.simpleString()
-        for f in schema.fields
-    }
-    values = [
-        {k: v.isoformat(sep=" ") if isinstance(v, datetime) else v for k, v in row.items()} for row in rows
-    ]
-    frame = literal_frame(spark, values, ", ".join(f"{n} {t}" for n, t in as_text.items()))
-    return frame.select(*[F.col(f.name).cast(f.dataType).alias(f.name) for f in schema.fields])
 
 
 def points_table(config: LakeConfig) -> str:

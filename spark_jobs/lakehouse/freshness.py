@@ -36,10 +36,10 @@ from lakehouse.consistent import (
     newest_by_metrics,
     parse_moment,
     record_point,
-    rows_frame,
     table_lineage,
     utc_naive,
 )
+from lakehouse.frames import rows_frame
 from lakehouse.iceberg import RUN_ID, create_table, fenced_writer, snapshot_properties, table_exists
 from lakehouse.schema import SchemaFile
 

@@ -36,6 +36,7 @@ from lakehouse.clean_table import (
 from lakehouse.config import LakeConfig
 from lakehouse.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from lakehouse.fence import check_before_commit
+from lakehouse.frames import empty_frame
 from lakehouse.freshness import commit_properties
 from lakehouse.history import keeps_history, record_load
 from lakehouse.iceberg import (
@@ -188,7 +189,7 @@ def _load_table(
             changes = align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
             record(LayoutFigures(tuple(changes)))
             return
-        empty = spark.createDataFrame([], clean_schema(spec))
+        empty = empty_frame(spark, clean_schema(spec))
         replace_table(
             spark,
             table,

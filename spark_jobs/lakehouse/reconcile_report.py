@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from lakehouse.config import LakeConfig
+from lakehouse.frames import rows_frame
 from lakehouse.iceberg import append_rows, create_table, ensure_namespace, table_exists
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,13 @@ def divergence_table(config: LakeConfig, name: str = "dms_divergence") -> str:
 def write_divergence(spark: SparkSession, config: LakeConfig, report: ReconcileReport, at: datetime) -> int:
     """Append the sample keys of every diverged table to `<clean_db>.dms_divergence`; returns the rows."""
     rows = [
-        (report.run_id, result.table, canonical_json(key), kind, at)
+        {
+            "run_id": report.run_id,
+            "source_table": result.table,
+            "key": canonical_json(key),
+            "kind": kind,
+            "detected_at": at,
+        }
         for result in report.tables
         for kind in KINDS
         for key in result.samples.get(kind, [])
@@ -129,6 +136,6 @@ def write_divergence(spark: SparkSession, config: LakeConfig, report: ReconcileR
     if not table_exists(spark, table):
         create_table(spark, table, DIVERGENCE_SCHEMA, "Keys where a clean table differs from its source")
     append_rows(
-        spark, table, spark.createDataFrame(rows, DIVERGENCE_SCHEMA), {"dms.reconcile-run": report.run_id}
+        spark, table, rows_frame(spark, rows, DIVERGENCE_SCHEMA), {"dms.reconcile-run": report.run_id}
     )
     return len(rows)
