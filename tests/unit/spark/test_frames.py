@@ -46,14 +46,24 @@ def test_rows_become_the_same_typed_rows_without_python_workers(spark) -> None:
     from decimal import Decimal
 
     rows = [
-        {"run_id": "r-1", "rows": 3, "at": datetime(2026, 11, 27, 10, 0, 0, 123456), "share": Decimal("1.250")},
+        {
+            "run_id": "r-1",
+            "rows": 3,
+            "at": datetime(2026, 11, 27, 10, 0, 0, 123456),
+            "share": Decimal("1.250"),
+        },
         {"run_id": "r'2\"", "rows": None, "at": datetime(2026, 11, 27, 11, 0, tzinfo=UTC), "share": None},
     ]
     frame = rows_frame(spark, rows, SCHEMA)
     assert frame.schema == SCHEMA
     assert [r.asDict() for r in frame.orderBy("run_id").collect()] == [
         {"run_id": "r'2\"", "rows": None, "at": datetime(2026, 11, 27, 11, 0), "share": None},
-        {"run_id": "r-1", "rows": 3, "at": datetime(2026, 11, 27, 10, 0, 0, 123456), "share": Decimal("1.250")},
+        {
+            "run_id": "r-1",
+            "rows": 3,
+            "at": datetime(2026, 11, 27, 10, 0, 0, 123456),
+            "share": Decimal("1.250"),
+        },
     ]
     assert not python_workers_in(frame)
     assert python_workers_in(spark.createDataFrame([tuple(r.values()) for r in rows], SCHEMA))
