@@ -93,8 +93,8 @@ def pytest_configure(config: pytest.Config) -> None:
     of the run (and what it starts) compiles with C1 only and maps the JVM class archive when `make test` made
     it (`jvm_environment`). Its botocore sessions share one reading of AWS's service models, as a warm Spark
     worker's runs do (`share_service_models`): moto gives each test a new boto3 default session, and each read
-    the models again (megabytes of JSON per service), the Lambda tests' largest cost (90 CPU-s of a `make
-    test`, py-spy, 2026-11-27)."""
+    the models again (megabytes of JSON per service): the Lambda tests took 72.7 CPU-s instead of 27.8
+    (bench/RESULTS.md, "A warm worker's heap, and AWS's service models read once")."""
     from localaws_plugin.spark_worker import share_service_models
 
     from localaws.jvm_archive import existing_archive_option

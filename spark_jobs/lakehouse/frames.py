@@ -22,7 +22,7 @@ def literal_frame(spark: SparkSession, rows: Sequence[dict[str, Any]], schema: s
 
 
 def rows_frame(spark: SparkSession, rows: Sequence[Mapping[str, Any]], schema: T.StructType) -> DataFrame:
-    """Small rows as a DataFrame of `schema` without Python workers (frames.literal_frame): timestamps
+    """Small rows as a DataFrame of `schema` without Python workers (through literal_frame): timestamps
     travel as ISO text (naive UTC) and are cast in the session's time zone (UTC, as the jobs set it)."""
     as_text = {
         f.name: "string" if isinstance(f.dataType, T.TimestampType) else f.dataType.simpleString()
