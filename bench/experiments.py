@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
-from lakehouse import changes as C
+from lakehouse.dms import changes as C
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -60,14 +60,14 @@ def _window_dedup() -> Any:
 def _cache_cdc() -> Any:
     """Keep a CDC batch's first pass in Spark's columnar cache, as the full load does, instead of a local
     checkpoint (rejected: 15.9 vs 10.0 s at 10M rows, bench/RESULTS.md §7)."""
-    from lakehouse import typed_batch
+    from lakehouse.apply import typed_batch
 
     return _patched(typed_batch, "_checkpointed", typed_batch.cached)
 
 
 def _checkpoint_load() -> Any:
     """The full load's first pass kept as a local checkpoint (rows as objects), as before the cache."""
-    from lakehouse import full_load, typed_batch
+    from lakehouse.apply import full_load, typed_batch
 
     return _patched(full_load, "cached", typed_batch._checkpointed)
 
@@ -75,7 +75,7 @@ def _checkpoint_load() -> Any:
 def _merge_always() -> Any:
     """The plan before the append path: every batch of a keyed table is a MERGE, even when each of its
     keys is above the table's highest (cdc_apply._keys_all_new)."""
-    from lakehouse import cdc_apply
+    from lakehouse.apply import cdc as cdc_apply
 
     return _patched(cdc_apply, "_keys_all_new", lambda *args, **kwargs: False)
 
@@ -83,7 +83,7 @@ def _merge_always() -> Any:
 def _shuffle_hash_hint() -> Any:
     """Hint the MERGE source `SHUFFLE_HASH`: the join builds a hash table of the batch and streams the
     target through it, instead of sorting both sides (a right outer join may build its right side)."""
-    from lakehouse import cdc_apply
+    from lakehouse.apply import cdc as cdc_apply
 
     original = cdc_apply.merge_changes
 

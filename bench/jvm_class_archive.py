@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
 
-from lakehouse.session import LOCAL_JAVA_OPTIONS  # noqa: E402
+from lakehouse.io.session import LOCAL_JAVA_OPTIONS  # noqa: E402
 
 from localaws import jvm_archive  # noqa: E402
 from tests.conftest import TEST_JIT_OPTIONS  # noqa: E402
@@ -28,8 +28,8 @@ from tests.conftest import TEST_JIT_OPTIONS  # noqa: E402
 COLD_SESSION = """
 import sys, tempfile
 sys.path.insert(0, {spark_jobs!r})
-from lakehouse.config import LakeConfig
-from lakehouse.session import build_session
+from lakehouse.base.config import LakeConfig
+from lakehouse.io.session import build_session
 with tempfile.TemporaryDirectory() as scratch:
     spark = build_session(LakeConfig(catalog_name="bench", warehouse=scratch), "bench-cold-jvm")
     spark.sql("CREATE TABLE bench.db.t (id BIGINT, v STRING) USING iceberg")

@@ -3,7 +3,7 @@
     .venv/bin/python bench/maintenance.py --rows 1000000 --batches 300 --changes-per-batch 2000 \
         --measure-every 50 --maintain-every 50
 
-For each variant (`none`: no maintenance; `maintained`: `lakehouse.maintenance.maintain` every N
+For each variant (`none`: no maintenance; `maintained`: `lakehouse.maintenance.run.maintain` every N
 batches, as the state machine schedules it) the table gets the same batches, and after every
 `--measure-every` batches it records: data files, delete files, snapshots, metadata size on disk, and the
 best of three timings of a full scan, a point lookup and an aggregate. At the end a freshly loaded copy of
@@ -74,13 +74,13 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "6g")
-    from lakehouse.cdc_apply import apply_cdc
-    from lakehouse.config import LakeConfig
-    from lakehouse.full_load import full_load
-    from lakehouse.maintenance import MaintenanceOptions, maintain
-    from lakehouse.manifest import Manifest, ManifestFile
-    from lakehouse.schema import SchemaFile
-    from lakehouse.session import build_session
+    from lakehouse.apply.cdc import apply_cdc
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.base.config import LakeConfig
+    from lakehouse.base.manifest import Manifest, ManifestFile
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.io.session import build_session
+    from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
     load_raw = Dataset(args.rows, 0).load_raw
     changes = args.batches * args.changes_per_batch

@@ -25,12 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
 
-from lakehouse.cdc_apply import apply_cdc  # noqa: E402
-from lakehouse.clean_table import clean_schema  # noqa: E402
-from lakehouse.config import LakeConfig  # noqa: E402
-from lakehouse.iceberg import ensure_namespace, replace_table  # noqa: E402
-from lakehouse.schema import SchemaFile  # noqa: E402
-from lakehouse.session import build_session  # noqa: E402
+from lakehouse.apply.cdc import apply_cdc  # noqa: E402
+from lakehouse.apply.clean_table import clean_schema  # noqa: E402
+from lakehouse.base.config import LakeConfig  # noqa: E402
+from lakehouse.base.schema import SchemaFile  # noqa: E402
+from lakehouse.io.iceberg import ensure_namespace, replace_table  # noqa: E402
+from lakehouse.io.session import build_session  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 

@@ -83,8 +83,8 @@ def main(argv: Sequence[str]) -> int:
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
     )
-    from lakehouse import cdc_apply
-    from lakehouse.session import APPLY_TUNING, build_session
+    from lakehouse.apply import cdc as cdc_apply
+    from lakehouse.io.session import APPLY_TUNING, build_session
 
     spark = build_session(lake.config("bench"), "profile", APPLY_TUNING)
     spark.conf.set("spark.sql.shuffle.partitions", str(args.shuffle_partitions))

@@ -50,11 +50,11 @@ def main(argv: Sequence[str]) -> int:
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
     )
-    from lakehouse.apply_run import ApplyOptions, ApplyRun
-    from lakehouse.dms_files import parse_dms_key
-    from lakehouse.full_load import full_load
-    from lakehouse.schema import SchemaFile
-    from lakehouse.session import build_session
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.apply.run import ApplyOptions, ApplyRun
+    from lakehouse.base.dms_files import parse_dms_key
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.io.session import build_session
 
     config = lake.config("profile_full_load")
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))

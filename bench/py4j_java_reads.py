@@ -1,12 +1,12 @@
 """What a Java map read from Python and a class named by its package path cost, before and after
-lakehouse.jvm, in one local session with the Iceberg runtime on the classpath (the jobs' own: 250-odd jars):
+lakehouse.io.jvm, in one local session with the Iceberg runtime on the classpath (the jobs' own: 250-odd jars):
 
 - an Iceberg snapshot summary (15 entries) read with dict() (py4j's iteration, which ends in a Java exception
   that PySpark converts) and with `java_dict`;
 - `org.apache.iceberg.spark.Spark3Util` reached package by package and with `java_class`;
 
 each with py4j as it ships and with the names `build_session` remembers on the gateway's view
-(lakehouse.jvm.remember_names).
+(lakehouse.io.jvm.remember_names).
 
     .venv/bin/python bench/py4j_java_reads.py [--rounds 300]
 """
@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "spark_jobs")]
 
-from lakehouse.config import LakeConfig  # noqa: E402
-from lakehouse.jvm import java_class, java_dict  # noqa: E402
-from lakehouse.session import (  # noqa: E402
+from lakehouse.base.config import LakeConfig  # noqa: E402
+from lakehouse.io.jvm import java_class, java_dict  # noqa: E402
+from lakehouse.io.session import (  # noqa: E402
     PYSPARK_PACKAGE_ROOTS,
     PYSPARK_SHORT_NAMES,
     build_session,

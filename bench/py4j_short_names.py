@@ -1,6 +1,6 @@
 """What resolving PySpark's short names through the gateway's star imports costs: 3,000 times
 F.when(F.col("a") == "x", F.lit(1)) (four JVM calls, three of them through `functions`), before and after
-lakehouse.session.import_short_names (the names remembered on the gateway's view), in one local session.
+lakehouse.io.session.import_short_names (the names remembered on the gateway's view), in one local session.
 
     .venv/bin/python bench/py4j_short_names.py
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "spark_jobs")]
 
-from lakehouse.session import import_short_names  # noqa: E402
+from lakehouse.io.session import import_short_names  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 

@@ -79,7 +79,7 @@ def ensure_source(db: Any, rows: int) -> None:
 
 
 def ensure_lake(spark: Any, config: Any, schema: Any, url: str, rows: int) -> None:
-    from lakehouse.iceberg import ensure_namespace, table_exists
+    from lakehouse.io.iceberg import ensure_namespace, table_exists
     from pyspark.sql import functions as F
 
     spec = schema.tables[f"{SCHEMA}.{TABLE}"]
@@ -148,19 +148,19 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     logging.getLogger("py4j").setLevel(logging.WARNING)
     if os.environ.get("RECONCILE_DEBUG"):
-        for name in ("lakehouse.reconcile", "lakehouse.reconcile_bisect"):
+        for name in ("lakehouse.reconcile.run", "lakehouse.reconcile.bisect"):
             logging.getLogger(name).setLevel(logging.DEBUG)
     parts = set(args.only.split(","))
 
     import psycopg
-    from lakehouse.config import LakeConfig
-    from lakehouse.reconcile import reconcile
-    from lakehouse.reconcile_bisect import first_level
-    from lakehouse.reconcile_lake import LakeSide
-    from lakehouse.reconcile_plan import ReconcileOptions, plan_table
-    from lakehouse.reconcile_sources import PostgresJdbcSource
-    from lakehouse.schema import SchemaFile
-    from lakehouse.session import build_session
+    from lakehouse.base.config import LakeConfig
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.io.session import build_session
+    from lakehouse.reconcile.bisect import first_level
+    from lakehouse.reconcile.lake import LakeSide
+    from lakehouse.reconcile.plan import ReconcileOptions, plan_table
+    from lakehouse.reconcile.run import reconcile
+    from lakehouse.reconcile.sources import PostgresJdbcSource
 
     from localaws.postgres import LocalPostgres
     from tools.schema_gen import reflect_schema

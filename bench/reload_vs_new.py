@@ -31,9 +31,9 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
 
     os.environ["LAKE_SPARK_DRIVER_MEMORY"] = "8g"
-    from lakehouse.full_load import full_load
-    from lakehouse.schema import SchemaFile
-    from lakehouse.session import build_session
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.io.session import build_session
 
     lake = Lake(DATA / "warehouse", write_schema(DATA / "schema.json"), 4)
     config = lake.config("reload_vs_new")

@@ -107,7 +107,7 @@ class Lake:
         return self.warehouse / database / f"{SOURCE_SCHEMA}_{table}"
 
     def config(self, database: str):
-        from lakehouse.config import LakeConfig
+        from lakehouse.base.config import LakeConfig
 
         return LakeConfig(
             warehouse=str(self.warehouse),
@@ -160,8 +160,8 @@ def base_metadata_json(table_dir: Path) -> Path:
 
 def build_base(spark, lake: Lake, dataset: Dataset, figures: list[Figure]) -> Path:
     """Full-load the dataset's table once (timed: the 10M-row full-load figure) and keep its metadata."""
-    from lakehouse.full_load import full_load
-    from lakehouse.schema import SchemaFile
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.base.schema import SchemaFile
 
     database = lake.database(dataset.rows, dataset.fmt)
     table_dir = lake.table_dir(database, NARROW)
@@ -241,15 +241,15 @@ def run_job(
 
 def spark_session(lake: Lake, driver_memory: str):
     os.environ["LAKE_SPARK_DRIVER_MEMORY"] = driver_memory
-    from lakehouse.session import APPLY_TUNING, build_session
+    from lakehouse.io.session import APPLY_TUNING, build_session
 
     return build_session(lake.config("bench"), "bench", APPLY_TUNING)
 
 
 def apply_in_session(spark, lake: Lake, database: str, files: Sequence[Path], run_id: str):
-    from lakehouse.cdc_apply import apply_cdc
-    from lakehouse.manifest import Manifest, ManifestFile
-    from lakehouse.schema import SchemaFile
+    from lakehouse.apply.cdc import apply_cdc
+    from lakehouse.base.manifest import Manifest, ManifestFile
+    from lakehouse.base.schema import SchemaFile
 
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
     manifest = Manifest(run_id, tuple(ManifestFile(str(f), f.stat().st_size) for f in files))
@@ -419,8 +419,8 @@ def arrow_floor(raw_folder: Path, out: Path, target: pa.Schema, fmt: str = "csv"
 def measure_full_load(spark, lake: Lake, rows: int, args: argparse.Namespace, figures: list[Figure]) -> None:
     """The full load of a new table (dropped before each run, outside the timing) against the pyarrow
     floor on the same files: the narrow table in every format asked for, the wide one from CSV."""
-    from lakehouse.full_load import full_load
-    from lakehouse.schema import SchemaFile
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.base.schema import SchemaFile
 
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
     loads = [(NARROW, fmt, Dataset(rows, 0, fmt=fmt).load_raw) for fmt in args.format_list]

@@ -212,7 +212,7 @@ def main(argv: Sequence[str]) -> int:
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
     )
-    from lakehouse.session import APPLY_TUNING, build_session
+    from lakehouse.io.session import APPLY_TUNING, build_session
 
     lake = Lake(DATA / "warehouse", write_schema(DATA / "schema.json"), args.shuffle_partitions)
     info = machine()

@@ -25,10 +25,10 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
 
-from lakehouse.cdc_apply import apply_cdc  # noqa: E402
-from lakehouse.config import LakeConfig  # noqa: E402
-from lakehouse.full_load import full_load  # noqa: E402
-from lakehouse.session import build_session  # noqa: E402
+from lakehouse.apply.cdc import apply_cdc  # noqa: E402
+from lakehouse.apply.full_load import full_load  # noqa: E402
+from lakehouse.base.config import LakeConfig  # noqa: E402
+from lakehouse.io.session import build_session  # noqa: E402
 
 from tests.support import DmsWriter, manifest, schema_of  # noqa: E402
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> None:
         "command": f"python bench/small_apply.py --applies {args.applies}",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
-        "java_options": os.environ.get("LAKE_SPARK_JAVA_OPTIONS", "(lakehouse.session's)"),
+        "java_options": os.environ.get("LAKE_SPARK_JAVA_OPTIONS", "(lakehouse.io.session's)"),
         "applies": applies,
         "warm_mean": {
             key: round(sum(a[key] for a in warm) / len(warm), 3)

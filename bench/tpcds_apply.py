@@ -30,15 +30,15 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
 
-from lakehouse.apply_run import ApplyOptions  # noqa: E402
-from lakehouse.cdc_apply import apply_cdc  # noqa: E402
-from lakehouse.config import LakeConfig  # noqa: E402
-from lakehouse.dms_files import CsvFormat  # noqa: E402
-from lakehouse.dms_reader import ReaderOptions  # noqa: E402
-from lakehouse.full_load import full_load  # noqa: E402
-from lakehouse.manifest import Manifest, ManifestFile  # noqa: E402
-from lakehouse.schema import SchemaFile  # noqa: E402
-from lakehouse.session import build_session  # noqa: E402
+from lakehouse.apply.cdc import apply_cdc  # noqa: E402
+from lakehouse.apply.full_load import full_load  # noqa: E402
+from lakehouse.apply.run import ApplyOptions  # noqa: E402
+from lakehouse.base.config import LakeConfig  # noqa: E402
+from lakehouse.base.dms_files import CsvFormat  # noqa: E402
+from lakehouse.base.manifest import Manifest, ManifestFile  # noqa: E402
+from lakehouse.base.schema import SchemaFile  # noqa: E402
+from lakehouse.dms.reader import ReaderOptions  # noqa: E402
+from lakehouse.io.session import build_session  # noqa: E402
 
 from tools import sample_data  # noqa: E402
 from tools.schema_gen import reflect_schema  # noqa: E402
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> None:
         f"--changes {args.changes}",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
-        "java_options": os.environ.get("LAKE_SPARK_JAVA_OPTIONS", "(lakehouse.session's)"),
+        "java_options": os.environ.get("LAKE_SPARK_JAVA_OPTIONS", "(lakehouse.io.session's)"),
         "full_load": load,
         "applies": applies,
         "warm_mean": {

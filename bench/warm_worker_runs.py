@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs"), str(ROOT / "localaws" / "plugin")]
 
-from lakehouse.dms_files import CsvFormat  # noqa: E402
+from lakehouse.base.dms_files import CsvFormat  # noqa: E402
 from localaws_plugin import host_runs, settings  # noqa: E402
 from localaws_plugin.spark_worker import heap_options  # noqa: E402
 
@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> None:
         f"--changes {args.changes} --pause {args.pause} --idle {args.idle}",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),
-        "java_options": f"{os.environ.get('LAKE_SPARK_JAVA_OPTIONS', '(lakehouse.session)')} "
+        "java_options": f"{os.environ.get('LAKE_SPARK_JAVA_OPTIONS', '(lakehouse.io.session)')} "
         + heap_options(os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g")),
         "warm_up": {"cpu_seconds": round(warm_up_cpu, 2), "gc": warm_up_gc},
         "runs": runs,

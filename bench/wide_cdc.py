@@ -42,9 +42,9 @@ def main(argv: Sequence[str]) -> int:
     table_dir = lake.table_dir(database, WIDE)
     table = f"lake.{database}.{SOURCE_SCHEMA}_{WIDE}"
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "8g")
-    from lakehouse.full_load import full_load
-    from lakehouse.schema import SchemaFile
-    from lakehouse.session import LOCAL_JAVA_OPTIONS, build_session
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.io.session import LOCAL_JAVA_OPTIONS, build_session
 
     spark = build_session(config, "wide-cdc")
     if not backup_dir(table_dir).exists():

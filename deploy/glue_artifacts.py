@@ -41,8 +41,8 @@ def lakehouse_zip() -> bytes:
 
 
 def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime every test and benchmark runs on (lakehouse.session pins it)."""
-    from lakehouse.session import iceberg_runtime_jar as pinned
+    """The Iceberg Spark runtime every test and benchmark runs on (lakehouse.io.session pins it)."""
+    from lakehouse.io.session import iceberg_runtime_jar as pinned
 
     return Path(pinned())
 

@@ -249,7 +249,7 @@ def _reconcile_and_repair(
     """The lake against the source, a reconcile run with `--repair_mode reload`, the reload applied by the
     loop, and a second reconcile run; prints what was found and repaired. Returns the snapshot once caught up
     after the repair (None when the stack has no reconcile job)."""
-    from lakehouse.schema import SchemaFile
+    from lakehouse.base.schema import SchemaFile
 
     schema = SchemaFile.from_dict(replication.schema_document(pipeline.source_db))
     source_schema = pipeline.source_schema
@@ -369,7 +369,7 @@ def _job(app: Any, logical_id: str) -> str:
 
 def _finale(pipeline: LocalPipeline, app: Any, started: float, workdir: Path) -> tuple[list[Any], int]:
     """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
-    from lakehouse.freshness import describe
+    from lakehouse.audit.freshness import describe
 
     from tools.asl_engine import load_template
     from tools.bi import load_queries, run_query, spark_names, timestamp_as_of

@@ -9,9 +9,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from lakehouse.config import LakeConfig
-from lakehouse.history import HISTORY_COLUMNS
-from lakehouse.names import history_database, quote, table_name
+from lakehouse.apply.history import HISTORY_COLUMNS
+from lakehouse.base.config import LakeConfig
+from lakehouse.base.names import history_database, quote, table_name
 
 HISTORY_TABLE = "customer"  # the source table whose history the demo keeps
 KEY = "c_customer_sk"  # its primary key (the named query's parameter)

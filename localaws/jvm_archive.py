@@ -38,12 +38,12 @@ def java_home(environ: os._Environ[str] | dict[str, str] = os.environ) -> Path |
 
 
 def class_path_jars() -> list[Path]:
-    """The jars of a local session's class path: the session's own (lakehouse.session: the Iceberg runtime, the
+    """The jars of a local session's class path: the session's own (lakehouse.io.session: the Iceberg runtime, the
     JDBC drivers installed), then Spark's (sorted: the launcher lists its folder, the digest needs one order)."""
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
     import pyspark
-    from lakehouse.session import local_jars
+    from lakehouse.io.session import local_jars
 
     spark_jars = Path(pyspark.__file__).parent / "jars"
     return [Path(jar) for jar in local_jars()] + sorted(spark_jars.glob("*.jar"))
@@ -82,8 +82,8 @@ def existing_archive_option(
 WORKLOAD = """
 import sys, tempfile
 sys.path.insert(0, {spark_jobs!r})
-from lakehouse.config import LakeConfig
-from lakehouse.session import build_session
+from lakehouse.base.config import LakeConfig
+from lakehouse.io.session import build_session
 with tempfile.TemporaryDirectory(prefix="jvm-archive-") as scratch:
     spark = build_session(LakeConfig(catalog_name="archive", warehouse=scratch), "jvm-archive")
     spark.sql("CREATE TABLE archive.db.t (id BIGINT, v STRING, d DECIMAL(7,2)) USING iceberg")

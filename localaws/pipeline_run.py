@@ -155,7 +155,7 @@ class LocalPipeline:
         this environment (same names in the local warehouse) are removed, or their rows, applied files and
         tombstones would be mistaken for the new task's."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for zone in ("clean", "clean_history", "refined"):  # clean_history: lakehouse.history
+        for zone in ("clean", "clean_history", "refined"):  # clean_history: lakehouse.apply.history
             shutil.rmtree(Path(self.stack.warehouse) / f"{self.settings.name}_{zone}", ignore_errors=True)
         if self.postgres is not None:
             self.source_db = self.postgres.start().source
@@ -339,7 +339,7 @@ class LocalPipeline:
 
     def schema_tables(self) -> set[str]:
         """The clean tables of the schema file in the artifacts bucket (the tables the full load creates)."""
-        from lakehouse.schema import SchemaFile
+        from lakehouse.base.schema import SchemaFile
 
         assert self.app is not None
         body = self.aws("s3").get_object(Bucket=self.app.artifacts_bucket, Key=replication.SCHEMA_FILE_KEY)
@@ -385,7 +385,7 @@ class LocalPipeline:
 
     def lake_config(self) -> Any:
         """The demo's own view of the local warehouse (a hadoop catalog over the local Glue's folder)."""
-        from lakehouse.config import LakeConfig
+        from lakehouse.base.config import LakeConfig
 
         assert self.app is not None
         return LakeConfig(
@@ -397,7 +397,7 @@ class LocalPipeline:
 
     def spark(self) -> Any:
         """One local Spark session reading the warehouse the local Glue jobs write (kept for the run)."""
-        from lakehouse.session import build_session
+        from lakehouse.io.session import build_session
 
         if self._spark is None:
             self._spark = build_session(self.lake_config(), "verify-lake")
@@ -412,7 +412,7 @@ class LocalPipeline:
 
     def verify(self) -> list[Any]:
         """Every clean table against its source table (row checksums); see tools.verify."""
-        from lakehouse.schema import SchemaFile
+        from lakehouse.base.schema import SchemaFile
 
         from tools.verify import check_all
 

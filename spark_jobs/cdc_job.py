@@ -5,9 +5,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
 
-from lakehouse.fence import fenced
-from lakehouse.jobs import cdc_main
+from lakehouse.io.fence import fenced
+from lakehouse.jobs.cdc import main
 
 if __name__ == "__main__":
     # fenced: the run commits only while the execution that started it holds the pipeline lease
-    sys.exit(fenced(cdc_main)(sys.argv[1:]))
+    sys.exit(fenced(main)(sys.argv[1:]))

@@ -5,10 +5,10 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
 
-from lakehouse.fence import fenced
-from lakehouse.reconcile_cli import reconcile_main
+from lakehouse.io.fence import fenced
+from lakehouse.jobs.reconcile import main
 
 if __name__ == "__main__":
     # fenced: dms_divergence, a reload request and the emptying of a table whose source is empty (its one
     # REPLACE) only while the execution that started it holds the lease
-    sys.exit(fenced(reconcile_main)(sys.argv[1:]))
+    sys.exit(fenced(main)(sys.argv[1:]))

@@ -206,7 +206,7 @@ def warehouse_dir(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 @pytest.fixture(scope="session")
 def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
-    from lakehouse.config import LakeConfig
+    from lakehouse.base.config import LakeConfig
 
     return LakeConfig(
         warehouse=warehouse_dir,
@@ -227,7 +227,7 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
 # tiered default.
 # Set for the whole process (pytest_configure): a process launches one JVM, at its first session,
 # whichever test makes it (a pipeline test's check of the lake, before the `spark` fixture). Semantics are the
-# JVM's either way; the product's sessions keep the JVM's default (lakehouse.session).
+# JVM's either way; the product's sessions keep the JVM's default (lakehouse.io.session).
 TEST_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
 
@@ -237,7 +237,7 @@ def jvm_environment(environ: Mapping[str, str], class_archive: str = "") -> dict
     executors too (spark-submit's arguments). `class_archive`: the option that maps the JVM class archive
     (localaws.jvm_archive), given to a local master's driver, whose class path is the archive's (a
     local-cluster driver's and executors' are Spark's jars alone, where it would be ignored)."""
-    from lakehouse.session import LOCAL_JAVA_OPTIONS
+    from lakehouse.io.session import LOCAL_JAVA_OPTIONS
 
     cluster = environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster")
     driver = f"{LOCAL_JAVA_OPTIONS} {TEST_JIT_OPTIONS}"
@@ -257,7 +257,7 @@ def spark(base_config) -> Iterator:
     # other JVMs with their own memory, so the driver needs less.
     multi_jvm = os.environ.get("LAKE_SPARK_MASTER", "").startswith("local-cluster")
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "1g" if multi_jvm else "3g")
-    from lakehouse.session import build_session
+    from lakehouse.io.session import build_session
 
     session = build_session(base_config, "lakehouse-tests")
     yield session

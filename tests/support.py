@@ -9,9 +9,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lakehouse.dms_files import CsvFormat, change_seq, load_file_name, write_dms_csv
-from lakehouse.manifest import Manifest, ManifestFile
-from lakehouse.schema import SchemaFile
+from lakehouse.base.dms_files import CsvFormat, change_seq, load_file_name, write_dms_csv
+from lakehouse.base.manifest import Manifest, ManifestFile
+from lakehouse.base.schema import SchemaFile
 
 BASE_TIME = datetime(2026, 11, 22, 10, 0, 0, 123456)
 
@@ -122,7 +122,7 @@ def manifest(*paths: str, run_id: str = "test-run") -> Manifest:
 
 def rows_of(spark, table: str, columns: Sequence[str] | None = None) -> list[tuple]:
     """The whole table as tuples ordered by its columns (first column first): easy to assert on."""
-    from lakehouse.names import quote
+    from lakehouse.base.names import quote
     from pyspark.sql import functions as F
 
     frame = spark.table(table)

@@ -10,11 +10,11 @@ script with the same arguments:
   the Glue job's name, `ExecutionTimeoutMinutes` the Glue job's `Timeout`;
 - `JobDriver.SparkSubmit.EntryPoint` the Glue job's `Command.ScriptLocation`;
 - `EntryPointArguments`: the job's own arguments from the Glue job's `DefaultArguments` in template.yaml
-  (`--snake_case` ones, as `lakehouse.config` tells ours from Glue's), then the task's run arguments
+  (`--snake_case` ones, as `lakehouse.base.config` tells ours from Glue's), then the task's run arguments
   (argparse keeps the last of a repeated option, so a run argument overrides a default as on Glue); dynamic
   values through `States.Array`, as Step Functions has no other way to build a list;
 - `SparkSubmitParameters`: `--py-files` (the Glue job's `--extra-py-files`), `--jars` (its `--extra-jars`:
-  the pinned Iceberg runtime) and the Iceberg catalog settings `lakehouse.session.catalog_conf` gives a
+  the pinned Iceberg runtime) and the Iceberg catalog settings `lakehouse.io.session.catalog_conf` gives a
   Glue-catalog session with the job's `--catalog_name` and `--warehouse`;
 - Retry error names mapped to EMR Serverless's (`GLUE_TO_EMR_ERRORS`); an unknown Glue error name is an error
   here, never silently copied.
@@ -58,7 +58,7 @@ GLUE_TO_EMR_ERRORS = {
     "Glue.InternalServiceException": "EMRServerless.InternalServerException",
 }
 
-_OURS = re.compile(r"^--[a-z0-9_]+$")  # the jobs' own arguments (lakehouse.config), not Glue's
+_OURS = re.compile(r"^--[a-z0-9_]+$")  # the jobs' own arguments (lakehouse.base.config), not Glue's
 _PLACEHOLDER = re.compile(r"\$\{[A-Za-z0-9_.:]+\}")
 
 
@@ -117,9 +117,9 @@ def job_arguments(glue_job: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 def spark_submit_parameters(glue_job: dict[str, Any]) -> str:
-    """`--py-files`, `--jars` and the Iceberg catalog of a Glue-catalog session (lakehouse.session)."""
-    from lakehouse.config import LakeConfig
-    from lakehouse.session import catalog_conf
+    """`--py-files`, `--jars` and the Iceberg catalog of a Glue-catalog session (lakehouse.io.session)."""
+    from lakehouse.base.config import LakeConfig
+    from lakehouse.io.session import catalog_conf
 
     defaults = glue_job.get("DefaultArguments") or {}
     arguments = dict(job_arguments(glue_job))
@@ -282,7 +282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 if the checked-in file is out of date")
     args = parser.parse_args(argv)
     if str(REPO / "spark_jobs") not in sys.path:
-        sys.path.insert(0, str(REPO / "spark_jobs"))  # lakehouse.session: the catalog settings
+        sys.path.insert(0, str(REPO / "spark_jobs"))  # lakehouse.io.session: the catalog settings
     wanted = generate()
     current = EMR_ASL.read_text() if EMR_ASL.exists() else ""
     if args.check:

@@ -159,8 +159,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(athena_cfn_snippet(queries))
         return 0
     if args.run:
-        from lakehouse.config import parse_job_arguments
-        from lakehouse.session import build_session
+        from lakehouse.base.config import parse_job_arguments
+        from lakehouse.io.session import build_session
 
         config, _ = parse_job_arguments(rest)
         spark = build_session(config, "bi")

@@ -8,7 +8,7 @@ One file with plotly.js inlined: it opens offline, from a mail or a bucket, with
 `metrics` is a flat dict of pipeline figures (shown as cards), optionally `runs`: one dict per CDC run with
 `run_id`, `files`, `changes`, `lag_seconds` (charts and a table), `newest_commit_ts` (ISO-8601 UTC, the
 newest source change applied: the freshness line), `freshness` (the newest run report's per-table freshness,
-lakehouse.freshness: the freshness table) and `consistent_point` (the newest moment every clean table has
+lakehouse.audit.freshness: the freshness table) and `consistent_point` (the newest moment every clean table has
 applied exactly).
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lakehouse.config import LakeConfig
+    from lakehouse.base.config import LakeConfig
     from pyspark.sql import SparkSession
 
 PALETTE = ("#2b6cb0", "#dd6b20", "#38a169", "#805ad5", "#d53f8c", "#319795", "#b7791f", "#4a5568")
@@ -69,8 +69,8 @@ def collect_figures(spark: SparkSession, config: LakeConfig) -> Figures:
         name: spark.sql(f"SELECT count(*) AS n FROM {refined}.{name}.snapshots").first()["n"]
         for name in ("sales_enriched", "daily_revenue_by_category", "daily_revenue_by_state")
     }
-    from lakehouse.consistent import POINT_AT
-    from lakehouse.iceberg import snapshot_properties
+    from lakehouse.audit.consistent import POINT_AT
+    from lakehouse.io.iceberg import snapshot_properties
 
     built_from = next(
         (p[POINT_AT] for p in snapshot_properties(spark, f"{refined}.sales_enriched") if POINT_AT in p), None
@@ -419,8 +419,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     warehouse (the demo's, by default `make dashboard`), run reports (`<run_id>.json`) read from DIR."""
     import argparse
 
-    from lakehouse.config import parse_job_arguments
-    from lakehouse.session import build_session
+    from lakehouse.base.config import parse_job_arguments
+    from lakehouse.io.session import build_session
 
     parser = argparse.ArgumentParser(description="Write the dashboard of a warehouse's refined zone")
     parser.add_argument("--out", default="var/dashboard.html", help="the HTML file to write")

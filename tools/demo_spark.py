@@ -17,16 +17,16 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lakehouse.apply_run import ApplyOptions
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.config import LakeConfig
-from lakehouse.dms_files import CsvFormat
-from lakehouse.dms_reader import ReaderOptions
-from lakehouse.full_load import full_load
-from lakehouse.manifest import Manifest, ManifestFile
-from lakehouse.run_report import RunReport
-from lakehouse.schema import SchemaFile
-from lakehouse.session import build_session
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.apply.run import ApplyOptions
+from lakehouse.base.config import LakeConfig
+from lakehouse.base.dms_files import CsvFormat
+from lakehouse.base.manifest import Manifest, ManifestFile
+from lakehouse.base.run_report import RunReport
+from lakehouse.base.schema import SchemaFile
+from lakehouse.dms.reader import ReaderOptions
+from lakehouse.io.session import build_session
 
 from tools import sample_data
 from tools.schema_gen import reflect_schema

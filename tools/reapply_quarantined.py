@@ -35,18 +35,18 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lakehouse.apply_run import ApplyOptions
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.config import LakeConfig, parse_job_arguments
-from lakehouse.dms_files import NotADmsFileError, parse_dms_key
-from lakehouse.history import with_existing_histories
-from lakehouse.iceberg import table_exists
-from lakehouse.manifest import Manifest, ManifestFile
-from lakehouse.quarantine import QuarantinedFile, quarantined_files
-from lakehouse.run_report import RunReport
-from lakehouse.schema import SchemaFile
-from lakehouse.state import RecordedFile, StateTables, applied_files
-from lakehouse.storage import is_missing, read_bytes
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.history import with_existing_histories
+from lakehouse.apply.ledger import RecordedFile, StateTables, applied_files
+from lakehouse.apply.quarantine import QuarantinedFile, quarantined_files
+from lakehouse.apply.run import ApplyOptions
+from lakehouse.base.config import LakeConfig, parse_job_arguments
+from lakehouse.base.dms_files import NotADmsFileError, parse_dms_key
+from lakehouse.base.manifest import Manifest, ManifestFile
+from lakehouse.base.run_report import RunReport
+from lakehouse.base.schema import SchemaFile
+from lakehouse.io.iceberg import table_exists
+from lakehouse.io.storage import is_missing, read_bytes
 from pyspark.sql import SparkSession
 
 log = logging.getLogger("lakehouse")
@@ -175,9 +175,9 @@ def _acceptable(q: QuarantinedFile, schema: SchemaFile, report: ReapplyReport) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from lakehouse.jobs import apply_options, dms_arguments, load_schema
-    from lakehouse.logs import configure_logging
-    from lakehouse.session import build_session
+    from lakehouse.base.logs import configure_logging
+    from lakehouse.io.session import build_session
+    from lakehouse.jobs.arguments import apply_options, dms_arguments, load_schema
 
     configure_logging()
     parser = argparse.ArgumentParser(description="Apply quarantined DMS files again once they are fixed")

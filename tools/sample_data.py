@@ -34,7 +34,7 @@ from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
-from lakehouse.dms_files import CsvFormat, cdc_file_name, change_seq, load_file_name, write_dms_csv
+from lakehouse.base.dms_files import CsvFormat, cdc_file_name, change_seq, load_file_name, write_dms_csv
 
 from tools.source_db import SourceConnection, SourceDatabase
 

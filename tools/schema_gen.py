@@ -81,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.out == "-":
         sys.stdout.write(text)
     else:
-        from lakehouse.storage import write_text
+        from lakehouse.io.storage import write_text
 
         write_text(args.out, text)
     return 0

@@ -14,8 +14,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lakehouse.config import LakeConfig
-from lakehouse.schema import SchemaFile, TableSpec
+from lakehouse.base.config import LakeConfig
+from lakehouse.base.schema import SchemaFile, TableSpec
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
@@ -98,7 +98,7 @@ def check_all(
     return [check_table(spark, config, spec, source_db) for spec in schema.tables.values()]
 
 
-# The refined tables recomputed from the source database in plain SQL (independent of lakehouse.refine):
+# The refined tables recomputed from the source database in plain SQL (independent of lakehouse.refine.refresh):
 # the same joins and sums, so a refined zone that drifted from its source shows here.
 _SALES_SQL = """
 SELECT ws.ws_item_sk, ws.ws_order_number, d.d_date AS sold_date, d.d_year AS sold_year, d.d_moy AS sold_month,

@@ -169,7 +169,7 @@ def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
 
 def table_lag_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
     """Per clean table (`schema.table`): now minus the newest source commit time it holds, from the run
-    report's `freshness` (lakehouse.freshness; a report without it, or a table without a time, gives none)."""
+    report's `freshness` (lakehouse.audit.freshness; a report without it, or a table without a time, gives none)."""
     freshness = report.get("freshness") if isinstance(report.get("freshness"), dict) else {}
     tables = freshness.get("tables") if isinstance(freshness.get("tables"), list) else []
     lags: dict[str, float] = {}

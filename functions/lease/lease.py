@@ -13,7 +13,7 @@ timeout: a RUNNING execution keeps its lease however long its CDC run takes, and
 
 Fencing (docs/CONTRACTS.md, "Fencing"): the document carries an `epoch`, incremented at every acquisition
 that changes the holder. Every job run the state machine starts carries the holder and the epoch, and checks
-them right before each of its commits (spark_jobs/lakehouse/fence.py). The check leaves the window of one
+them right before each of its commits (spark_jobs/lakehouse/io/fence.py). The check leaves the window of one
 commit; this side closes it: an execution that holds the lease stops every Spark job run of the pipeline
 still going that it did not start itself (a stopped execution's runs go on) and says so
 (`old_runs_running`): the state machine waits and asks again until none is left, before it starts its own.

@@ -226,7 +226,7 @@ def parse_file_event(
         )
     unusable = [name for name in (schema, table) if unusable_name(name)]
     if unusable:
-        # the rule of spark_jobs/lakehouse/names.py check_source_name: the jobs refuse such a table, and
+        # the rule of spark_jobs/lakehouse/base/names.py check_source_name: the jobs refuse such a table, and
         # the reloads function refuses its name, so its reload request could never be retired
         raise PoisonMessageError(
             f"s3://{bucket}/{key}: a schema or table named {unusable[0]!r} (control characters, '.' or '..')"

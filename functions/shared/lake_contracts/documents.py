@@ -1,5 +1,5 @@
 """The documents the Lambdas write and read in the artifacts bucket: the manifest (a CDC batch; the CDC job
-reads it with spark_jobs/lakehouse/manifest.py) and the reload request. A document that is not exactly one is
+reads it with spark_jobs/lakehouse/base/manifest.py) and the reload request. A document that is not exactly one is
 corrupt (CorruptManifestError, CorruptReloadRequestError, naming why)."""
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def dms_lenient() -> bool:
 
 def host_process_base_env() -> dict[str, str]:
     """What a host process inherits from LocalStack's environment: paths and locale, not LocalStack's config;
-    and the JVM options of local Spark sessions (LAKE_SPARK_JAVA_OPTIONS, lakehouse.session), so a job run's
+    and the JVM options of local Spark sessions (LAKE_SPARK_JAVA_OPTIONS, lakehouse.io.session), so a job run's
     JVM, warm or not, gets what the caller gave every local session (the tests: C1 only)."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "SPARK_HOME", "TZ", "USER")
     return {name: os.environ[name] for name in (*keep, "LAKE_SPARK_JAVA_OPTIONS") if name in os.environ}
@@ -60,6 +60,6 @@ def warm_spark_runs_per_worker() -> int:
 
 
 def spark_library() -> str:
-    """The folder holding the lakehouse package a warm worker starts its JVM with (lakehouse.session's jars
+    """The folder holding the lakehouse package a warm worker starts its JVM with (lakehouse.io.session's jars
     and JVM options) and warms up with; the runs themselves import the library their job names."""
     return os.environ.get("LOCALAWS_SPARK_LIBRARY") or str(_REPO_ROOT / "spark_jobs")

@@ -66,13 +66,13 @@ def heap_options(driver_memory: str) -> str:
 
 def launch_jvm(library: str, warm_up: bool = True) -> None:
     """Start the Spark JVM with the settings a local job session asks for at launch (jars, driver memory, JVM
-    options: lakehouse.session's), then (`warm_up`) warm it: a session writes, merges into and reads an
+    options: lakehouse.io.session's), then (`warm_up`) warm it: a session writes, merges into and reads an
     Iceberg table in a scratch warehouse, so the classes are loaded and the hot paths compiled before the
     first run."""
     sys.path.insert(0, library)
     try:
-        from lakehouse.config import LakeConfig
-        from lakehouse.session import LOCAL_JAVA_OPTIONS, build_session, local_jar_settings
+        from lakehouse.base.config import LakeConfig
+        from lakehouse.io.session import LOCAL_JAVA_OPTIONS, build_session, local_jar_settings
         from pyspark import SparkConf, SparkContext
 
         conf = SparkConf(loadDefaults=False)

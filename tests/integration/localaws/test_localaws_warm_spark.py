@@ -137,14 +137,14 @@ def test_each_run_imports_the_library_it_names_not_an_earlier_runs(
 
 
 def test_each_run_gets_a_new_spark_session_in_the_warm_jvm(pool: host_runs.WarmPool, tmp_path: Path) -> None:
-    """Given a run that makes a session (lakehouse.session, as the jobs do), sets a runtime setting and caches
+    """Given a run that makes a session (lakehouse.io.session, as the jobs do), sets a runtime setting and caches
     a view, and a second run that makes its session the same way,
     Then the second run's session is another SparkContext in the same JVM, without the first run's setting or
     view, and it still has the Iceberg extensions (it can MERGE into an Iceberg table)."""
     script = """
     import sys
-    from lakehouse.config import LakeConfig
-    from lakehouse.session import build_session
+    from lakehouse.base.config import LakeConfig
+    from lakehouse.io.session import build_session
     spark = build_session(LakeConfig(catalog_name="t", warehouse=sys.argv[1]), "probe")
     jvm = spark.sparkContext._jvm
     print("jvm", jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getName().split("@")[0])
@@ -192,8 +192,8 @@ def test_a_stopped_run_really_stops_with_its_jvm_and_the_next_run_gets_a_new_wor
     ready = tmp_path / "ready"
     source = f"""
     import os, time
-    from lakehouse.config import LakeConfig
-    from lakehouse.session import build_session
+    from lakehouse.base.config import LakeConfig
+    from lakehouse.io.session import build_session
     spark = build_session(LakeConfig(warehouse={str(tmp_path / "w")!r}), "stopped")
     pid = spark.sparkContext._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getName()
     open({str(ready)!r}, "w").write(pid.split("@")[0])

@@ -266,8 +266,8 @@ import sys
 import boto3
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from lakehouse.fence import fenced
-from lakehouse.jobs import cdc_main
+from lakehouse.io.fence import fenced
+from lakehouse.jobs.cdc import main as cdc_main
 
 BUCKET, KEY = {bucket!r}, "faults/cdc-fail-once"
 s3 = boto3.client("s3")

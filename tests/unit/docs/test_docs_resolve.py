@@ -77,7 +77,7 @@ def known_tests() -> tuple[set[str], set[str]]:
 
 def test_the_anchor_rule_is_githubs():
     """Given headings with punctuation, code and a repeat, Then their anchors are GitHub's."""
-    markdown = "# Raw zone <-> ledger audit (`lakehouse/raw_audit.py`)\n## Names\n## Names\n```\n# not a heading\n```"
+    markdown = "# Raw zone <-> ledger audit (`lakehouse/audit/raw_zone.py`)\n## Names\n## Names\n```\n# not a heading\n```"
     assert anchors(markdown) == {"raw-zone---ledger-audit-lakehouseraw_auditpy", "names", "names-1"}
 
 

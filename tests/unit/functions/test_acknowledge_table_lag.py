@@ -1,5 +1,5 @@
 """The acknowledge step publishes each clean table's lag (TableLagSeconds, dimension `table`) from the
-`freshness` of the CDC run's report (lakehouse.freshness; moto)."""
+`freshness` of the CDC run's report (lakehouse.audit.freshness; moto)."""
 
 from __future__ import annotations
 

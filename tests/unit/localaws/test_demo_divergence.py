@@ -1,5 +1,5 @@
 """The demo's divergence act (localaws/divergence.py): what it does to the source, how it reads the lake, and
-the lines it prints from a reconcile report (built by lakehouse.reconcile itself, so a change of the report's
+the lines it prints from a reconcile report (built by lakehouse.reconcile.run itself, so a change of the report's
 shape shows here)."""
 
 from __future__ import annotations
@@ -110,9 +110,9 @@ def test_source_key_rows_counts_the_renumbered_table_under_both_keys(source: Sou
 
 
 def test_the_report_summary_names_what_was_found_and_repaired_per_table() -> None:
-    """Given a reconcile report as lakehouse.reconcile writes it: date_dim diverged (365 extra) and repaired,
+    """Given a reconcile report as lakehouse.reconcile.run writes it: date_dim diverged (365 extra) and repaired,
     customer equal with 2 rows in flight, item failed, Then one line each and the run's totals."""
-    from lakehouse.reconcile_report import ReconcileReport, TableResult
+    from lakehouse.reconcile.report import ReconcileReport, TableResult
 
     report = ReconcileReport("demo-reconcile-1", repairs=1, seconds=12.4)
     report.tables = [
@@ -172,7 +172,7 @@ def test_reconcile_arguments_repair_through_the_demos_task_and_never_fail_on_div
     }
     check = divergence.reconcile_arguments(**common, repair=False)
     assert check == {k: v for k, v in repair.items() if k != "--dms_task_arn"} | {"--repair_mode": "alarm"}
-    from lakehouse.reconcile_cli import reconcile_parser
+    from lakehouse.jobs.reconcile import parser as reconcile_parser
 
     parsed = reconcile_parser().parse_known_args([a for kv in repair.items() for a in kv])[0]
     assert (parsed.repair_mode, parsed.fail_on_divergence, parsed.max_source_rows) == ("reload", "false", 0)

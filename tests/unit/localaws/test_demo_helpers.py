@@ -82,4 +82,4 @@ def test_lakehouse_zip_has_the_package_at_its_root() -> None:
     import zipfile
 
     names = zipfile.ZipFile(io.BytesIO(sam_app.lakehouse_zip())).namelist()
-    assert "lakehouse/__init__.py" in names and "lakehouse/jobs.py" in names
+    assert "lakehouse/__init__.py" in names and "lakehouse/jobs/cdc.py" in names

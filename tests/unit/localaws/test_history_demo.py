@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from lakehouse.config import LakeConfig
+from lakehouse.base.config import LakeConfig
 
 from localaws import history_demo
 from tools.asl_engine import load_template

@@ -103,7 +103,7 @@ def test_the_reconcile_reads_mysql_with_the_jdbc_driver_the_jvm_has():
     When the MySQL source picks its driver,
     Then it takes MariaDB's, else Connector/J, else fails saying how to add one (not a ClassNotFoundException
     in the middle of the first table)."""
-    from lakehouse.reconcile_mysql import pick_driver
+    from lakehouse.reconcile.mysql import pick_driver
 
     assert pick_driver({"org.mariadb.jdbc.Driver", "com.mysql.cj.jdbc.Driver"}.__contains__) == (
         "org.mariadb.jdbc.Driver"
@@ -639,11 +639,11 @@ def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_t
     DMS drops TRUNCATE from a MySQL source (with a warning naming it);
     and the reconcile job reading MariaDB over JDBC finds `OrderLine` equal and `scratch`'s 3 rows extra,
     then, after changes made on the source only, exactly one differing row and one missing key."""
-    from lakehouse.apply_run import ApplyOptions
-    from lakehouse.cdc_apply import apply_cdc
-    from lakehouse.dms_reader import ReaderOptions
-    from lakehouse.full_load import full_load
-    from lakehouse.schema import SchemaFile
+    from lakehouse.apply.cdc import apply_cdc
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.apply.run import ApplyOptions
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.dms.reader import ReaderOptions
 
     from tests.support import manifest, rows_of
 
@@ -717,9 +717,9 @@ def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_t
     assert any("TRUNCATE" in r.getMessage() and "sales.scratch" in r.getMessage() for r in caplog.records)
 
     # the reconcile job's MySQL side finds the lake equal but for the TRUNCATE, then exactly what drifts
-    from lakehouse.reconcile import reconcile
-    from lakehouse.reconcile_mysql import MysqlJdbcSource
-    from lakehouse.reconcile_plan import ReconcileOptions
+    from lakehouse.reconcile.mysql import MysqlJdbcSource
+    from lakehouse.reconcile.plan import ReconcileOptions
+    from lakehouse.reconcile.run import reconcile
 
     options = ReconcileOptions(segment_rows=2, leaf_rows=1, bisect_factor=2)
     jdbc = MysqlJdbcSource(spark, f"jdbc:mysql://127.0.0.1:{source.port}/sales", {"user": "root"})
@@ -753,13 +753,13 @@ def dump_threads(address: MariaDbAddress) -> list[int]:
 def test_mysql_sql_gives_a_double_the_bits_java_gives_it(source: MariaDbAddress):
     """Given doubles at every edge of the format (±0, the subnormals, each power of two and its neighbours,
     the smallest normal, the largest double) and 3,000 random bit patterns,
-    When MariaDB computes the reconcile's canonical text of each (lakehouse.reconcile_mysql.my_double_bits),
+    When MariaDB computes the reconcile's canonical text of each (lakehouse.reconcile.mysql.my_double_bits),
     Then it is Java's Double.doubleToLongBits of the value (the lake side's), for every one."""
     import math
     import random
     import struct
 
-    from lakehouse.reconcile_mysql import my_double_bits
+    from lakehouse.reconcile.mysql import my_double_bits
 
     def java_bits(value: float) -> int:  # doubleToLongBits: the IEEE bits, as a signed long (no NaN here)
         return struct.unpack(">q", struct.pack(">d", value))[0]
@@ -813,14 +813,14 @@ def test_float_double_year_char_binary_and_time_hash_alike_on_both_sides_of_the_
     Then each column's canonical text is byte for byte the same computed in MariaDB's SQL and in Spark, the
     reconcile reads `Typed` (not `typed`) and finds it equal, and after one value per row is changed on the
     source alone (each type, by one step of its precision), exactly those rows differ."""
-    from lakehouse.apply_run import ApplyOptions
-    from lakehouse.cdc_apply import apply_cdc
-    from lakehouse.dms_reader import ReaderOptions
-    from lakehouse.full_load import full_load
-    from lakehouse.reconcile import reconcile
-    from lakehouse.reconcile_mysql import MysqlJdbcSource, jvm_has_class, my_text
-    from lakehouse.reconcile_plan import ReconcileOptions, lake_text
-    from lakehouse.schema import SchemaFile
+    from lakehouse.apply.cdc import apply_cdc
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.apply.run import ApplyOptions
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.dms.reader import ReaderOptions
+    from lakehouse.reconcile.mysql import MysqlJdbcSource, jvm_has_class, my_text
+    from lakehouse.reconcile.plan import ReconcileOptions, lake_text
+    from lakehouse.reconcile.run import reconcile
     from pyspark.sql import functions as F
 
     from tests.support import manifest

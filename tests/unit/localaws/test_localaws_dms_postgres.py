@@ -378,11 +378,11 @@ def test_postgresql_types_reach_iceberg_through_the_dms_files_equal_to_the_sourc
     When the local DMS replicates a full load and inserts, updates and deletes, and the jobs apply its files
     with the schema file reflected from the live catalog,
     Then the clean table equals the source by the verifier's row checksums: every type round-trips."""
-    from lakehouse.apply_run import ApplyOptions
-    from lakehouse.cdc_apply import apply_cdc
-    from lakehouse.dms_reader import ReaderOptions
-    from lakehouse.full_load import full_load
-    from lakehouse.schema import SchemaFile
+    from lakehouse.apply.cdc import apply_cdc
+    from lakehouse.apply.full_load import full_load
+    from lakehouse.apply.run import ApplyOptions
+    from lakehouse.base.schema import SchemaFile
+    from lakehouse.dms.reader import ReaderOptions
 
     from tests.support import manifest
     from tools.schema_gen import reflect_schema

@@ -7,10 +7,10 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from lakehouse.clean_table import clean_schema
-from lakehouse.config import LakeConfig
-from lakehouse.iceberg import append_rows, create_table, ensure_namespace
-from lakehouse.schema import SchemaFile
+from lakehouse.apply.clean_table import clean_schema
+from lakehouse.base.config import LakeConfig
+from lakehouse.base.schema import SchemaFile
+from lakehouse.io.iceberg import append_rows, create_table, ensure_namespace
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.config import LakeConfig
-from lakehouse.iceberg import current_snapshot_id
-from lakehouse.refine import refine
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.base.config import LakeConfig
+from lakehouse.io.iceberg import current_snapshot_id
+from lakehouse.refine.refresh import refine
 
 from tests.support import manifest
 from tests.unit.refine.conftest import load_clean_zone_directly

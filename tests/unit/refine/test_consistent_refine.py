@@ -15,16 +15,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.consistent import SOURCE_TS_MAX, last_point
-from lakehouse.freshness import describe, freshness_table, measure
-from lakehouse.full_load import full_load
-from lakehouse.iceberg import snapshot_properties
-from lakehouse.names import COMMIT_TS_COLUMN
-from lakehouse.refine import RefineOptions, refine
-from lakehouse.refine_state import read_as_of
-from lakehouse.refine_tables import BATCH_COLUMN, SALES_ENRICHED, SALES_KEY, SOURCE_KEYS, enrich_sales
-from lakehouse.schema import SchemaFile
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.audit.consistent import SOURCE_TS_MAX, last_point
+from lakehouse.audit.freshness import describe, freshness_table, measure
+from lakehouse.base.names import COMMIT_TS_COLUMN
+from lakehouse.base.schema import SchemaFile
+from lakehouse.io.iceberg import snapshot_properties
+from lakehouse.refine.consumed import read_as_of
+from lakehouse.refine.refresh import RefineOptions, refine
+from lakehouse.refine.tables import BATCH_COLUMN, SALES_ENRICHED, SALES_KEY, SOURCE_KEYS, enrich_sales
 
 from tests.support import manifest, rows_of
 from tools import sample_data as S
@@ -182,7 +182,7 @@ def test_a_transaction_split_across_batches_is_never_half_in_the_refined_zone(
 
 
 def _current(spark, table: str) -> int:
-    from lakehouse.iceberg import current_snapshot_id
+    from lakehouse.io.iceberg import current_snapshot_id
 
     snapshot = current_snapshot_id(spark, table)
     assert snapshot is not None

@@ -7,17 +7,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.config import LakeConfig
-from lakehouse.refine import RefineReport, refine
-from lakehouse.refine_tables import (
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.base.config import LakeConfig
+from lakehouse.base.schema import SchemaFile
+from lakehouse.refine.refresh import RefineReport, refine
+from lakehouse.refine.tables import (
     AGGREGATES,
     BATCH_COLUMN,
     SALES_ENRICHED,
     SALES_KEY,
     enrich_sales,
 )
-from lakehouse.schema import SchemaFile
 
 from tests.support import manifest, rows_of, snapshot_count
 from tests.unit.refine.conftest import load_clean_zone_directly
@@ -78,7 +78,7 @@ def refined_sales(lake: Lake) -> list[tuple]:
 
 
 def recomputed_aggregate(lake: Lake, table: str) -> list[tuple]:
-    """The aggregates in plain SQL straight from the clean tables (independent of lakehouse.refine)."""
+    """The aggregates in plain SQL straight from the clean tables (independent of lakehouse.refine.refresh)."""
     group = {
         "daily_revenue_by_category": "i.i_category",
         "daily_revenue_by_state": "a.ca_state",
@@ -170,7 +170,7 @@ def test_maintenance_keeps_what_the_refine_consumed_so_the_next_refine_stays_inc
     Then the snapshots the refine consumed are kept, and the next refine is incremental and exact."""
     from datetime import datetime, timedelta
 
-    from lakehouse.maintenance import MaintenanceOptions, maintain
+    from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
     refine(lake.spark, lake.config, run_id="before-maintenance")
     lake.apply_workload(changes=20, seed=11, mix=MIXED_WITH_DIMENSION_CHANGES)
@@ -201,7 +201,7 @@ def test_the_refine_rebuilds_when_someone_else_expired_what_it_consumed(lake: La
             f"older_than => TIMESTAMP '{newest}', retain_last => 1)"
         )
 
-    with caplog.at_level(logging.WARNING, logger="lakehouse.refine"):
+    with caplog.at_level(logging.WARNING, logger="lakehouse.refine.refresh"):
         report = refine(lake.spark, lake.config, run_id="after-expiry")
 
     assert modes(report)[SALES_ENRICHED] == "built"

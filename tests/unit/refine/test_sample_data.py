@@ -9,8 +9,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from lakehouse.schema import SchemaFile
-from lakehouse.types import spark_type
+from lakehouse.base.schema import SchemaFile
+from lakehouse.base.types import spark_type
 
 from tools import sample_data as S
 

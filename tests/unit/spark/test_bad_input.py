@@ -6,8 +6,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse.apply_run import ApplyOptions
-from lakehouse.cdc_apply import apply_cdc
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.run import ApplyOptions
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
@@ -209,8 +209,8 @@ ODD_TABLE_NAMES = ["order lines", "per%2Bcent", "plus+sign", "hash#tag", "déjà
 def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     """Given files under folders whose names hold spaces, %, +, # and accents (Spark lists them as
     encoded URIs), When they are read, Then every record carries its own file's URI and position."""
-    from lakehouse.dms_files import parse_dms_key
-    from lakehouse.dms_reader import FILE_ORDER, FILE_URI, read_dms_files
+    from lakehouse.base.dms_files import parse_dms_key
+    from lakehouse.dms.reader import FILE_ORDER, FILE_URI, read_dms_files
 
     paths = [
         dms.cdc(f"sales.{table}", COLUMNS, [("I", (n * 10 + i, table, "1.00")) for i in range(3)])
@@ -231,7 +231,7 @@ def test_a_record_spark_reads_from_an_unexpected_path_is_quarantined_not_dropped
 ):
     """Given Spark names a file in a way the reader cannot match to the batch (simulated), When the
     batch is applied, Then its records go to quarantine with that reason and none is applied."""
-    from lakehouse import dms_reader
+    from lakehouse.dms import reader as dms_reader
 
     path = dms.cdc("sales.customer", COLUMNS, [("I", (1, "a", "1.00")), ("I", (2, "b", "2.00"))])
     monkeypatch.setattr(dms_reader, "_spellings", lambda path: set())
@@ -257,7 +257,7 @@ def test_a_file_the_job_may_not_read_stops_its_table_and_is_neither_quarantined_
     Then that table fails naming the file and the cause, nothing of it is quarantined or recorded as
     applied (it is not bad data), the other table is applied; once access is back, the retried batch
     applies the file."""
-    import lakehouse.dms_reader as reader
+    import lakehouse.dms.reader as reader
     from botocore.exceptions import ClientError
 
     denied = dms.cdc("sales.customer", COLUMNS, [("I", (1, "a", 1))])

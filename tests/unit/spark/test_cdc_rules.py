@@ -8,9 +8,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.full_load import full_load
-from lakehouse.iceberg import ensure_namespace, key_upper_bound
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.io.iceberg import ensure_namespace, key_upper_bound
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 
@@ -127,7 +127,7 @@ def every_target_bloom_filtered(spark):
     """Spark's runtime Bloom filter for any target size (the session builds one from 256 MB of target
     scan up), with the apply jobs' own settings (APPLY_TUNING, without which a batch small enough to be
     broadcast never gets one): the small tables of a test then take the path a large table takes."""
-    from lakehouse.session import APPLY_TUNING
+    from lakehouse.io.session import APPLY_TUNING
 
     settings = {
         "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "0"
@@ -341,7 +341,7 @@ def test_files_without_change_sequence_fall_back_to_file_then_record_order(spark
     the order),
     When two files are applied, then the first again,
     Then the last record of the last file wins and the re-run of the earlier file changes nothing."""
-    from lakehouse.dms_files import CsvFormat
+    from lakehouse.base.dms_files import CsvFormat
 
     plain = DmsWriter(dms.root, CsvFormat(add_change_seq=False))
     load(spark, lake_config, plain, [(1, "a", 1)])

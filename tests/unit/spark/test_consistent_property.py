@@ -1,4 +1,4 @@
-"""Consistent points against an oracle (hypothesis; the pure rules of lakehouse.consistent, no Spark).
+"""Consistent points against an oracle (hypothesis; the pure rules of lakehouse.audit.consistent, no Spark).
 
 A model source commits random transactions over three tables; a model DMS writes each table's changes into
 files in commit order, each named within the settle time of its changes; the files are delivered shuffled,
@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from lakehouse.consistent import Commit, complete_before, exact_intervals, latest_common_moment
+from lakehouse.audit.consistent import Commit, complete_before, exact_intervals, latest_common_moment
 
 TABLES = ("a", "b", "c")
 BASE = datetime(2026, 11, 26, 10, 0, 0)

@@ -1,4 +1,4 @@
-"""Consistent points and freshness, the pure rules (lakehouse.consistent, lakehouse.freshness): no Spark.
+"""Consistent points and freshness, the pure rules (lakehouse.audit.consistent, lakehouse.audit.freshness): no Spark.
 
 Given/When/Then, each test a whole outcome: which snapshot of each table is exact at which moments, and the
 newest moment every table is exact at."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from lakehouse.consistent import (
+from lakehouse.audit.consistent import (
     MICROSECOND,
     SOURCE_TS_MAX,
     SOURCE_TS_MIN,
@@ -19,7 +19,7 @@ from lakehouse.consistent import (
     exact_intervals,
     latest_common_moment,
 )
-from lakehouse.freshness import raw_path_of, running_newest, source_time_summary, table_freshness
+from lakehouse.audit.freshness import raw_path_of, running_newest, source_time_summary, table_freshness
 
 
 def at(minute: int, second: int = 0) -> datetime:

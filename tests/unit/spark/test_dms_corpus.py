@@ -9,10 +9,10 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse.apply_run import ApplyOptions
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.dms_reader import ReaderOptions
-from lakehouse.full_load import full_load
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.apply.run import ApplyOptions
+from lakehouse.dms.reader import ReaderOptions
 
 from tests.support import manifest, rows_of, schema_of
 

@@ -1,4 +1,4 @@
-"""Small DataFrames made on the driver (lakehouse.frames) run no Python worker: `spark.createDataFrame` of Python
+"""Small DataFrames made on the driver (lakehouse.io.frames) run no Python worker: `spark.createDataFrame` of Python
 rows, even of none, runs a job of PySpark's Python workers (each task also re-reads the zip archives on their
 path); the jobs' own rows (ledger, points, freshness, divergence keys) and empty tables do not need them."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from lakehouse.frames import empty_frame, rows_frame
+from lakehouse.io.frames import empty_frame, rows_frame
 from pyspark.sql import types as T
 
 pytestmark = pytest.mark.spark

@@ -7,11 +7,12 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from lakehouse.consistent import SOURCE_TS_MAX, SOURCE_TS_MIN, last_point
-from lakehouse.dms_files import parse_dms_key
-from lakehouse.freshness import freshness_table
-from lakehouse.iceberg import current_snapshot_id, snapshot_properties
-from lakehouse.jobs import cdc_main, full_load_main
+from lakehouse.audit.consistent import SOURCE_TS_MAX, SOURCE_TS_MIN, last_point
+from lakehouse.audit.freshness import freshness_table
+from lakehouse.base.dms_files import parse_dms_key
+from lakehouse.io.iceberg import current_snapshot_id, snapshot_properties
+from lakehouse.jobs.cdc import main as cdc_main
+from lakehouse.jobs.full_load import main as full_load_main
 
 from tests.support import BASE_TIME, DmsWriter, manifest, rows_of, schema_of
 
@@ -121,7 +122,7 @@ def test_by_default_a_cdc_run_measures_freshness_without_listing_the_raw_zone(
     --consistent_points), Then the run report and lake_freshness carry the table's newest source change
     and last batch, with no applied-through time and no consistent point, and the raw zone was never
     listed (a listing covers every CDC file of the raw zone after every run: its cost grows with it)."""
-    import lakehouse.raw_audit
+    import lakehouse.audit.raw_zone
 
     def never(*_args, **_kwargs):
         raise AssertionError("the raw zone was listed")
@@ -137,7 +138,7 @@ def test_by_default_a_cdc_run_measures_freshness_without_listing_the_raw_zone(
         *("--clean_database", lake_config.clean_database, "--schema_file", str(schema_file)),
     ]
     assert full_load_main([*common, "--raw_path", str(dms.root)]) == 0
-    monkeypatch.setattr(lakehouse.raw_audit, "list_raw_files", never)
+    monkeypatch.setattr(lakehouse.audit.raw_zone, "list_raw_files", never)
     batch = tmp_path / "run-1.json"
     batch.write_text(json.dumps(manifest(changed, run_id="run-1").to_dict()))
     report_file = tmp_path / "run-1-report.json"

@@ -6,9 +6,10 @@ import json
 from decimal import Decimal
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.full_load import full_load
-from lakehouse.jobs import cdc_main, full_load_main
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.jobs.cdc import main as cdc_main
+from lakehouse.jobs.full_load import main as full_load_main
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 

@@ -10,13 +10,14 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse import cdc_apply, history
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.dms_files import cdc_file_name, change_seq, write_dms_csv
-from lakehouse.full_load import full_load
-from lakehouse.maintenance import MaintenanceOptions, maintain
-from lakehouse.names import history_database
-from lakehouse.schema import SchemaFile
+from lakehouse.apply import cdc as cdc_apply
+from lakehouse.apply import history
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.base.dms_files import cdc_file_name, change_seq, write_dms_csv
+from lakehouse.base.names import history_database
+from lakehouse.base.schema import SchemaFile
+from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
 from tests.support import DmsWriter, manifest, rows_of, snapshot_count
 from tests.unit.spark.test_history_rules import T0, Change, current_rows, history_order, oracle_history

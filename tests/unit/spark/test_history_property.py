@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.full_load import full_load
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
 
 from tests.support import DmsWriter, manifest, rows_of
 from tests.unit.spark.test_history import COLUMNS, SCHEMA, TABLE, history_rows, write_cdc

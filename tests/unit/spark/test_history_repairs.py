@@ -10,13 +10,13 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.clean_table import sequence_at
-from lakehouse.dms_files import cdc_file_name, change_seq, write_dms_csv
-from lakehouse.full_load import full_load
-from lakehouse.iceberg import table_exists
-from lakehouse.reconcile import empty_clean_table
-from lakehouse.schema import SchemaFile
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.clean_table import sequence_at
+from lakehouse.apply.full_load import full_load
+from lakehouse.base.dms_files import cdc_file_name, change_seq, write_dms_csv
+from lakehouse.base.schema import SchemaFile
+from lakehouse.io.iceberg import table_exists
+from lakehouse.reconcile.run import empty_clean_table
 
 from tests.support import DmsWriter, manifest, rows_of
 from tests.unit.spark.test_history import COLUMNS, LOADED, TABLE, history_of, history_rows, write_cdc

@@ -10,15 +10,16 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from lakehouse.history import (
+from lakehouse.apply.history import (
     HISTORY_COLUMNS,
     history_schema,
     keeps_history,
     parse_history_tables,
     with_history,
 )
-from lakehouse.jobs import cdc_parser, full_load_parser
-from lakehouse.schema import SchemaFile
+from lakehouse.base.schema import SchemaFile
+from lakehouse.jobs.cdc import parser as cdc_parser
+from lakehouse.jobs.full_load import parser as full_load_parser
 from pyspark.sql import types as T
 
 T0 = datetime(2026, 11, 22, 10, 0, 0)

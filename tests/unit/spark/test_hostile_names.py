@@ -13,11 +13,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from lakehouse.clean_table import LOAD_FLOOR
-from lakehouse.dms_files import change_seq, load_file_name, write_dms_csv
-from lakehouse.iceberg import SOURCE_TABLE, table_properties
-from lakehouse.jobs import cdc_main, full_load_main, maintenance_main
-from lakehouse.names import (
+from lakehouse.base.dms_files import change_seq, load_file_name, write_dms_csv
+from lakehouse.base.names import (
     parse_tables_argument,
     properties_sql,
     quote,
@@ -26,8 +23,12 @@ from lakehouse.names import (
     table_name,
     tables_argument,
 )
-from lakehouse.schema import SchemaFile
-from lakehouse.storage import list_objects, split_s3
+from lakehouse.base.schema import SchemaFile
+from lakehouse.io.iceberg import LOAD_FLOOR, SOURCE_TABLE, table_properties
+from lakehouse.io.storage import list_objects, split_s3
+from lakehouse.jobs.cdc import main as cdc_main
+from lakehouse.jobs.full_load import main as full_load_main
+from lakehouse.jobs.maintenance import main as maintenance_main
 
 from tests.support import manifest, rows_of
 
@@ -260,7 +261,7 @@ def test_an_s3_folder_is_listed_literally_and_never_its_longer_siblings(monkeypa
     """Given S3 keys of tables `orders`, `orders2`, `a?b#c%20d` and `Orders` (another case), When one table's
     folder and the schema folder's table folders are listed, Then each listing holds exactly its own keys
     and the folder names as written (`?`, `#`, `%20` kept)."""
-    from lakehouse import storage
+    from lakehouse.io import storage
     from moto import mock_aws
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
@@ -288,7 +289,7 @@ def test_a_table_named_like_a_date_folder_is_the_table_the_schema_file_knows():
     """Given CDC keys below a table folder shaped like a date (`sales/2024_01/`), with and without DMS's
     date folders, When classified knowing the schema file's tables, Then the table is `sales.2024_01`;
     without that knowledge the folder still reads as a date folder (as before)."""
-    from lakehouse.dms_files import parse_dms_key
+    from lakehouse.base.dms_files import parse_dms_key
 
     def known(schema: str, table: str) -> bool:
         return (schema, table) in {("sales", "2024_01"), ("sales", "orders")}

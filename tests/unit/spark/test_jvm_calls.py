@@ -1,4 +1,4 @@
-"""lakehouse.jvm: Java maps, observed metrics and classes read from Python without py4j's costly paths (a Java
+"""lakehouse.io.jvm: Java maps, observed metrics and classes read from Python without py4j's costly paths (a Java
 exception ending every iteration, a class lookup per package), with the same values."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 import pytest
-from lakehouse.jvm import java_class, java_dict, java_list, observed_metrics
+from lakehouse.io.jvm import java_class, java_dict, java_list, observed_metrics
 from pyspark.errors.exceptions import captured
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
@@ -122,7 +122,7 @@ def test_what_pyspark_reaches_on_every_call_is_resolved_once_per_session(spark, 
     When `functions.col`, a class by its package path and its static method are reached twice,
     Then the second time sends nothing to the JVM (the first resolved them), the calls still work, and a
     static field is still read from the JVM each time (its value may change)."""
-    from lakehouse.session import import_short_names
+    from lakehouse.io.session import import_short_names
 
     jvm = import_short_names(spark).sparkContext._jvm  # bound anew: nothing resolved yet
 

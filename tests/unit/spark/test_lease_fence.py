@@ -1,4 +1,4 @@
-"""Every commit of a job run is fenced by the pipeline lease it was started under (lakehouse.fence): a run
+"""Every commit of a job run is fenced by the pipeline lease it was started under (lakehouse.io.fence): a run
 whose execution lost the lease writes nothing, and every commit of a fenced run names its holder and epoch."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
-from lakehouse import fence
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.fence import LEASE_EPOCH, LEASE_HOLDER, LeaseFence, LeaseLostError, fenced
-from lakehouse.full_load import full_load
-from lakehouse.iceberg import snapshot_properties
-from lakehouse.jobs import cdc_main
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.io import fence
+from lakehouse.io.fence import LEASE_EPOCH, LEASE_HOLDER, LeaseFence, LeaseLostError, fenced
+from lakehouse.io.iceberg import snapshot_properties
+from lakehouse.jobs.cdc import main as cdc_main
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 

@@ -7,9 +7,9 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.full_load import full_load
-from lakehouse.maintenance import MaintenanceOptions, maintain
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 
@@ -152,7 +152,7 @@ def test_the_newest_consistent_point_keeps_its_snapshots_through_expiry(spark, l
     When maintenance expires everything it may (retention 0, one snapshot kept),
     Then the point's snapshot is still there and reads as the table was at the point (a refine --read_at
     consistent and a reader's time travel need it), while the snapshots committed before it are gone."""
-    from lakehouse.consistent import Point, record_point
+    from lakehouse.audit.consistent import Point, record_point
 
     dms.load(ITEMS, COLUMNS, [(1, "a", 1), (2, "b", 2)])
     full_load(spark, lake_config, SCHEMA, str(dms.root))

@@ -6,13 +6,13 @@ by size, so a small batch on a large cluster runs few tasks."""
 from __future__ import annotations
 
 import pytest
-from lakehouse.config import (
+from lakehouse.base.config import (
     LakeConfig,
     executor_cores,
     parse_job_arguments,
     shuffle_partitions_for,
 )
-from lakehouse.session import TUNING, catalog_conf, parallelism
+from lakehouse.io.session import TUNING, catalog_conf, parallelism
 
 GLUE_AUTO_SCALING = {  # what a Glue 5 run with auto scaling says of its executors (10 G.2X workers)
     "spark.master": "yarn",

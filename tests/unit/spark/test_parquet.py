@@ -7,8 +7,8 @@ from decimal import Decimal
 
 import pyarrow as pa
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.full_load import full_load
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
@@ -97,9 +97,9 @@ def test_parquet_full_load_then_cdc_keeps_every_type_and_null_apart_from_text(sp
 def test_a_batch_mixing_csv_and_parquet_files_of_one_table_applies_in_order(spark, lake_config, tmp_path):
     """Given a table whose DMS endpoint switched from CSV (with CsvNullValue) to Parquet between two
     files of one batch, When the batch is applied, Then both files apply, the later one wins."""
-    from lakehouse.apply_run import ApplyOptions
-    from lakehouse.dms_files import CsvFormat
-    from lakehouse.dms_reader import ReaderOptions
+    from lakehouse.apply.run import ApplyOptions
+    from lakehouse.base.dms_files import CsvFormat
+    from lakehouse.dms.reader import ReaderOptions
 
     root = tmp_path / "raw" / "dms"
     csv = DmsWriter(root, CsvFormat(csv_null_value="NULL"))

@@ -8,11 +8,11 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.full_load import full_load
-from lakehouse.iceberg import TARGET_FILE_SIZE, partition_spec, table_properties
-from lakehouse.maintenance import MaintenanceOptions, maintain
-from lakehouse.schema import SchemaFile
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.base.schema import SchemaFile
+from lakehouse.io.iceberg import TARGET_FILE_SIZE, partition_spec, table_properties
+from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
 from tests.support import DmsWriter, manifest, rows_of
 

@@ -7,9 +7,9 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from lakehouse import cdc_apply
-from lakehouse.apply_run import ApplyOptions
-from lakehouse.cdc_apply import apply_cdc
+from lakehouse.apply import cdc as cdc_apply
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.run import ApplyOptions
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 from tools.reapply_quarantined import main as reapply_main

@@ -18,15 +18,11 @@ from types import ModuleType
 
 import boto3
 import pytest
-from lakehouse import storage
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.clean_table import LOAD_ENDED
-from lakehouse.dms_files import change_seq, write_dms_csv
-from lakehouse.full_load import full_load
-from lakehouse.iceberg import create_table
-from lakehouse.manifest import Manifest
-from lakehouse.quarantine import FileProblem, file_rejections, write_quarantine
-from lakehouse.raw_audit import (
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.apply.ledger import LedgerEntry, StateTables
+from lakehouse.apply.quarantine import FileProblem, file_rejections, write_quarantine
+from lakehouse.audit.raw_zone import (
     MESSAGE_GROUP_ID,
     RawFile,
     applied_everything_before,
@@ -36,7 +32,10 @@ from lakehouse.raw_audit import (
     recovery_message,
     unapplied_files,
 )
-from lakehouse.state import LedgerEntry, StateTables
+from lakehouse.base.dms_files import change_seq, write_dms_csv
+from lakehouse.base.manifest import Manifest
+from lakehouse.io import storage
+from lakehouse.io.iceberg import LOAD_ENDED, create_table
 from pyspark.sql import types as T
 
 from tests.offline_aws import offline_aws
@@ -423,7 +422,7 @@ def test_the_job_re_enqueues_reports_and_publishes(spark, config, aws, monkeypat
     """Given a lost file, When `raw_audit_job.py` runs with the deployed job's arguments (grace 0),
     Then it exits 0, its report names the file, the file's event is queued and FilesRecovered is 1."""
     import raw_audit_job
-    from lakehouse import raw_audit
+    from lakehouse.audit import raw_zone as raw_audit
 
     s3, sqs, queue, _ = aws
     lost = put(s3, "dms/sales/customer/20261122-100001000.csv")

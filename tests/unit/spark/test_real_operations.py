@@ -8,11 +8,11 @@ import json
 from decimal import Decimal
 
 import pytest
-from lakehouse.apply_run import ApplyOptions
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.dms_files import CsvFormat
-from lakehouse.dms_reader import ReaderOptions
-from lakehouse.full_load import full_load
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.apply.run import ApplyOptions
+from lakehouse.base.dms_files import CsvFormat
+from lakehouse.dms.reader import ReaderOptions
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 
@@ -433,7 +433,7 @@ def test_a_reload_places_itself_by_time_when_its_load_files_carry_no_sequence(sp
     to the reload and changes after it survive it."""
     from datetime import datetime
 
-    from lakehouse.clean_table import sequence_at
+    from lakehouse.apply.clean_table import sequence_at
 
     dms = DmsWriter(tmp_path / "raw" / "dms")
     dms.load(ORDERS, COLUMNS, [(1, "a", 1), (2, "b", 2)])
@@ -538,7 +538,7 @@ def test_a_cdc_file_written_in_the_second_a_reload_began_and_removed_by_it_is_su
     from datetime import UTC, datetime
     from pathlib import Path
 
-    from lakehouse.apply_run import MissingFileError
+    from lakehouse.apply.run import MissingFileError
 
     dms.load(ORDERS, COLUMNS, [(1, "a", 1)], snapshot_seq=10)
     full_load(spark, lake_config, SCHEMA, str(dms.root))
@@ -571,7 +571,8 @@ def test_files_written_with_the_endpoints_csv_delimiter_apply_like_comma_separat
     a line break are quoted), and the jobs given the same delimiter as a job argument (a tab spelled `\\t`),
     When the full load and a CDC file are applied,
     Then the table holds every value exactly, and nothing is quarantined."""
-    from lakehouse.jobs import apply_options, cdc_parser
+    from lakehouse.jobs.arguments import apply_options
+    from lakehouse.jobs.cdc import parser as cdc_parser
 
     options = apply_options(cdc_parser().parse_args(["--manifest", "m.json", "--csv_delimiter", spelled]))
     sep = options.reader.delimiter
@@ -615,7 +616,7 @@ def test_files_written_with_the_endpoints_csv_delimiter_apply_like_comma_separat
 def test_a_csv_delimiter_that_would_break_every_record_is_refused_up_front():
     """Given a --csv_delimiter of a quote, a line break or blanks, When the job parses its arguments,
     Then it exits with a usage error instead of quarantining every file."""
-    from lakehouse.jobs import cdc_parser
+    from lakehouse.jobs.cdc import parser as cdc_parser
 
     for bad in ['"', "\n", " ", "  "]:
         with pytest.raises(SystemExit):

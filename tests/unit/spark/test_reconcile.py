@@ -13,17 +13,17 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from lakehouse.apply_run import ApplyOptions
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.dms_files import CsvFormat
-from lakehouse.dms_reader import ReaderOptions
-from lakehouse.full_load import full_load
-from lakehouse.reconcile import dms_reloader, publish_metrics, reconcile, rotation
-from lakehouse.reconcile_bisect import raw_caught_up
-from lakehouse.reconcile_plan import ReconcileOptions, split_ranges, x_ranges
-from lakehouse.reconcile_report import ReconcileReport, TableResult
-from lakehouse.reconcile_sources import PostgresJdbcSource, SqliteSource
-from lakehouse.schema import SchemaFile
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.apply.run import ApplyOptions
+from lakehouse.base.dms_files import CsvFormat
+from lakehouse.base.schema import SchemaFile
+from lakehouse.dms.reader import ReaderOptions
+from lakehouse.reconcile.bisect import raw_caught_up
+from lakehouse.reconcile.plan import ReconcileOptions, split_ranges, x_ranges
+from lakehouse.reconcile.report import ReconcileReport, TableResult
+from lakehouse.reconcile.run import dms_reloader, publish_metrics, reconcile, rotation
+from lakehouse.reconcile.sources import PostgresJdbcSource, SqliteSource
 
 from tests.support import DmsWriter, manifest
 from tools.schema_gen import reflect_schema

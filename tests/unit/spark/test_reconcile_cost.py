@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 import psycopg
-from lakehouse.reconcile import reconcile
-from lakehouse.reconcile_plan import ReconcileOptions, aligned_segments, x_ranges
-from lakehouse.reconcile_sources import PostgresJdbcSource
-from lakehouse.schema import SchemaFile
+from lakehouse.base.schema import SchemaFile
+from lakehouse.reconcile.plan import ReconcileOptions, aligned_segments, x_ranges
+from lakehouse.reconcile.run import reconcile
+from lakehouse.reconcile.sources import PostgresJdbcSource
 from pyspark.sql import functions as F
 
 from tests.unit.spark.test_reconcile import connect, pg  # noqa: F401 (pg: the PostgreSQL fixture)
@@ -33,7 +33,7 @@ def schema_of(pg, schema: str, table: str) -> SchemaFile:
 
 def write_lake(spark, lake_config, name: str, frame) -> None:
     """The clean table `<schema>_<table>` holding `frame`'s rows (the pipeline's two bookkeeping columns NULL)."""
-    from lakehouse.iceberg import ensure_namespace
+    from lakehouse.io.iceberg import ensure_namespace
 
     ensure_namespace(spark, lake_config.catalog_name, lake_config.clean_database)
     frame.select(

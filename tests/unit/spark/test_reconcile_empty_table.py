@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.clean_table import LOAD_FLOOR, sequence_at
-from lakehouse.iceberg import table_properties
-from lakehouse.reconcile import dms_reloader, reconcile
-from lakehouse.reconcile_plan import ReconcileOptions
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.clean_table import sequence_at
+from lakehouse.io.iceberg import LOAD_FLOOR, table_properties
+from lakehouse.reconcile.plan import ReconcileOptions
+from lakehouse.reconcile.run import dms_reloader, reconcile
 
 from tests.support import DmsWriter, manifest, rows_of
 from tests.unit.spark.test_reconcile import (  # noqa: F401 (pg: the module's PostgreSQL fixture)

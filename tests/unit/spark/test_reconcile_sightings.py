@@ -1,4 +1,4 @@
-"""The reconcile's in-flight rule (lakehouse/reconcile_bisect.py `recheck`): a difference is divergence only
+"""The reconcile's in-flight rule (lakehouse/reconcile/bisect.py `recheck`): a difference is divergence only
 when a read at least S (the settle time) after the read that saw it, with the lake caught up with every file
 DMS named before that sighting + S, still sees it with the same source row. Pure: the two sides are dicts."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
-from lakehouse.reconcile_bisect import (
+from lakehouse.reconcile.bisect import (
     Comparison,
     Sighting,
     diff_rows,
@@ -15,7 +15,7 @@ from lakehouse.reconcile_bisect import (
     sightings_document,
     sightings_from,
 )
-from lakehouse.reconcile_plan import Level, ReconcileOptions
+from lakehouse.reconcile.plan import Level, ReconcileOptions
 
 SETTLE = 120.0
 LOOP = ReconcileOptions(settle_seconds=SETTLE, recheck_wait_seconds=0.0)  # the loop's runs never wait

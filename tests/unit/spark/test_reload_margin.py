@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.clean_table import sequence_at
-from lakehouse.full_load import full_load
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.clean_table import sequence_at
+from lakehouse.apply.full_load import full_load
 
 from tests.support import BASE_TIME, DmsWriter, manifest, rows_of, schema_of
 

@@ -7,10 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from lakehouse.apply_run import ApplyOptions, ApplyRun, Record
-from lakehouse.config import LakeConfig
-from lakehouse.fence import LeaseLostError
-from lakehouse.run_report import (
+from lakehouse.apply.run import ApplyOptions, ApplyRun, Record
+from lakehouse.base.config import LakeConfig
+from lakehouse.base.run_report import (
     ApplyFigures,
     BatchFigures,
     CommitFigures,
@@ -20,7 +19,8 @@ from lakehouse.run_report import (
     TableReport,
     table_report,
 )
-from lakehouse.schema import SchemaFile, TableSpec
+from lakehouse.base.schema import SchemaFile, TableSpec
+from lakehouse.io.fence import LeaseLostError
 
 KEYED_CDC_STEPS = [
     FileFigures(files=4),

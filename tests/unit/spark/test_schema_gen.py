@@ -3,7 +3,7 @@
 import json
 import sqlite3
 
-from lakehouse.schema import SchemaFile
+from lakehouse.base.schema import SchemaFile
 from pyspark.sql import types as T
 
 from tools.schema_gen import main, reflect_schema

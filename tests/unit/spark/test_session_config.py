@@ -4,8 +4,8 @@ import os
 from pathlib import Path
 
 import pytest
-from lakehouse.config import LakeConfig, parse_job_arguments
-from lakehouse.session import catalog_conf, iceberg_runtime_jar, local_jar_settings
+from lakehouse.base.config import LakeConfig, parse_job_arguments
+from lakehouse.io.session import catalog_conf, iceberg_runtime_jar, local_jar_settings
 
 
 def test_glue_catalog_uses_glue_catalog_and_s3_file_io():
@@ -88,7 +88,7 @@ def test_the_short_names_pyspark_calls_by_resolve_to_the_classes_its_star_import
     only the gateway's own star imports,
     Then both name the same class: the single imports change how fast a name resolves, never what it names
     (a mistyped one would have made every F.col fail)."""
-    from lakehouse.session import PYSPARK_SHORT_NAMES
+    from lakehouse.io.session import PYSPARK_SHORT_NAMES
     from py4j.java_gateway import java_import
 
     star_only = spark.sparkContext._gateway.new_jvm_view("star-imports-only")
@@ -130,7 +130,7 @@ def test_every_session_carries_the_measured_tuning(spark, base_config):
     (a batch lives in the cache for seconds), a batch's files are listed by 8 tasks, not one per file, and a
     MERGE target from 256 MB of scan up is Bloom-filtered by the batch's keys (bench/profile_cdc.py measured
     all three)."""
-    from lakehouse.session import TUNING, build_session
+    from lakehouse.io.session import TUNING, build_session
 
     assert TUNING["spark.sql.inMemoryColumnarStorage.compressed"] == "false"
     assert TUNING["spark.sql.sources.parallelPartitionDiscovery.parallelism"] == "8"
@@ -147,7 +147,7 @@ def test_the_jobs_that_apply_changes_broadcast_nothing_and_the_others_do(spark, 
     changes into 100M rows: 42 s with broadcasts on, 4.6 s off; bench/RESULTS.md). When the session is
     built again for another job (the refine's joins of small dimensions gain from a broadcast), Then
     broadcasts are back at Spark's default."""
-    from lakehouse.session import APPLY_TUNING, build_session
+    from lakehouse.io.session import APPLY_TUNING, build_session
 
     assert APPLY_TUNING == {"spark.sql.autoBroadcastJoinThreshold": "-1"}
     try:
@@ -162,8 +162,8 @@ def test_the_cdc_and_full_load_jobs_build_their_session_with_the_apply_settings(
     """Given the CDC and full-load jobs' entry points, When each builds its session, Then it asks for
     APPLY_TUNING (the session itself is replaced by a stop here: only the request is the point)."""
     import pytest
-    from lakehouse import jobs
-    from lakehouse.session import APPLY_TUNING
+    from lakehouse.io.session import APPLY_TUNING
+    from lakehouse.jobs import cdc, full_load
 
     asked = []
 
@@ -171,16 +171,17 @@ def test_the_cdc_and_full_load_jobs_build_their_session_with_the_apply_settings(
         asked.append((app_name, tuning))
         raise RuntimeError("stop here")
 
-    monkeypatch.setattr(jobs, "build_session", build)
+    monkeypatch.setattr(cdc, "build_session", build)
+    monkeypatch.setattr(full_load, "build_session", build)
     schema = tmp_path / "schema.json"
     schema.write_text('{"tables": {}}')
     manifest = tmp_path / "manifest.json"
     manifest.write_text('{"version": 1, "run_id": "r1", "files": []}')
     common = ["--schema_file", str(schema), "--warehouse", str(tmp_path / "w")]
     with pytest.raises(RuntimeError, match="stop here"):
-        jobs.cdc_main([*common, "--manifest", str(manifest)])
+        cdc.main([*common, "--manifest", str(manifest)])
     with pytest.raises(RuntimeError, match="stop here"):
-        jobs.full_load_main([*common, "--raw_path", str(tmp_path / "raw")])
+        full_load.main([*common, "--raw_path", str(tmp_path / "raw")])
     assert asked == [("dms-cdc", APPLY_TUNING), ("dms-full-load", APPLY_TUNING)]
 
 
@@ -208,7 +209,8 @@ def test_a_mistyped_argument_of_ours_is_an_error_while_glue_s_own_pass(capsys):
 
 def test_jobs_refuse_a_missing_schema_file_and_a_bad_database_before_spark_starts(capsys):
     import pytest
-    from lakehouse.jobs import cdc_main, full_load_main
+    from lakehouse.jobs.cdc import main as cdc_main
+    from lakehouse.jobs.full_load import main as full_load_main
 
     with pytest.raises(SystemExit):
         cdc_main(["--manifest", "m.json"])
@@ -221,8 +223,9 @@ def test_jobs_refuse_a_missing_schema_file_and_a_bad_database_before_spark_start
 def test_every_job_argument_is_explained_by_help():
     """Given the CDC and full-load jobs' parsers (with the arguments every job takes), Then every argument
     has a help text (`--help` explains them all)."""
-    from lakehouse.config import add_lake_arguments
-    from lakehouse.jobs import cdc_parser, full_load_parser
+    from lakehouse.base.config import add_lake_arguments
+    from lakehouse.jobs.cdc import parser as cdc_parser
+    from lakehouse.jobs.full_load import parser as full_load_parser
 
     for parser in (cdc_parser(), full_load_parser()):
         add_lake_arguments(parser)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from lakehouse.cdc_apply import apply_cdc
-from lakehouse.full_load import full_load
-from lakehouse.state import StateTables
+from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.full_load import full_load
+from lakehouse.apply.ledger import StateTables
 from pyspark.sql import functions as F
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from lakehouse.dms_files import (
+from lakehouse.base.dms_files import (
     CsvFormat,
     NotADmsFileError,
     cdc_file_name,
@@ -14,8 +14,8 @@ from lakehouse.dms_files import (
     parse_dms_key,
     write_dms_csv,
 )
-from lakehouse.schema import SchemaFile
-from lakehouse.types import UnsupportedTypeError, can_widen, spark_type
+from lakehouse.base.schema import SchemaFile
+from lakehouse.base.types import UnsupportedTypeError, can_widen, spark_type
 from pyspark.sql import types as T
 
 D = T.DecimalType

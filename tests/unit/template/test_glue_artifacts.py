@@ -64,16 +64,26 @@ def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tm
 
 
 def _imported_lakehouse_modules(path: Path) -> set[str]:
+    """The `lakehouse…` modules a file imports (`from lakehouse.apply import cdc`: lakehouse.apply.cdc)."""
     import ast
 
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lakehouse":
             found.add(node.module)
-            found |= {f"lakehouse.{a.name}" for a in node.names if node.module == "lakehouse"}
+            found |= {f"{node.module}.{a.name}" for a in node.names if _module_file(f"{node.module}.{a.name}")}
         elif isinstance(node, ast.Import):
             found |= {a.name for a in node.names if a.name.split(".")[0] == "lakehouse"}
     return found
+
+
+def _module_file(module: str) -> Path | None:
+    """lakehouse.apply.cdc -> spark_jobs/lakehouse/apply/cdc.py; a package -> its __init__.py; else None."""
+    base = glue_artifacts.SPARK_JOBS.joinpath(*module.split("."))
+    for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
@@ -81,7 +91,6 @@ def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
     Then lakehouse.zip holds exactly those (and the package's __init__): the demo, the test-data generator,
     the verifier, the dashboard, the BI runner and the schema generator live in `tools/`, not on Glue.
     The file list is what `python -m deploy.glue_artifacts --list` prints."""
-    package = glue_artifacts.SPARK_JOBS / "lakehouse"
     seen: set[str] = set()
     todo = set().union(
         *(_imported_lakehouse_modules(glue_artifacts.SPARK_JOBS / s) for s in glue_artifacts.GLUE_SCRIPTS)
@@ -90,10 +99,12 @@ def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
         module = todo.pop()
         if module in seen:
             continue
-        seen.add(module)
-        source = package / f"{module.split('.', 1)[1]}.py" if "." in module else package / "__init__.py"
+        parts = module.split(".")
+        seen |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}  # importing a.b.c runs a and a.b
+        source = _module_file(module)
+        assert source is not None, module
         todo |= _imported_lakehouse_modules(source) - seen
-    imported = {f"{m.replace('.', '/')}.py" for m in seen if "." in m} | {"lakehouse/__init__.py"}
+    imported = {str(_module_file(m).relative_to(glue_artifacts.SPARK_JOBS)) for m in seen}
     names = set(zipfile.ZipFile(io.BytesIO(glue_artifacts.lakehouse_zip())).namelist())
 
     assert names == imported, (sorted(names - imported), sorted(imported - names))

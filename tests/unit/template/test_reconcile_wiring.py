@@ -171,9 +171,9 @@ def test_the_jobs_accept_every_argument_the_stack_passes_them(asl, template):
     fail every run) and the values are the stack's: the source secret, the raw zone, the queue, the grace."""
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
-    from lakehouse.config import parse_job_arguments
-    from lakehouse.fence import fence_from_arguments
-    from lakehouse.reconcile_cli import reconcile_parser
+    from lakehouse.base.config import parse_job_arguments
+    from lakehouse.io.fence import fence_from_arguments
+    from lakehouse.jobs.reconcile import parser as reconcile_parser
 
     run = {
         k.removesuffix(".$"): "x" if k.endswith(".$") else v
@@ -238,9 +238,10 @@ def test_the_deployed_reconcile_reads_the_source_engine_the_stack_is_given(
 
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
-    from lakehouse.config import parse_job_arguments
-    from lakehouse.fence import fence_from_arguments
-    from lakehouse.reconcile_cli import reconcile_parser, source_credentials
+    from lakehouse.base.config import parse_job_arguments
+    from lakehouse.io.fence import fence_from_arguments
+    from lakehouse.jobs.reconcile import parser as reconcile_parser
+    from lakehouse.jobs.reconcile import source_credentials
 
     parameter = template["Parameters"]["SourceEngine"]
     assert parameter["Default"] == "postgresql" and parameter["AllowedValues"] == ["postgresql", "mysql"]
@@ -288,7 +289,7 @@ def test_a_source_url_of_the_other_engine_is_refused_naming_source_engine(engine
     stops at once saying so (not a SQL or driver error on the first table)."""
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
-    from lakehouse.reconcile_cli import source_credentials
+    from lakehouse.jobs.reconcile import source_credentials
 
     args = argparse.Namespace(
         source_engine=engine, source_jdbc_url=url, source_user="u", source_password="", source_secret_id=""
@@ -317,7 +318,7 @@ def test_a_source_secret_of_the_other_engine_is_refused_naming_source_engine(
 
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
-    from lakehouse.reconcile_cli import source_credentials
+    from lakehouse.jobs.reconcile import source_credentials
 
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

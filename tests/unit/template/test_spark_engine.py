@@ -128,8 +128,8 @@ def test_each_run_is_the_glue_jobs_script_with_its_arguments_library_and_catalog
     """Given a job task, Then its EMR run has the Glue job's script as entry point, the Glue job's own
     arguments (`--snake_case` DefaultArguments, in order) followed by the task's run arguments, the Glue job's
     library as --py-files, its Iceberg runtime as --jars and the Glue Data Catalog as the Iceberg catalog."""
-    from lakehouse.config import LakeConfig
-    from lakehouse.session import catalog_conf
+    from lakehouse.base.config import LakeConfig
+    from lakehouse.io.session import catalog_conf
 
     glue_parameters = asl["States"][task]["Parameters"]
     logical = template["Resources"]["PipelineStateMachine"]["Properties"]["DefinitionSubstitutions"][

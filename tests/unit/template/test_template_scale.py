@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from lakehouse.config import GLUE_WORKER_VCPUS, executor_cores, shuffle_partitions_for
+from lakehouse.base.config import GLUE_WORKER_VCPUS, executor_cores, shuffle_partitions_for
 
 from tests.unit.template.test_template import REPO
 from tools import asl_engine
@@ -33,7 +33,7 @@ def _glue_jobs(template: dict[str, Any]) -> dict[str, dict[str, Any]]:
 # ---------------------------------------------------------------- item 1: parallelism on both engines
 def test_every_glue_job_passes_the_partitions_parameter_and_its_own_workers(template):
     """Given the Glue jobs, Then each passes ShufflePartitions (default 0: derived) and its own worker type and
-    count, which the job turns into cores when Spark does not say (lakehouse.config.executor_cores)."""
+    count, which the job turns into cores when Spark does not say (lakehouse.base.config.executor_cores)."""
     parameter = template["Parameters"]["ShufflePartitions"]
     assert (parameter["Type"], parameter["Default"], parameter["MinValue"]) == ("Number", 0, 0)
     jobs = _glue_jobs(template)
@@ -199,9 +199,9 @@ def test_whatever_names_the_state_machine_names_the_one_of_the_engine_in_use(tem
 # ---------------------------------------------------------------- item 6: one Iceberg runtime
 def test_glue_runs_one_iceberg_the_pinned_runtime_the_tests_run_on(template):
     """Given every Glue job, Then Glue's own Iceberg is not asked for (no --datalake-formats) and the runtime is
-    the pinned jar the local tests load (lakehouse.session), first on the classpath, where deploy.glue_artifacts
+    the pinned jar the local tests load (lakehouse.io.session), first on the classpath, where deploy.glue_artifacts
     uploads it; the EMR runs take the same jar."""
-    from lakehouse.session import iceberg_runtime_jar
+    from lakehouse.io.session import iceberg_runtime_jar
 
     from deploy.glue_artifacts import iceberg_jar_key
 

@@ -535,11 +535,11 @@ def test_lake_formation_grants_what_the_jobs_do_when_enabled(template):
 
 
 def test_every_maintenance_setting_is_a_parameter_with_the_jobs_default(template):
-    """Given the maintenance job's tuning arguments (lakehouse.jobs.maintenance_parser), When the stack
+    """Given the maintenance job's tuning arguments (lakehouse.jobs.maintenance.parser), When the stack
     deploys, Then each one is set in the job's DefaultArguments from a described parameter of the Table
     maintenance group whose default is the job's own: a guided deploy can tune every one, and an untouched
     deploy behaves as the job does when run by hand (bench/RESULTS.md's measured settings)."""
-    from lakehouse.jobs import maintenance_parser
+    from lakehouse.jobs.maintenance import parser as maintenance_parser
 
     defaults = vars(maintenance_parser().parse_args([]))
     tuning = sorted(set(defaults) - {"run_id", "report_uri"})

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from lakehouse import session
-from lakehouse.schema import SchemaFile
+from lakehouse.base.schema import SchemaFile
+from lakehouse.io import session
 
 import tools.reapply_quarantined as reapply
 

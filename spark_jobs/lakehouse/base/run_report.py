@@ -1,0 +1,149 @@
+"""What a run of the CDC or full-load job reports: per table, and the run as a whole (docs/CONTRACTS.md).
+
+Each step of a table's apply returns its own figures (a small frozen dataclass below); the table's report is
+composed from them in one place (`table_report`), and the run's report from the tables' (`ApplyRun.finish`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FileFigures:
+    """The table's files in the batch, and how many of them it applied before."""
+
+    files: int = 0
+    skipped_already_applied: int = 0  # a retry, a replay, a duplicate
+
+
+@dataclass(frozen=True)
+class LayoutFigures:
+    """What giving the table the schema file's layout (partitioning, file size) changed."""
+
+    schema_changes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ReadFigures:
+    """Reading the files: those a later reload made unnecessary, and those quarantined as unreadable."""
+
+    superseded_files: int = 0
+    quarantined_files: int = 0
+
+
+@dataclass(frozen=True)
+class BatchFigures:
+    """The batch's first pass (lakehouse.apply.typed_batch)."""
+
+    records: int = 0
+    quarantined_records: int = 0  # rejected (and, under --type_mismatch quarantine, not fitting)
+    ignored_older: int = 0  # older than the table's (re)load
+    newest_commit_ts: str | None = None
+
+
+@dataclass(frozen=True)
+class ApplyFigures:
+    """What the commit does with the batch."""
+
+    inserted_or_updated: int = 0
+    deleted: int = 0
+    ignored_older: int = 0  # upserts older than their key's delete (its tombstone)
+    quarantined_records: int = 0  # changes a table without a primary key can't apply
+    schema_changes: tuple[str, ...] = ()  # columns added or widened
+
+
+@dataclass(frozen=True)
+class CommitFigures:
+    """The table's snapshot that holds the run's commit."""
+
+    snapshot_id: int | None = None
+
+
+StepFigures = FileFigures | LayoutFigures | ReadFigures | BatchFigures | ApplyFigures | CommitFigures
+LATEST = ("newest_commit_ts", "snapshot_id")  # a later step's value replaces an earlier one's
+
+
+@dataclass
+class TableReport:
+    table: str
+    files: int = 0
+    skipped_already_applied: int = 0  # files this table applied before (a retry, a replay, a duplicate)
+    superseded_files: int = 0  # CDC files a later reload of the table made unnecessary (and DMS removed)
+    records: int = 0
+    inserted_or_updated: int = 0
+    deleted: int = 0
+    ignored_older: int = 0  # changes older than the table's (re)load or than the key's delete
+    quarantined_records: int = 0
+    quarantined_files: int = 0
+    schema_changes: list[str] = field(default_factory=list)
+    newest_commit_ts: str | None = None
+    snapshot_id: int | None = None
+    seconds: float = 0.0
+    error: str | None = None
+
+
+def table_report(
+    table: str, steps: Sequence[StepFigures], seconds: float = 0.0, error: str | None = None
+) -> TableReport:
+    """A table's report from the figures of the steps it completed, in their order: counts add up, schema
+    changes follow one another, and the newest commit time and snapshot id are the last step's that has one."""
+    report = TableReport(table, seconds=seconds, error=error)
+    for step in steps:
+        for figure in fields(step):
+            value = getattr(step, figure.name)
+            if figure.name == "schema_changes":
+                report.schema_changes += value
+            elif figure.name in LATEST:
+                if value is not None:
+                    setattr(report, figure.name, value)
+            else:
+                setattr(report, figure.name, getattr(report, figure.name) + value)
+    return report
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    job: str
+    tables: list[TableReport] = field(default_factory=list)
+    skipped_files: list[str] = field(default_factory=list)
+    quarantine_rows_added: int = 0
+    # What the quarantine holds for this run id over all its attempts (a retry skips what the first applied).
+    run_quarantined_records: int = 0
+    run_quarantined_files: int = 0
+    seconds: float = 0.0
+    error: str | None = None  # a failure of the run itself (not of one table)
+    # After a CDC run: each clean table's freshness and the newest consistent point (lakehouse.audit.freshness).
+    freshness: dict[str, Any] | None = None
+
+    @property
+    def failed(self) -> list[TableReport]:
+        return [t for t in self.tables if t.error]
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and not self.error
+
+    @property
+    def newest_commit_ts(self) -> str | None:
+        return max((t.newest_commit_ts for t in self.tables if t.newest_commit_ts), default=None)
+
+    def totals(self) -> dict[str, int]:
+        keys = (
+            "files",
+            "skipped_already_applied",
+            "superseded_files",
+            "records",
+            "inserted_or_updated",
+            "deleted",
+            "ignored_older",
+            "quarantined_records",
+            "quarantined_files",
+        )
+        return {k: sum(getattr(t, k) for t in self.tables) for k in keys}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "totals": self.totals(), "newest_commit_ts": self.newest_commit_ts}

@@ -1,0 +1,356 @@
+"""Read DMS files (CSV or Parquet) into one DataFrame, in file then record order.
+
+CSV files are read by Spark's own CSV reader as text (quotes, commas and newlines inside values; one file
+is never split, so records keep their order). Parquet files keep their types, and each record its row
+index in its file. Files of one table may carry different columns (a column added or dropped on the
+source mid-stream) or, in Parquet, different types (a column widened), so files are grouped by format,
+columns and types, their columns named in lower case, and the groups unioned by name (Spark widens a
+column's type across groups, or makes it text when one group is text). Each record keeps the id of its
+group (`_dms_header`): a column its file lacks is absent for it (null), never an empty value.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakehouse.base.dms_files import DmsFile
+from lakehouse.base.names import LITERAL_PATHS, quote
+from lakehouse.io.storage import (
+    StorageError,
+    is_missing,
+    is_storage_failure,
+    read_first_line,
+    read_parquet_schema,
+)
+
+log = logging.getLogger(__name__)
+
+FILE_URI = "_dms_file_uri"
+FILE_ORDER = "_dms_file_order"
+SEQ_BASE = "_dms_seq_base"
+HEADER = "_dms_header"
+RECORD = "_dms_record"
+POSITION = "_dms_pos"
+NEVER_NULL = "\u0000never-null\u0000"
+CORRUPT = "_dms_corrupt_record"
+SPARK_PATH = "_dms_spark_path"
+MISSING = "the object does not exist"
+
+
+@dataclass(frozen=True)
+class ReaderOptions:
+    """How DMS was told to write (S3 target settings), so we read it back faithfully."""
+
+    csv_null_value: str | None = None
+    delimiter: str = ","
+
+
+@dataclass(frozen=True)
+class FileRejection:
+    """A whole file that could not be read (quarantined with its reason), or that does not exist."""
+
+    file: DmsFile
+    reason: str
+    missing: bool = False
+
+
+@dataclass(frozen=True)
+class FileHeader:
+    """A file's columns as written, and, for Parquet, their types (a group's files share both)."""
+
+    names: tuple[str, ...]
+    parquet_types: tuple[str, ...] | None = None  # None: a CSV file
+
+    @property
+    def is_parquet(self) -> bool:
+        return self.parquet_types is not None
+
+
+@dataclass
+class RawRead:
+    rows: DataFrame | None
+    rejected: list[FileRejection]
+    headers: dict[str, list[str]]  # file URI → its columns, as written
+    groups: list[tuple[str, ...]] = field(default_factory=list)  # `_dms_header` id → its columns, lower case
+    csv_groups: list[int] = field(default_factory=list)  # the groups read from CSV (text, CsvNullValue)
+
+    def groups_with(self, column: str) -> list[int] | None:
+        """The header groups whose files have `column` (lower case); None when every file has it."""
+        having = [i for i, header in enumerate(self.groups) if column in header]
+        return None if len(having) == len(self.groups) else having
+
+
+def parse_header(line: str, delimiter: str = ",") -> list[str]:
+    return next(csv.reader([line], delimiter=delimiter)) if line else []
+
+
+def _normalise(path: str) -> str:
+    """A path as given to Spark (never escaped), without its `file:` scheme."""
+    for prefix in ("file://", "file:"):
+        if path.startswith(prefix):
+            return path[len(prefix) :]
+    return path
+
+
+def _spellings(path: str) -> set[str]:
+    """How Spark may spell a plain path in `_metadata.file_path` (local files gain `file:`). None for
+    a path holding '%': Spark's spelling of another path (escaped) could equal it."""
+    if "%" in path:
+        return set()
+    if "://" in path:
+        return {path}
+    if path.startswith("file:"):
+        return {path, f"file:{_normalise(path)}"}
+    return {path, f"file:{path}", f"file://{path}"}
+
+
+def read_headers(
+    files: Sequence[DmsFile],
+    spark_paths: dict[str, str],
+    options: ReaderOptions,
+    required_columns: Sequence[str] = (),
+) -> tuple[dict[str, FileHeader], list[FileRejection]]:
+    """The columns of each file, read in parallel: a CSV file's header row (AddColumnName=true), a
+    Parquet file's schema (its footer). Unreadable files are rejected with the reason."""
+
+    wanted = {c.lower() for c in required_columns}
+
+    def probe(file: DmsFile) -> tuple[DmsFile, FileHeader | None, str | None]:
+        if file.uri not in spark_paths:
+            return file, None, MISSING
+        try:
+            if file.is_parquet:
+                schema = read_parquet_schema(spark_paths[file.uri])
+                header = FileHeader(tuple(schema.names), tuple(str(t) for t in schema.types))
+                line = None
+            else:
+                line = read_first_line(spark_paths[file.uri])
+                header = FileHeader(tuple(parse_header(line, options.delimiter)))
+        except Exception as error:  # what the file holds can't be read: this file only
+            if is_missing(error):
+                return file, None, MISSING
+            if is_storage_failure(error):  # not the file's fault: the table waits, the batch stays pending
+                raise StorageError(
+                    f"{file.uri} could not be read ({type(error).__name__}: {error}); the batch stays "
+                    "pending and is retried (check the job role's access to the raw bucket and its key)"
+                ) from error
+            return file, None, f"unreadable file: {type(error).__name__}: {error}"
+        names = header.names
+        if not names or any(not name.strip() for name in names):
+            return file, None, "missing or blank header row (DMS AddColumnName=true is required)"
+        if line is not None and (line.count('"') % 2 or any(ord(ch) < 32 and ch != "\t" for ch in line)):
+            return file, None, f"malformed header row: {line[:200]!r}"
+        if len({name.lower() for name in names}) != len(names):
+            return file, None, f"duplicate column names in header: {list(names)}"
+        missing = sorted(wanted - {name.lower() for name in names})
+        if missing:
+            return file, None, f"header lacks the primary key column(s) {missing}: {list(names[:20])}"
+        return file, header, None
+
+    headers: dict[str, FileHeader] = {}
+    rejected: list[FileRejection] = []
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        for file, header, problem in pool.map(probe, files):
+            if header is None:
+                rejected.append(FileRejection(file, problem or "unreadable", missing=problem == MISSING))
+            else:
+                headers[file.uri] = header
+    return headers, rejected
+
+
+def read_dms_files(
+    spark: SparkSession,
+    files: Sequence[DmsFile],
+    spark_paths: dict[str, str],
+    options: ReaderOptions = ReaderOptions(),
+    required_columns: Sequence[str] = (),
+) -> RawRead:
+    """All records of `files` as text (columns in lower case), plus `_file_uri`, `_file_order` (the
+    position of the file in `files`), `_seq_base` (the file's synthesized change sequence, CDC files),
+    `_header` (the record's header group) and `_pos` (rises with the record's position in its file;
+    see `with_record_numbers`)."""
+    headers, rejected = read_headers(files, spark_paths, options, required_columns)
+    groups: dict[FileHeader, list[DmsFile]] = defaultdict(list)
+    for file in files:
+        if file.uri in headers:
+            groups[headers[file.uri]].append(file)
+    as_written = {uri: list(header.names) for uri, header in headers.items()}
+    if not groups:
+        return RawRead(None, rejected, as_written)
+
+    frames = []
+    for number, (header, group) in enumerate(groups.items()):
+        paths = [spark_paths[f.uri] for f in group]
+        read = _read_parquet_group if header.is_parquet else _read_group
+        frames.append(read(spark, list(header.names), paths, options).withColumn(HEADER, F.lit(number)))
+    raw = _union(frames)
+    names = [tuple(name.lower() for name in header.names) for header in groups]
+    csv_groups = [number for number, header in enumerate(groups) if not header.is_parquet]
+    return RawRead(_with_file_order(spark, raw, files, spark_paths), rejected, as_written, names, csv_groups)
+
+
+def _with_file_order(
+    spark: SparkSession,
+    raw: DataFrame,
+    files: Sequence[DmsFile],
+    spark_paths: dict[str, str],
+) -> DataFrame:
+    """Each record's file URI and file position, from the path Spark read it from. First by Spark's
+    exact path string (decoding it on every record cost ~1 s per million records: bench/); a path
+    Spark spells otherwise (escaped characters) is decoded and matched again; a record matched by
+    neither keeps Spark's path and no position, and typed_changes rejects it: nothing is dropped.
+    The two lookups are constant maps in the plan, not joins: a join of the batch's file names was a
+    broadcast, two Spark jobs more for every table of every run (bench/RESULTS.md, "The fixed cost of a
+    small apply"); the plan goes once to each executor, so a batch of thousands of files is no burden."""
+    readable = [(position, file) for position, file in enumerate(files) if file.uri in spark_paths]
+    exact = {
+        spelling: _facts(position, file)
+        for position, file in readable
+        for spelling in _spellings(spark_paths[file.uri])
+    }
+    decoded = {_normalise(spark_paths[f.uri]): _facts(position, f) for position, f in readable}
+    path = F.col(SPARK_PATH)
+    # `coalesce` evaluates its second lookup, and the decoding, only for a path the first did not find
+    found = F.coalesce(
+        F.try_element_at(_facts_map(exact), path),
+        F.try_element_at(_facts_map(decoded), _normalise_column(path)),
+    )
+    return (
+        raw.withColumn(_FOUND, found)
+        .withColumn(FILE_URI, F.coalesce(F.col(f"{_FOUND}.uri"), path))
+        .withColumn(FILE_ORDER, F.col(f"{_FOUND}.position"))
+        .withColumn(SEQ_BASE, F.col(f"{_FOUND}.sequence_base"))
+        .drop(SPARK_PATH, _FOUND)
+    )
+
+
+_FOUND = "_dms_found_file"
+_FACTS_TYPE = "map<string,struct<uri:string,position:int,sequence_base:string>>"
+
+
+def _facts_map(rows: dict[str, FileFacts]) -> Column:
+    """`rows` (path → the file's facts) as a constant map: one JSON literal, which the optimizer folds (a
+    literal per value would cost a py4j call each)."""
+    document = {
+        path: {"uri": uri, "position": position, "sequence_base": base}
+        for path, (uri, position, base) in rows.items()
+    }
+    return F.from_json(F.lit(json.dumps(document)), _FACTS_TYPE)
+
+
+FileFacts = tuple[str, int, str | None]  # URI, position in the batch, synthesized sequence base
+
+
+def _facts(position: int, file: DmsFile) -> FileFacts:
+    return file.uri, position, None if file.sequence_base is None else str(file.sequence_base)
+
+
+def _read_group(
+    spark: SparkSession, header: list[str], paths: list[str], options: ReaderOptions
+) -> DataFrame:
+    schema = T.StructType(
+        [T.StructField(name, T.StringType()) for name in header] + [T.StructField(CORRUPT, T.StringType())]
+    )
+    # With a CsvNullValue marker, Spark must not turn empty fields into nulls: they are empty strings
+    # (see changes.typed_changes). Spark can't tell an unquoted empty field from null, so we read
+    # with a value that never occurs and map the marker ourselves.
+    null_value = NEVER_NULL if options.csv_null_value is not None else ""
+    frame = (
+        spark.read.format("csv")
+        .schema(schema)
+        .options(
+            header="true",
+            multiLine="true",
+            escape='"',
+            quote='"',
+            sep=options.delimiter,
+            nullValue=null_value,
+            emptyValue="",
+            mode="PERMISSIVE",
+            columnNameOfCorruptRecord=CORRUPT,
+            enforceSchema="true",
+            ignoreLeadingWhiteSpace="false",
+            ignoreTrailingWhiteSpace="false",
+            encoding="UTF-8",
+            **LITERAL_PATHS,  # a path is a name, never a glob (`[x]`, `*`, `{a,b}`, `\\` in a table name)
+        )
+        .load(paths)
+    )
+    return frame.select(
+        *[F.col(quote(name)).alias(name.lower()) for name in header],
+        F.col(CORRUPT),
+        # A file is never split and its records are read in order: ids rise within a file.
+        F.monotonically_increasing_id().alias(POSITION),
+        F.expr("_metadata.file_path").alias(SPARK_PATH),
+    )
+
+
+def _union(frames: list[DataFrame]) -> DataFrame:
+    """The groups' records in one frame. A column whose type differs between groups (CSV text and a
+    Parquet type, or two Parquet types) becomes text in all of them: typing it is the next step's job."""
+    kinds: dict[str, set[T.DataType]] = defaultdict(set)
+    for frame in frames:
+        for column in frame.schema.fields:
+            kinds[column.name].add(column.dataType)
+    mixed = {name for name, types in kinds.items() if len(types) > 1}
+
+    def as_text(frame: DataFrame) -> DataFrame:
+        return frame.select(
+            *[
+                (
+                    F.hex(F.col(quote(f.name)))
+                    if isinstance(f.dataType, T.BinaryType)
+                    else F.col(quote(f.name))
+                )
+                .cast("string")
+                .alias(f.name)
+                if f.name in mixed
+                else F.col(quote(f.name))
+                for f in frame.schema.fields
+            ]
+        )
+
+    united = as_text(frames[0])
+    for frame in frames[1:]:
+        united = united.unionByName(as_text(frame), allowMissingColumns=True)
+    return united
+
+
+def _read_parquet_group(
+    spark: SparkSession, header: list[str], paths: list[str], options: ReaderOptions
+) -> DataFrame:
+    """Parquet files of one schema, their types kept; a record's position is its row index in its file."""
+    frame = spark.read.options(**LITERAL_PATHS).parquet(*paths)
+    return frame.select(
+        *[F.col(quote(name)).alias(name.lower()) for name in header],
+        F.lit(None).cast("string").alias(CORRUPT),
+        F.col("_metadata.row_index").alias(POSITION),
+        F.col("_metadata.file_path").alias(SPARK_PATH),
+    )
+
+
+def _normalise_column(path: Column) -> Column:
+    """`_normalise` of Spark's spelling of a path: a URI, escaped where needed ('+' is literal)."""
+    decoded = F.call_function("url_decode", F.replace(path, F.lit("+"), F.lit("%2B")))
+    return F.regexp_replace(F.when(path.contains("%"), decoded).otherwise(path), r"^file:(//)?", "")
+
+
+def with_record_numbers(rows: DataFrame, everything: DataFrame) -> DataFrame:
+    """Add `_record` (1-based record number in its file, header excluded) to `rows`, a subset of
+    `everything`. It costs one more pass over the files, so it is done only for quarantined rows."""
+    first = everything.groupBy(FILE_URI).agg(F.min(POSITION).alias("_dms_first"))
+    return (
+        rows.join(F.broadcast(first), FILE_URI)
+        .withColumn(RECORD, (F.col(POSITION) - F.col("_dms_first") + 1).cast("long"))
+        .drop("_dms_first")
+    )

@@ -1,0 +1,43 @@
+"""The refine job (`spark_jobs/refine_job.py`): bring the refined zone up to date with the clean zone,
+incrementally."""
+
+from __future__ import annotations
+
+import argparse
+
+from lakehouse.base.config import LakeConfig
+from lakehouse.io.session import build_session
+from lakehouse.jobs.shape import job_main, publish_report
+from lakehouse.refine.refresh import RefineOptions, refine
+
+
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description="Refine the clean zone into the refined zone, incrementally")
+    parser.add_argument("--source_schema", default="main", help="source schema of the clean tables' names")
+    parser.add_argument("--refined_location", default=None, help="location prefix of new refined tables")
+    parser.add_argument(
+        "--min_interval_seconds", type=float, default=0.0, help="skip when refined this recently"
+    )
+    parser.add_argument(
+        "--read_at",
+        choices=["current", "consistent"],
+        default="current",
+        help="read the clean tables at their current snapshots, or at the newest consistent point the CDC "
+        "runs recorded (never half a source transaction)",
+    )
+    parser.add_argument("--run_id", default="refine", help="names the run in the commits and the report")
+    parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
+    return parser
+
+
+def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    spark = build_session(config, "refine")
+    options = RefineOptions(
+        args.source_schema, args.refined_location, args.min_interval_seconds, args.read_at
+    )
+    report = refine(spark, config, options, args.run_id)
+    publish_report(report.to_dict(), args.report_uri, config)
+    return 0
+
+
+main = job_main(parser, run)

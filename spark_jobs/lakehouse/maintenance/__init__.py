@@ -1,0 +1,1 @@
+"""Table maintenance between CDC runs: compaction, delete-file rewrite, expiry, orphans, tombstones."""

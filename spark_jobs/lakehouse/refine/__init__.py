@@ -1,0 +1,1 @@
+"""The refined zone: its tables, what a refine consumed, and the incremental refresh."""
