@@ -50,9 +50,9 @@ def main(argv: Sequence[str]) -> int:
     os.environ["PYSPARK_SUBMIT_ARGS"] = (
         f"--conf spark.eventLog.enabled=true --conf spark.eventLog.dir={EVENT_LOG.as_uri()} pyspark-shell"
     )
+    from lake_contracts.dms_files import parse_dms_key
     from lakehouse.apply.full_load import full_load
     from lakehouse.apply.run import ApplyOptions, ApplyRun
-    from lakehouse.base.dms_files import parse_dms_key
     from lakehouse.base.schema import SchemaFile
     from lakehouse.io.session import build_session
 

@@ -32,7 +32,7 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs"), str(ROOT / "localaws" / "plugin")]
 
-from lakehouse.base.dms_files import CsvFormat  # noqa: E402
+from lakehouse.base.dms_csv import CsvFormat  # noqa: E402
 from localaws_plugin import host_runs, settings  # noqa: E402
 from localaws_plugin.spark_worker import heap_options  # noqa: E402
 

@@ -20,6 +20,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VENV_DIR = Path(os.environ.get("LOCALAWS_VENV", REPO_ROOT / ".venv-localstack"))
 PLUGIN_DIR = REPO_ROOT / "localaws" / "plugin"
+# The contracts the plugins share with the Lambdas and the Spark jobs (the local DMS names its files by them).
+CONTRACTS_DIR = REPO_ROOT / "functions" / "shared"
 STAMP = VENV_DIR / ".localaws-installed"
 
 # Later releases of these three break localstack-core 2026.3.0 (measured, see shared/DESIGN.md).
@@ -56,6 +58,7 @@ def wanted_state() -> str:
     """Hash of everything that, when changed, needs a reinstall (entry points live in the plugin's pyproject)."""
     digest = hashlib.sha256("\n".join(REQUIREMENTS).encode())
     digest.update((PLUGIN_DIR / "pyproject.toml").read_bytes())
+    digest.update(str(CONTRACTS_DIR).encode())
     return digest.hexdigest()
 
 
@@ -74,6 +77,13 @@ def install(force: bool = False) -> Path:
     subprocess.run([*pip, *REQUIREMENTS], check=True)
     # Editable: code changes in localaws/plugin need no reinstall, only a LocalStack restart.
     subprocess.run([*pip, "--editable", str(PLUGIN_DIR)], check=True)
+    site_packages = subprocess.run(
+        [str(venv_python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    (Path(site_packages) / "lake_contracts.pth").write_text(f"{CONTRACTS_DIR}\n")  # lake_contracts, as the source
     STAMP.write_text(wanted_state())
     return venv_python
 

@@ -9,7 +9,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from lakehouse.base.dms_files import CsvFormat, change_seq, load_file_name, write_dms_csv
+from lake_contracts.dms_files import change_seq, load_file_name
+from lakehouse.base.dms_csv import CsvFormat, write_dms_csv
 from lakehouse.base.manifest import Manifest, ManifestFile
 from lakehouse.base.schema import SchemaFile
 

@@ -21,7 +21,7 @@ from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.dms_files import CsvFormat
+from lakehouse.base.dms_csv import CsvFormat
 from lakehouse.base.manifest import Manifest, ManifestFile
 from lakehouse.base.run_report import RunReport
 from lakehouse.base.schema import SchemaFile

@@ -35,13 +35,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.history import with_existing_histories
 from lakehouse.apply.ledger import RecordedFile, StateTables, applied_files
 from lakehouse.apply.quarantine import QuarantinedFile, quarantined_files
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig, parse_job_arguments
-from lakehouse.base.dms_files import NotADmsFileError, parse_dms_key
 from lakehouse.base.manifest import Manifest, ManifestFile
 from lakehouse.base.run_report import RunReport
 from lakehouse.base.schema import SchemaFile

@@ -1,13 +1,13 @@
 """Prove a clean-zone table equals its source table: a checksum over canonical rows on both sides.
 
-Both sides are reduced to the same canonical text per value (by the column's Iceberg type), rows are
-hashed, and the table checksum is the XOR-free, order-free sum of row hashes (so row order and file
-layout don't matter, but every value does).
+Both sides are read here, in Python, independently of the reconcile job's SQL and Spark readers, and reduced
+to the same canonical text per value (by the column's Iceberg type); the table checksum is the reconcile's
+(`lakehouse.reconcile.plan.table_checksum`: the order-free sum of row hashes, so row order and file layout
+don't matter, but every value does).
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
@@ -16,12 +16,11 @@ from typing import Any
 
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile, TableSpec
+from lakehouse.reconcile.plan import table_checksum
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
 from tools.source_db import SourceDatabase
-
-MODULUS = 1 << 128
 
 
 @dataclass(frozen=True)
@@ -64,14 +63,6 @@ def canonical(value: Any, data_type: T.DataType) -> str:
     return str(value)
 
 
-def _row_hash(values: list[str]) -> int:
-    return int.from_bytes(hashlib.sha256("\x1f".join(values).encode("utf-8")).digest()[:16], "big")
-
-
-def _checksum(rows: list[list[str]]) -> str:
-    return f"{sum(_row_hash(r) for r in rows) % MODULUS:032x}"
-
-
 def check_table(
     spark: SparkSession, config: LakeConfig, spec: TableSpec, source_db: SourceDatabase | str | Path
 ) -> TableCheck:
@@ -88,7 +79,11 @@ def check_table(
     source_rows = [[canonical(v, types[c]) for v, c in zip(row, columns, strict=True)] for row in source]
     clean_rows = [[canonical(v, types[c]) for v, c in zip(row, columns, strict=True)] for row in clean]
     return TableCheck(
-        spec.qualified_name, len(source_rows), len(clean_rows), _checksum(source_rows), _checksum(clean_rows)
+        spec.qualified_name,
+        len(source_rows),
+        len(clean_rows),
+        table_checksum(source_rows),
+        table_checksum(clean_rows),
     )
 
 
@@ -160,8 +155,8 @@ def check_refined(
                 f"refined.{name}",
                 len(source_rows),
                 len(refined_rows),
-                _checksum(source_rows),
-                _checksum(refined_rows),
+                table_checksum(source_rows),
+                table_checksum(refined_rows),
             )
         )
     return checks

@@ -1,4 +1,5 @@
-"""Names: the DMS files the drain accepts, table names in S3 keys, object keys in EventBridge events."""
+"""Names: the DMS files the drain accepts (by the file contract, lake_contracts.dms_files), table names in S3
+keys, object keys in EventBridge events."""
 
 from __future__ import annotations
 
@@ -6,15 +7,8 @@ import re
 from typing import Literal
 from urllib.parse import unquote, unquote_plus
 
-# The names DMS gives its files, as spark_jobs/lakehouse/base/dms_files.py reads them
-# (test_the_drain_accepts_exactly_the_files_the_spark_jobs_read keeps the two equal): LOAD00000001.csv or
-# LOAD_<segment>_<hex counter>; CDC files by time, 20141029-1134010000.csv (any fraction digits); CSV, gzipped
-# CSV or Parquet; CDC files optionally below date folders (DatePartitionEnabled).
-_EXTENSION = r"\.(?:csv(?:\.gz)?|parquet)"
-LOAD_FILE = re.compile(r"^LOAD(?:_\d+_)?[0-9A-Fa-f]{8}" + _EXTENSION + "$")
-CDC_FILE = re.compile(r"^\d{8}-\d{6}\d*" + _EXTENSION + "$")
-DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
-MAX_DATE_FOLDERS = 4
+from lake_contracts.dms_files import CDC_FILE, DATE_FOLDER, LOAD_FILE, MAX_DATE_FOLDERS
+
 # Characters no schema or table name may hold (spark_jobs/lakehouse/base/names.py check_source_name).
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # The qualified names the drain can write (schema and table as DMS names its folders: no `/`, no control

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from lake_contracts.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -32,7 +33,6 @@ from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record,
 from lakehouse.apply.typed_batch import Batch, cached, typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from lakehouse.base.names import CHANGE_SEQ_COLUMN, properties_sql, quote, table_folder
 from lakehouse.base.run_report import (
     ApplyFigures,

@@ -13,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from lake_contracts.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.apply.clean_table import SchemaOutOfDateError, layout_and_types, loaded_at
@@ -26,7 +27,6 @@ from lakehouse.apply.quarantine import (
     write_quarantine,
 )
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.dms_files import DmsFile, NotADmsFileError, parse_dms_key
 from lakehouse.base.run_report import ReadFigures, RunReport, StepFigures, TableReport, table_report
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.dms import changes as C

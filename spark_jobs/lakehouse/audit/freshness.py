@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -41,7 +42,6 @@ from lakehouse.audit.consistent import (
     utc_naive,
 )
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.dms_files import NotADmsFileError, parse_dms_key
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.fence import LeaseLostError
 from lakehouse.io.frames import rows_frame

@@ -35,11 +35,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 from urllib.parse import quote, urlparse
 
+from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.dms_files import NotADmsFileError, parse_dms_key
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.frames import literal_frame
 from lakehouse.io.iceberg import LOAD_ENDED, LOAD_STARTED, table_exists, table_properties

@@ -31,6 +31,7 @@ INTERNAL_PREFIX = "_dms_"
 # Columns every clean-zone table carries besides the source's own.
 COMMIT_TS_COLUMN = "dms_commit_ts"
 CHANGE_SEQ_COLUMN = "dms_change_seq"
+OP = "_dms_op"  # the column a typed change carries its DMS Op (I, U, D) in, up to the MERGE
 RESERVED_COLUMNS = (COMMIT_TS_COLUMN, CHANGE_SEQ_COLUMN)
 # The row histories' namespace is the clean one's name with this suffix (history_database).
 HISTORY_DATABASE_SUFFIX = "_history"

@@ -17,12 +17,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 
+from lake_contracts.dms_files import CHANGE_SEQ_COLUMN, DEFAULT_TIMESTAMP_COLUMN, OP_COLUMN, VALID_OPS
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.base.dms_files import CHANGE_SEQ_COLUMN, DEFAULT_TIMESTAMP_COLUMN, OP, OP_COLUMN, VALID_OPS
-from lakehouse.base.names import INTERNAL_PREFIX, quote
+from lakehouse.base.names import INTERNAL_PREFIX, OP, quote
 from lakehouse.base.schema import TableSpec
 from lakehouse.dms.reader import CORRUPT, FILE_ORDER, FILE_URI, HEADER, POSITION, SEQ_BASE, RawRead
 

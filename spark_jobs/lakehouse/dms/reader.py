@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from lake_contracts.dms_files import DmsFile
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.base.dms_files import DmsFile
 from lakehouse.base.names import LITERAL_PATHS, quote
 from lakehouse.io.storage import (
     StorageError,

@@ -8,13 +8,13 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from lake_contracts.dms_files import VALID_OPS
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import Column, DataFrame, DataFrameWriterV2, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.base.dms_files import OP, VALID_OPS
-from lakehouse.base.names import properties_sql, quote, sql_string
+from lakehouse.base.names import OP, properties_sql, quote, sql_string
 from lakehouse.base.schema import parse_transform
 from lakehouse.base.types import can_widen
 from lakehouse.io.fence import check_before_commit

@@ -4,6 +4,7 @@ columns typed as the lake holds them), the key space cut into segments, and what
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 from collections.abc import Iterable, Sequence
@@ -150,11 +151,15 @@ def hash_sums() -> list[Column]:
 
 
 def python_row_hash(fields: Sequence[str]) -> int:
-    """The same hash from already canonical fields (tests; the SQLite source goes through Spark)."""
-    import hashlib
-
+    """The same row hash, in Python, from fields already in a canonical text."""
     value = int(hashlib.md5(SEPARATOR.join(fields).encode("utf-8")).hexdigest()[:16], 16)
     return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def table_checksum(rows: Iterable[Sequence[str]]) -> str:
+    """A table's checksum, in Python, from each row's fields in a canonical text: the exact sum of their row
+    hashes (`python_row_hash`) as 32 hex digits (modulo 2^128). Row order does not matter; every value does."""
+    return f"{sum(python_row_hash(fields) for fields in rows) % (1 << 128):032x}"
 
 
 # ---------------------------------------------------------------------------------------- the plan

@@ -462,7 +462,7 @@ def test_the_drain_accepts_exactly_the_files_the_spark_jobs_read(drain_app, key)
     Then both agree: same schema, table and kind, or both refuse it (no file the jobs could apply is
     sent to the dead-letter queue, and none they would reject is batched)."""
     import drain
-    from lakehouse.base.dms_files import NotADmsFileError, parse_dms_key
+    from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
 
     schema, table, kind = drain.dms_layout(key, "dms")
     try:

@@ -209,7 +209,7 @@ ODD_TABLE_NAMES = ["order lines", "per%2Bcent", "plus+sign", "hash#tag", "déjà
 def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     """Given files under folders whose names hold spaces, %, +, # and accents (Spark lists them as
     encoded URIs), When they are read, Then every record carries its own file's URI and position."""
-    from lakehouse.base.dms_files import parse_dms_key
+    from lake_contracts.dms_files import parse_dms_key
     from lakehouse.dms.reader import FILE_ORDER, FILE_URI, read_dms_files
 
     paths = [

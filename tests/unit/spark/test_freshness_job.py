@@ -7,9 +7,9 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from lake_contracts.dms_files import parse_dms_key
 from lakehouse.audit.consistent import SOURCE_TS_MAX, SOURCE_TS_MIN, last_point
 from lakehouse.audit.freshness import freshness_table
-from lakehouse.base.dms_files import parse_dms_key
 from lakehouse.io.iceberg import current_snapshot_id, snapshot_properties
 from lakehouse.jobs.cdc import main as cdc_main
 from lakehouse.jobs.full_load import main as full_load_main

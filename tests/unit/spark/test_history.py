@@ -10,11 +10,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from lake_contracts.dms_files import cdc_file_name, change_seq
 from lakehouse.apply import cdc as cdc_apply
 from lakehouse.apply import history
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
-from lakehouse.base.dms_files import cdc_file_name, change_seq, write_dms_csv
+from lakehouse.base.dms_csv import write_dms_csv
 from lakehouse.base.names import history_database
 from lakehouse.base.schema import SchemaFile
 from lakehouse.maintenance.run import MaintenanceOptions, maintain

@@ -10,10 +10,11 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from lake_contracts.dms_files import cdc_file_name, change_seq
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.clean_table import sequence_at
 from lakehouse.apply.full_load import full_load
-from lakehouse.base.dms_files import cdc_file_name, change_seq, write_dms_csv
+from lakehouse.base.dms_csv import write_dms_csv
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.iceberg import table_exists
 from lakehouse.reconcile.run import empty_clean_table

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from lakehouse.base.dms_files import change_seq, load_file_name, write_dms_csv
+from lake_contracts.dms_files import change_seq, load_file_name
+from lakehouse.base.dms_csv import write_dms_csv
 from lakehouse.base.names import (
     parse_tables_argument,
     properties_sql,
@@ -289,7 +290,7 @@ def test_a_table_named_like_a_date_folder_is_the_table_the_schema_file_knows():
     """Given CDC keys below a table folder shaped like a date (`sales/2024_01/`), with and without DMS's
     date folders, When classified knowing the schema file's tables, Then the table is `sales.2024_01`;
     without that knowledge the folder still reads as a date folder (as before)."""
-    from lakehouse.base.dms_files import parse_dms_key
+    from lake_contracts.dms_files import parse_dms_key
 
     def known(schema: str, table: str) -> bool:
         return (schema, table) in {("sales", "2024_01"), ("sales", "orders")}

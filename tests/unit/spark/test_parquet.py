@@ -98,7 +98,7 @@ def test_a_batch_mixing_csv_and_parquet_files_of_one_table_applies_in_order(spar
     """Given a table whose DMS endpoint switched from CSV (with CsvNullValue) to Parquet between two
     files of one batch, When the batch is applied, Then both files apply, the later one wins."""
     from lakehouse.apply.run import ApplyOptions
-    from lakehouse.base.dms_files import CsvFormat
+    from lakehouse.base.dms_csv import CsvFormat
     from lakehouse.dms.reader import ReaderOptions
 
     root = tmp_path / "raw" / "dms"

@@ -18,6 +18,7 @@ from types import ModuleType
 
 import boto3
 import pytest
+from lake_contracts.dms_files import change_seq
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.ledger import LedgerEntry, StateTables
@@ -32,7 +33,7 @@ from lakehouse.audit.raw_zone import (
     recovery_message,
     unapplied_files,
 )
-from lakehouse.base.dms_files import change_seq, write_dms_csv
+from lakehouse.base.dms_csv import write_dms_csv
 from lakehouse.base.manifest import Manifest
 from lakehouse.io import storage
 from lakehouse.io.iceberg import LOAD_ENDED, create_table

@@ -11,7 +11,7 @@ import pytest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.run import ApplyOptions
-from lakehouse.base.dms_files import CsvFormat
+from lakehouse.base.dms_csv import CsvFormat
 from lakehouse.dms.reader import ReaderOptions
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count

@@ -16,7 +16,7 @@ import pytest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.run import ApplyOptions
-from lakehouse.base.dms_files import CsvFormat
+from lakehouse.base.dms_csv import CsvFormat
 from lakehouse.base.schema import SchemaFile
 from lakehouse.dms.reader import ReaderOptions
 from lakehouse.reconcile.bisect import raw_caught_up

@@ -5,15 +5,14 @@ from __future__ import annotations
 from datetime import datetime
 
 import pytest
-from lakehouse.base.dms_files import (
-    CsvFormat,
+from lake_contracts.dms_files import (
     NotADmsFileError,
     cdc_file_name,
     change_seq,
     load_file_name,
     parse_dms_key,
-    write_dms_csv,
 )
+from lakehouse.base.dms_csv import CsvFormat, write_dms_csv
 from lakehouse.base.schema import SchemaFile
 from lakehouse.base.types import UnsupportedTypeError, can_widen, spark_type
 from pyspark.sql import types as T

@@ -37,3 +37,16 @@ def test_a_check_matches_only_when_counts_and_checksums_agree():
     assert TableCheck("t", 2, 2, "ab", "ab").matches
     assert not TableCheck("t", 2, 2, "ab", "ac").matches
     assert "MISMATCH" in TableCheck("t", 2, 3, "ab", "ab").line()
+
+
+def test_the_table_checksum_ignores_row_order_and_sees_every_value():
+    """Given rows of canonical fields, When checksummed (the reconcile's function), Then the same rows in another
+    order check alike, and one value changed, a value moved to another column, or a row dropped do not."""
+    from lakehouse.reconcile.plan import table_checksum
+
+    rows = [["1", "a", "\\N"], ["2", "b", ""], ["3", "c", "x"]]
+    assert table_checksum(rows) == table_checksum(list(reversed(rows)))
+    assert table_checksum(rows) != table_checksum([["1", "a", "\\N"], ["2", "b", ""], ["3", "c", "y"]])
+    assert table_checksum(rows) != table_checksum([["1", "a", "\\N"], ["2", "", "b"], ["3", "c", "x"]])
+    assert table_checksum(rows) != table_checksum(rows[:2])
+    assert len(table_checksum(rows)) == 32 and table_checksum([]) == "0" * 32

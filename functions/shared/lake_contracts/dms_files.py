@@ -1,34 +1,33 @@
-"""The DMS S3 file contract, without Spark: key layout, LOAD counters, and a writer of DMS-format CSV.
+"""The DMS S3 file contract, pure Python: how DMS names its files and folders, and the columns every file
+starts with. The one definition that the drain Lambda (which files to batch), the Spark jobs (how to read and
+order them) and the local DMS (how to write them) import.
 
 Full load: `<prefix>/<schema>/<table>/LOAD00000001.csv` with a HEX counter (…09, …0A).
 CDC: `<prefix>/<schema>/<table>/[<date folders>/]<YYYYMMDD-HHMMSS…>.csv`, ordered by their time.
-The writer is what our tests, demo and benchmarks use to produce files exactly as DMS does.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 OP_COLUMN = "Op"
 VALID_OPS = ("I", "U", "D")  # Op: insert, update, delete
-OP = "_dms_op"  # the column a typed change carries its Op in
 CHANGE_SEQ_COLUMN = "AR_H_CHANGE_SEQ"
 DEFAULT_TIMESTAMP_COLUMN = "dms_timestamp"
 CHANGE_SEQ_DIGITS = 35
 
 # What DMS writes: CSV (DataFormat=csv, optionally gzipped) or Parquet (DataFormat=parquet).
-_EXTENSION = r"\.(?P<ext>csv(?:\.gz)?|parquet)"
+EXTENSION = r"\.(?P<ext>csv(?:\.gz)?|parquet)"
 # LOAD00000001.csv (hex counter), or LOAD_<segment>_<counter>.csv when a table is loaded in parallel segments.
-_LOAD_NAME = re.compile(r"^LOAD(?:_(?P<segment>\d+)_)?(?P<counter>[0-9A-Fa-f]{8})" + _EXTENSION + "$")
+LOAD_FILE = re.compile(r"^LOAD(?:_(?P<segment>\d+)_)?(?P<counter>[0-9A-Fa-f]{8})" + EXTENSION + "$")
 # CDC files are named by the time DMS wrote them: 20141029-1134010000.csv (the AWS documentation's example),
 # 20261122-101010123.csv; the fraction of a second has no fixed number of digits.
-_CDC_NAME = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?P<fraction>\d*)" + _EXTENSION + "$")
+CDC_FILE = re.compile(r"^(?P<date>\d{8})-(?P<time>\d{6})(?P<fraction>\d*)" + EXTENSION + "$")
 # DatePartitionEnabled puts CDC files below date folders: 2026/11/22[/10], 2026-11-22, 20261122, ...
-_DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
+DATE_FOLDER = re.compile(r"^\d{2,10}(?:[_-]\d{2,4}){0,3}$")
 MAX_DATE_FOLDERS = 4
 # A synthesized change sequence: the file's time as DMS's AR_H_CHANGE_SEQ spells a time (YYYYMMDDHHmmSShh,
 # 16 digits), then 19 digits: the rest of the file time's fraction (7) and the record's position (12).
@@ -88,14 +87,14 @@ def parse_dms_key(uri: str, size: int = 0, known: Callable[[str, str], bool] | N
     known wins; without it, or when none is known, every folder shaped like a date is a date folder."""
     parts = uri.rstrip("/").split("/")
     name, folders = parts[-1], parts[:-1]
-    load = _LOAD_NAME.match(name)
-    cdc = None if load else _CDC_NAME.match(name)
+    load = LOAD_FILE.match(name)
+    cdc = None if load else CDC_FILE.match(name)
     if not load and not cdc:
         raise NotADmsFileError(
             f"{uri}: {name!r} is neither a LOAD file nor a timestamp-named CDC file (.csv, .csv.gz, .parquet)"
         )
     dated = 0
-    while dated < MAX_DATE_FOLDERS and len(folders) - dated > 2 and _DATE_FOLDER.match(folders[-1 - dated]):
+    while dated < MAX_DATE_FOLDERS and len(folders) - dated > 2 and DATE_FOLDER.match(folders[-1 - dated]):
         dated += 1
     readings = [folders[: len(folders) - n] for n in range(dated, -1, -1)]  # most date folders first
     chosen = readings[0]
@@ -114,13 +113,14 @@ def parse_dms_key(uri: str, size: int = 0, known: Callable[[str, str], bool] | N
     )
 
 
-def load_file_name(counter: int) -> str:
-    """`LOAD00000001.csv`, `…0A`: DMS counts full-load files in upper-case hex."""
-    return f"LOAD{counter:08X}.csv"
+def load_file_name(counter: int, extension: str = "csv") -> str:
+    """`LOAD00000001.csv` (or `.parquet`): DMS counts full-load files in upper-case hex (…09, …0A)."""
+    return f"LOAD{counter:08X}.{extension}"
 
 
-def cdc_file_name(moment: datetime) -> str:
-    return moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.csv"
+def cdc_file_name(moment: datetime, extension: str = "csv") -> str:
+    """`YYYYMMDD-HHMMSSmmm.csv` (or `.parquet`), the commit-time name of a CDC file."""
+    return moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.{extension}"
 
 
 def change_seq(number: int) -> str:
@@ -128,59 +128,7 @@ def change_seq(number: int) -> str:
     return f"{number:0{CHANGE_SEQ_DIGITS}d}"
 
 
-@dataclass(frozen=True)
-class CsvFormat:
-    """The S3 target settings that shape the CSV (the names are DMS's)."""
-
-    csv_null_value: str | None = None  # None: DMS's default, null written as an empty field
-    timestamp_column: str = DEFAULT_TIMESTAMP_COLUMN
-    add_change_seq: bool = True
-
-
-def format_value(value: Any, fmt: CsvFormat) -> str | None:
-    """A value as DMS writes it; None is an empty field."""
-    if value is None:
-        return fmt.csv_null_value
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    if isinstance(value, datetime):
-        return value.isoformat(sep=" ", timespec="microseconds")
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).hex().upper()
-    return str(value)
-
-
-def write_dms_csv(
-    columns: Sequence[str],
-    rows: Iterable[tuple[str, str | None, datetime | None, Sequence[Any]]],
-    fmt: CsvFormat = CsvFormat(),
-) -> str:
-    """DMS CSV text: a header (AddColumnName), then `Op, <timestamp>, <AR_H_CHANGE_SEQ>, columns…`.
-
-    Each row is (op, change_seq, commit_time, values). Values holding quotes, commas or newlines are
-    quoted with doubled quotes (RFC 4180, DMS's default)."""
-    header = [OP_COLUMN, fmt.timestamp_column]
-    if fmt.add_change_seq:
-        header.append(CHANGE_SEQ_COLUMN)
-    lines = [_csv_line([*header, *columns], fmt)]
-    for op, seq, moment, values in rows:
-        record: list[str | None] = [op, format_value(moment, fmt)]
-        if fmt.add_change_seq:
-            record.append(seq or "")
-        record.extend(format_value(v, fmt) for v in values)
-        lines.append(_csv_line(record, fmt))
-    return "".join(lines)
-
-
-def _csv_line(fields: Sequence[str | None], fmt: CsvFormat) -> str:
-    return ",".join(_csv_field(field, fmt) for field in fields) + "\n"
-
-
-def _csv_field(value: str | None, fmt: CsvFormat) -> str:
-    """RFC 4180 quoting. With a CsvNullValue marker an empty string is written quoted (`""`), so that
-    it stays distinct from null."""
-    if value is None:
-        return ""
-    if any(ch in value for ch in '",\n\r') or (value == "" and fmt.csv_null_value is not None):
-        return '"' + value.replace('"', '""') + '"'
-    return value
+def object_key(bucket_folder: str, schema: str, table: str, file_name: str) -> str:
+    """Where DMS puts a file: `<BucketFolder>/<schema>/<table>/<file>` (no empty part)."""
+    prefix = bucket_folder.strip("/")
+    return "/".join(part for part in (prefix, schema, table, file_name) if part)
