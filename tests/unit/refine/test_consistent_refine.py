@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
+from lake_contracts.dms_files import cdc_file_name
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.audit.consistent import SOURCE_TS_MAX, last_point
@@ -104,7 +105,7 @@ def test_a_transaction_split_across_batches_is_never_half_in_the_refined_zone(
     def file_of(table: str) -> str:
         """The file holding X's change of `table` (files are named by their last change's commit time)."""
         names = sorted(f for f in files if f"/{table}/" in f)
-        return next(f for f in names if Path(f).name >= S.cdc_file_name(x_time))
+        return next(f for f in names if Path(f).name >= cdc_file_name(x_time))
 
     x_files = [file_of(t) for t in x_tables]
     # Delivered shuffled in four batches; X's last-named file in the first, its others in the last batch
