@@ -34,13 +34,13 @@ from lakehouse.apply.cdc import apply_cdc  # noqa: E402
 from lakehouse.apply.full_load import full_load  # noqa: E402
 from lakehouse.apply.run import ApplyOptions  # noqa: E402
 from lakehouse.base.config import LakeConfig  # noqa: E402
-from lakehouse.base.dms_csv import CsvFormat  # noqa: E402
 from lakehouse.base.manifest import Manifest, ManifestFile  # noqa: E402
 from lakehouse.base.schema import SchemaFile  # noqa: E402
 from lakehouse.dms.reader import ReaderOptions  # noqa: E402
 from lakehouse.io.session import build_session  # noqa: E402
 
 from tools import sample_data  # noqa: E402
+from tools.dms_csv import CsvFormat  # noqa: E402
 from tools.schema_gen import reflect_schema  # noqa: E402
 
 NULL_MARKER = "NULL"

@@ -32,11 +32,11 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs"), str(ROOT / "localaws" / "plugin")]
 
-from lakehouse.base.dms_csv import CsvFormat  # noqa: E402
 from localaws_plugin import host_runs, settings  # noqa: E402
 from localaws_plugin.spark_worker import heap_options  # noqa: E402
 
 from tools import sample_data  # noqa: E402
+from tools.dms_csv import CsvFormat  # noqa: E402
 from tools.schema_gen import reflect_schema  # noqa: E402
 
 NULL_MARKER = "NULL"

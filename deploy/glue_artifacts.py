@@ -20,6 +20,10 @@ from typing import Any
 import boto3
 
 SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
+# The contracts the library shares with the Lambdas (their layer's source): the pure ones it imports travel in
+# the same zip (lake_contracts.config and .s3 need pydantic and botocore, which the jobs never import).
+SHARED = Path(__file__).resolve().parents[1] / "functions" / "shared"
+SHARED_CONTRACTS = ("__init__.py", "dms_files.py")
 GLUE_SCRIPTS = (
     "full_load_job.py",
     "cdc_job.py",
@@ -32,11 +36,14 @@ SCHEMA_KEY = "config/schema.json"
 
 
 def lakehouse_zip() -> bytes:
-    """The Spark library as `--extra-py-files` wants it: `lakehouse/…` at the zip's root."""
+    """The Spark library as `--extra-py-files` wants it: `lakehouse/…` and the contracts it imports
+    (`lake_contracts/…`) at the zip's root."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for path in sorted((SPARK_JOBS / "lakehouse").rglob("*.py")):
             archive.write(path, path.relative_to(SPARK_JOBS).as_posix())
+        for name in SHARED_CONTRACTS:
+            archive.write(SHARED / "lake_contracts" / name, f"lake_contracts/{name}")
     return buffer.getvalue()
 
 

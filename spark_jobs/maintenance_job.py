@@ -3,7 +3,9 @@
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # local runs: the lakehouse package beside us
+# local runs: the lakehouse package beside us, the contracts it shares with the Lambdas (on Glue: lakehouse.zip)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(1, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "functions", "shared"))
 
 from lakehouse.io.fence import fenced
 from lakehouse.jobs.maintenance import main

@@ -10,9 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from lake_contracts.dms_files import change_seq, load_file_name
-from lakehouse.base.dms_csv import CsvFormat, write_dms_csv
 from lakehouse.base.manifest import Manifest, ManifestFile
 from lakehouse.base.schema import SchemaFile
+
+from tools.dms_csv import CsvFormat, write_dms_csv
 
 BASE_TIME = datetime(2026, 11, 22, 10, 0, 0, 123456)
 

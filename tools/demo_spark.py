@@ -21,7 +21,6 @@ from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.dms_csv import CsvFormat
 from lakehouse.base.manifest import Manifest, ManifestFile
 from lakehouse.base.run_report import RunReport
 from lakehouse.base.schema import SchemaFile
@@ -29,6 +28,7 @@ from lakehouse.dms.reader import ReaderOptions
 from lakehouse.io.session import build_session
 
 from tools import sample_data
+from tools.dms_csv import CsvFormat
 from tools.schema_gen import reflect_schema
 from tools.verify import check_all
 

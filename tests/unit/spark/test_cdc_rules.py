@@ -341,7 +341,7 @@ def test_files_without_change_sequence_fall_back_to_file_then_record_order(spark
     the order),
     When two files are applied, then the first again,
     Then the last record of the last file wins and the re-run of the earlier file changes nothing."""
-    from lakehouse.base.dms_csv import CsvFormat
+    from tools.dms_csv import CsvFormat
 
     plain = DmsWriter(dms.root, CsvFormat(add_change_seq=False))
     load(spark, lake_config, plain, [(1, "a", 1)])

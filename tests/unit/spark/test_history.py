@@ -15,7 +15,6 @@ from lakehouse.apply import cdc as cdc_apply
 from lakehouse.apply import history
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
-from lakehouse.base.dms_csv import write_dms_csv
 from lakehouse.base.names import history_database
 from lakehouse.base.schema import SchemaFile
 from lakehouse.maintenance.run import MaintenanceOptions, maintain
@@ -23,6 +22,7 @@ from lakehouse.maintenance.run import MaintenanceOptions, maintain
 from tests.support import DmsWriter, manifest, rows_of, snapshot_count
 from tests.unit.spark.test_history_rules import T0, Change, current_rows, history_order, oracle_history
 from tools.asl_engine import load_template
+from tools.dms_csv import write_dms_csv
 
 pytestmark = pytest.mark.spark
 

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 from lake_contracts.dms_files import change_seq, load_file_name
-from lakehouse.base.dms_csv import write_dms_csv
 from lakehouse.base.names import (
     parse_tables_argument,
     properties_sql,
@@ -32,6 +31,7 @@ from lakehouse.jobs.full_load import main as full_load_main
 from lakehouse.jobs.maintenance import main as maintenance_main
 
 from tests.support import manifest, rows_of
+from tools.dms_csv import write_dms_csv
 
 pytestmark = pytest.mark.spark
 

@@ -98,8 +98,9 @@ def test_a_batch_mixing_csv_and_parquet_files_of_one_table_applies_in_order(spar
     """Given a table whose DMS endpoint switched from CSV (with CsvNullValue) to Parquet between two
     files of one batch, When the batch is applied, Then both files apply, the later one wins."""
     from lakehouse.apply.run import ApplyOptions
-    from lakehouse.base.dms_csv import CsvFormat
     from lakehouse.dms.reader import ReaderOptions
+
+    from tools.dms_csv import CsvFormat
 
     root = tmp_path / "raw" / "dms"
     csv = DmsWriter(root, CsvFormat(csv_null_value="NULL"))

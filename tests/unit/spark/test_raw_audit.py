@@ -33,7 +33,6 @@ from lakehouse.audit.raw_zone import (
     recovery_message,
     unapplied_files,
 )
-from lakehouse.base.dms_csv import write_dms_csv
 from lakehouse.base.manifest import Manifest
 from lakehouse.io import storage
 from lakehouse.io.iceberg import LOAD_ENDED, create_table
@@ -41,6 +40,7 @@ from pyspark.sql import types as T
 
 from tests.offline_aws import offline_aws
 from tests.support import rows_of, schema_of
+from tools.dms_csv import write_dms_csv
 
 pytestmark = pytest.mark.spark
 

@@ -11,10 +11,10 @@ import pytest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.run import ApplyOptions
-from lakehouse.base.dms_csv import CsvFormat
 from lakehouse.dms.reader import ReaderOptions
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
+from tools.dms_csv import CsvFormat
 
 pytestmark = pytest.mark.spark
 

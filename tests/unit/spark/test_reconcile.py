@@ -16,7 +16,6 @@ import pytest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.run import ApplyOptions
-from lakehouse.base.dms_csv import CsvFormat
 from lakehouse.base.schema import SchemaFile
 from lakehouse.dms.reader import ReaderOptions
 from lakehouse.reconcile.bisect import raw_caught_up
@@ -26,6 +25,7 @@ from lakehouse.reconcile.run import dms_reloader, publish_metrics, reconcile, ro
 from lakehouse.reconcile.sources import PostgresJdbcSource, SqliteSource
 
 from tests.support import DmsWriter, manifest
+from tools.dms_csv import CsvFormat
 from tools.schema_gen import reflect_schema
 
 NULL_MARKER = "<NULL>"

@@ -12,10 +12,11 @@ from lake_contracts.dms_files import (
     load_file_name,
     parse_dms_key,
 )
-from lakehouse.base.dms_csv import CsvFormat, write_dms_csv
 from lakehouse.base.schema import SchemaFile
 from lakehouse.base.types import UnsupportedTypeError, can_widen, spark_type
 from pyspark.sql import types as T
+
+from tools.dms_csv import CsvFormat, write_dms_csv
 
 D = T.DecimalType
 

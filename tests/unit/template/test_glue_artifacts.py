@@ -57,29 +57,39 @@ def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tm
         io.BytesIO(stack.get_object(Bucket=BUCKET, Key="glue/lib/lakehouse.zip")["Body"].read())
     )
     names = archive.namelist()
-    assert "lakehouse/__init__.py" in names and all(n.startswith("lakehouse/") for n in names)
+    assert "lakehouse/__init__.py" in names and all(
+        n.startswith(("lakehouse/", "lake_contracts/")) for n in names
+    )
     assert not any("__pycache__" in n for n in names)
     assert stack.get_object(Bucket=BUCKET, Key="config/schema.json")["Body"].read() == schema.read_bytes()
     assert f"s3://{BUCKET}/glue/lib/lakehouse.zip" in capsys.readouterr().out
 
 
+OURS = {"lakehouse": glue_artifacts.SPARK_JOBS, "lake_contracts": glue_artifacts.SHARED}
+
+
 def _imported_lakehouse_modules(path: Path) -> set[str]:
-    """The `lakehouse…` modules a file imports (`from lakehouse.apply import cdc`: lakehouse.apply.cdc)."""
+    """The modules of ours (`lakehouse…`, `lake_contracts…`) a file imports (`from lakehouse.apply import cdc`:
+    lakehouse.apply.cdc)."""
     import ast
 
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "lakehouse":
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in OURS:
             found.add(node.module)
-            found |= {f"{node.module}.{a.name}" for a in node.names if _module_file(f"{node.module}.{a.name}")}
+            found |= {
+                f"{node.module}.{a.name}" for a in node.names if _module_file(f"{node.module}.{a.name}")
+            }
         elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.split(".")[0] == "lakehouse"}
+            found |= {a.name for a in node.names if a.name.split(".")[0] in OURS}
     return found
 
 
 def _module_file(module: str) -> Path | None:
-    """lakehouse.apply.cdc -> spark_jobs/lakehouse/apply/cdc.py; a package -> its __init__.py; else None."""
-    base = glue_artifacts.SPARK_JOBS.joinpath(*module.split("."))
+    """lakehouse.apply.cdc -> spark_jobs/lakehouse/apply/cdc.py, lake_contracts.x -> functions/shared/…; a
+    package -> its __init__.py; else None."""
+    root = OURS[module.split(".")[0]]
+    base = root.joinpath(*module.split("."))
     for candidate in (base.with_suffix(".py"), base / "__init__.py"):
         if candidate.is_file():
             return candidate
@@ -88,7 +98,8 @@ def _module_file(module: str) -> Path | None:
 
 def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
     """Given the six Glue entry scripts, When the modules they import are followed through `lakehouse`,
-    Then lakehouse.zip holds exactly those (and the package's __init__): the demo, the test-data generator,
+    Then lakehouse.zip holds exactly those (and the packages' __init__, and the shared contracts the library
+    imports): the demo, the test-data generator,
     the verifier, the dashboard, the BI runner and the schema generator live in `tools/`, not on Glue.
     The file list is what `python -m deploy.glue_artifacts --list` prints."""
     seen: set[str] = set()
@@ -104,7 +115,7 @@ def test_the_glue_library_holds_only_what_the_jobs_import(capsys) -> None:
         source = _module_file(module)
         assert source is not None, module
         todo |= _imported_lakehouse_modules(source) - seen
-    imported = {str(_module_file(m).relative_to(glue_artifacts.SPARK_JOBS)) for m in seen}
+    imported = {_module_file(m).relative_to(OURS[m.split(".")[0]]).as_posix() for m in seen}
     names = set(zipfile.ZipFile(io.BytesIO(glue_artifacts.lakehouse_zip())).namelist())
 
     assert names == imported, (sorted(names - imported), sorted(imported - names))
