@@ -114,6 +114,7 @@ class Sizes:
 
 
 def money(value: float | Decimal) -> Decimal:
+    """An amount rounded half up to the cent, as a decimal(7,2) column holds it."""
     return Decimal(str(value)).quantize(CENT, rounding=ROUND_HALF_UP)
 
 
@@ -128,10 +129,12 @@ def _business_id(number: int) -> str:
 
 
 def date_sk(day: date) -> int:
+    """A day's date_dim key (its Julian day number)."""
     return day.toordinal() + JULIAN_OFFSET
 
 
 def sk_date(sk: int) -> date:
+    """The day of a date_dim key."""
     return date.fromordinal(sk - JULIAN_OFFSET)
 
 
@@ -276,6 +279,7 @@ class RowGenerator:
 
 
 def date_rows() -> Iterator[tuple[Any, ...]]:
+    """The date_dim rows: one per day of 2023 to 2027."""
     for offset in range(DATE_DIM_DAYS):
         day = DATE_DIM_FIRST + timedelta(days=offset)
         sk = date_sk(day)
@@ -294,6 +298,7 @@ def date_rows() -> Iterator[tuple[Any, ...]]:
 
 
 def time_rows() -> Iterator[tuple[Any, ...]]:
+    """The time_dim rows: one per minute of the day."""
     for minute_of_day in range(24 * 60):
         hour, minute = divmod(minute_of_day, 60)
         seconds = minute_of_day * 60
@@ -307,6 +312,7 @@ def time_rows() -> Iterator[tuple[Any, ...]]:
 def sales_rows(
     gen: RowGenerator, sizes: Sizes, items: Sequence[tuple[Any, ...]]
 ) -> Iterator[tuple[Any, ...]]:
+    """The web_sales rows: `sizes.orders` orders of skewed item popularity, on seasonal days."""
     popularity = [1.0 / (rank**0.8) for rank in range(1, len(items) + 1)]
     order_items = list(items)
     gen.random.shuffle(order_items)  # popularity independent of the surrogate key

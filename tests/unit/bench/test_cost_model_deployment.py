@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from bench.cost_model import (
-    MINIMUM_BILLED_SECONDS,
-    Deployment,
-    Measured,
-    RunSize,
-    deployment_day,
-    deployment_main,
-)
+from bench.cost_model import MINIMUM_BILLED_SECONDS
+from bench.deployment_planner import Deployment, Measured, RunSize, deployment_day, deployment_main
 
 FREE = Measured(  # runs cost only their fixed part: the schedule alone decides
     overhead_seconds=20.0,
