@@ -122,7 +122,7 @@ def test_a_negative_time_with_a_fraction_is_decoded_from_the_binlog_as_the_serve
     from datetime import timedelta
     from types import SimpleNamespace
 
-    from localaws_plugin.dms_mysql import _time2
+    from localaws_plugin.dms_mysql_binlog import _time2
 
     def packed(hours: int, minutes: int, seconds: int, fraction: int, fsp: int, negative: bool) -> bytes:
         hms = (hours << 12) | (minutes << 6) | seconds
@@ -167,7 +167,7 @@ def test_a_transaction_half_read_when_the_connection_breaks_is_read_again_whole_
     transaction, and each transaction comes out once, whole, with sequences from its commit position."""
     from types import SimpleNamespace
 
-    from localaws_plugin.dms_mysql import _BinlogReader, change_seq
+    from localaws_plugin.dms_mysql_binlog import BinlogReader, change_seq
     from pymysqlreplication.event import QueryEvent, RotateEvent, XidEvent
     from pymysqlreplication.row_event import WriteRowsEvent
 
@@ -199,7 +199,7 @@ def test_a_transaction_half_read_when_the_connection_breaks_is_read_again_whole_
         settings=SimpleNamespace(database=DATABASE, server_id=7),
         kinds=lambda table, refresh=False: {"id": ColumnKind("int"), "v": ColumnKind("varchar")},
     )
-    reader = _BinlogReader(source, "binlog.000003", 4)  # type: ignore[arg-type]
+    reader = BinlogReader(source, "binlog.000003", 4)  # type: ignore[arg-type]
 
     class Stream:
         def __init__(self, events: list[Any]) -> None:
@@ -461,7 +461,7 @@ def test_what_dms_does_not_replicate_from_mysql_is_not_in_the_files(
     When a partition is truncated and another dropped, a table truncated, and a parent deleted,
     Then the files keep every row those statements removed (no row events: DMS does not replicate them), the
     parent's delete is written, and each statement is named in a warning."""
-    caplog.set_level(logging.WARNING, logger="localaws_plugin.dms_mysql")
+    caplog.set_level(logging.WARNING, logger="localaws_plugin.dms_mysql_binlog")
     with connect(source) as db:
         run(
             db,
@@ -647,7 +647,7 @@ def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_t
 
     from tests.support import manifest, rows_of
 
-    caplog.set_level(logging.WARNING, logger="localaws_plugin.dms_mysql")
+    caplog.set_level(logging.WARNING, logger="localaws_plugin.dms_mysql_binlog")
     bucket, replication = started_run(source)
     load_schema = SchemaFile.from_dict(schema_document(source))
     with connect(source, "-08:00") as db:
