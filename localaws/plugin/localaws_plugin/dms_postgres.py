@@ -24,180 +24,43 @@
   Under the default identity PostgreSQL itself refuses such a statement while the table is in the publication;
   REPLICA IDENTITY USING INDEX lets it through, and DMS, which needs a primary key, ignores it. An UPDATE that
   moves a primary key is written, with the old key as before-image, as DMS writes it to an S3 target.
+
+This module holds the endpoint's settings and the source (its catalog, the slot, the full load's snapshot, the
+change stream read and confirmed, the heartbeat); the pgoutput messages are decoded in `dms_pgoutput`, and
+`dms_postgres_rows` spells sequences and values as DMS writes them.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
 from typing import Any
 
+from localaws_plugin.dms_pgoutput import (
+    PROTO_VERSION,
+    Begin,
+    Commit,
+    Relation,
+    RowChange,
+    Truncate,
+    decode_message,
+)
+from localaws_plugin.dms_postgres_rows import (
+    ORDINAL_SPAN,
+    captured_change,
+    change_seq,
+    format_lsn,
+    parse_lsn,
+    quote_identifier,
+    standard_type,
+    text_of,
+)
 from localaws_plugin.dms_sqlite import CapturedChange, SourceError
 
 LOG = logging.getLogger(__name__)
 
-ORDINAL_DIGITS = 8
-ORDINAL_SPAN = 10**ORDINAL_DIGITS
-POSTGRES_EPOCH = datetime(2000, 1, 1)
-TIMESTAMPTZ_OID = 1184
-BYTEA_OID = 17
-PROTO_VERSION = "1"
 HEARTBEAT_TABLE = "awsdms_heartbeat"
-
-
-def change_seq(commit_lsn: int, ordinal: int) -> int:
-    """The change sequence of the `ordinal`-th change (1-based) of the transaction committed at `commit_lsn`;
-    ordinal 0 is a snapshot taken at that LSN."""
-    if not 0 <= ordinal < ORDINAL_SPAN:
-        raise SourceError(f"a transaction with more than {ORDINAL_SPAN - 1} changes is not supported")
-    return commit_lsn * ORDINAL_SPAN + ordinal
-
-
-def parse_lsn(text: str) -> int:
-    high, low = text.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
-
-
-def format_lsn(lsn: int) -> str:
-    return f"{lsn >> 32:X}/{lsn & 0xFFFFFFFF:X}"
-
-
-def _quote(identifier: str) -> str:
-    return '"' + identifier.replace('"', '""') + '"'
-
-
-# pgoutput, protocol version 1 (https://www.postgresql.org/docs/current/protocol-logicalrep-message-formats.html)
-
-
-@dataclass(frozen=True)
-class Relation:
-    oid: int
-    schema: str
-    table: str
-    replica_identity: str  # d(efault), n(othing), f(ull), i(ndex)
-    columns: tuple[str, ...]
-    key_columns: tuple[str, ...]
-    type_oids: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Begin:
-    final_lsn: int
-    commit_time: datetime
-    xid: int
-
-
-@dataclass(frozen=True)
-class Commit:
-    commit_lsn: int
-    end_lsn: int
-
-
-@dataclass(frozen=True)
-class RowChange:
-    op: str  # I, U, D
-    relation_oid: int
-    new: tuple[Any, ...] | None  # text values, None for NULL, UNCHANGED for an unchanged TOASTed value
-    old: tuple[Any, ...] | None
-    old_is_key_only: bool
-
-
-@dataclass(frozen=True)
-class Truncate:
-    relation_oids: tuple[int, ...]
-
-
-class _Unchanged:
-    def __repr__(self) -> str:
-        return "UNCHANGED"
-
-
-UNCHANGED = _Unchanged()
-
-
-class _Reader:
-    def __init__(self, data: bytes) -> None:
-        self.data, self.at = data, 0
-
-    def take(self, fmt: str) -> Any:
-        values = struct.unpack_from(fmt, self.data, self.at)
-        self.at += struct.calcsize(fmt)
-        return values[0] if len(values) == 1 else values
-
-    def string(self) -> str:
-        end = self.data.index(b"\0", self.at)
-        text = self.data[self.at : end].decode()
-        self.at = end + 1
-        return text
-
-    def tuple_data(self) -> tuple[Any, ...]:
-        values: list[Any] = []
-        for _ in range(self.take("!H")):
-            kind = self.take("!c")
-            if kind == b"n":
-                values.append(None)
-            elif kind == b"u":
-                values.append(UNCHANGED)
-            elif kind in (b"t", b"b"):
-                length = self.take("!I")
-                raw = self.data[self.at : self.at + length]
-                self.at += length
-                values.append(raw.decode() if kind == b"t" else bytes(raw))
-            else:
-                raise SourceError(f"pgoutput: unknown tuple value kind {kind!r}")
-        return tuple(values)
-
-
-def decode_message(data: bytes) -> Relation | Begin | Commit | RowChange | Truncate | None:
-    """One pgoutput message; None for those the capture does not need (origin, type, logical message)."""
-    reader = _Reader(bytes(data))
-    kind = reader.take("!c")
-    if kind == b"B":
-        final_lsn, micros, xid = reader.take("!QqI")
-        return Begin(final_lsn, POSTGRES_EPOCH + timedelta(microseconds=micros), xid)
-    if kind == b"C":
-        _flags, commit_lsn, end_lsn, _micros = reader.take("!BQQq")
-        return Commit(commit_lsn, end_lsn)
-    if kind == b"R":
-        oid = reader.take("!I")
-        schema, table = reader.string(), reader.string()
-        identity = reader.take("!c").decode()
-        columns, keys, types = [], [], []
-        for _ in range(reader.take("!H")):
-            flags = reader.take("!B")
-            name = reader.string()
-            type_oid, _modifier = reader.take("!Ii")
-            columns.append(name)
-            types.append(type_oid)
-            if flags & 1:
-                keys.append(name)
-        return Relation(oid, schema, table, identity, tuple(columns), tuple(keys), tuple(types))
-    if kind == b"I":
-        oid = reader.take("!I")
-        reader.take("!c")  # N
-        return RowChange("I", oid, reader.tuple_data(), None, False)
-    if kind == b"U":
-        oid = reader.take("!I")
-        marker = reader.take("!c")
-        old, key_only = None, False
-        if marker in (b"K", b"O"):
-            old, key_only = reader.tuple_data(), marker == b"K"
-            marker = reader.take("!c")
-        if marker != b"N":
-            raise SourceError(f"pgoutput: UPDATE without a new tuple ({marker!r})")
-        return RowChange("U", oid, reader.tuple_data(), old, key_only)
-    if kind == b"D":
-        oid = reader.take("!I")
-        marker = reader.take("!c")
-        return RowChange("D", oid, None, reader.tuple_data(), marker == b"K")
-    if kind == b"T":
-        count = reader.take("!I")
-        reader.take("!B")
-        return Truncate(tuple(reader.take("!I") for _ in range(count)))
-    return None
 
 
 @dataclass(frozen=True)
@@ -295,13 +158,13 @@ class PostgresSource:
             "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid"
             " AND a.attnum = ANY(i.indkey) WHERE i.indrelid = %s::regclass AND i.indisprimary"
             " ORDER BY array_position(i.indkey::int2[], a.attnum)",
-            (f"{_quote(self.settings.schema)}.{_quote(table)}",),
+            (f"{quote_identifier(self.settings.schema)}.{quote_identifier(table)}",),
         ).fetchall()
         return [name for (name,) in rows]
 
     def count_rows(self, table: str) -> int:
         (count,) = self.connection.execute(
-            f"SELECT count(*) FROM {_quote(self.settings.schema)}.{_quote(table)}"
+            f"SELECT count(*) FROM {quote_identifier(self.settings.schema)}.{quote_identifier(table)}"
         ).fetchone()
         return int(count)
 
@@ -320,7 +183,8 @@ class PostgresSource:
         ).fetchone()
         if not exists:
             self.connection.execute(
-                f"CREATE PUBLICATION {_quote(settings.publication)} FOR TABLES IN SCHEMA {_quote(settings.schema)}"
+                f"CREATE PUBLICATION {quote_identifier(settings.publication)}"
+                f" FOR TABLES IN SCHEMA {quote_identifier(settings.schema)}"
             )
         slot = self.connection.execute(
             "SELECT confirmed_flush_lsn::text, active FROM pg_replication_slots WHERE slot_name = %s",
@@ -349,7 +213,7 @@ class PostgresSource:
         replication = psycopg.connect(self.settings.conninfo(replication=True), autocommit=True)
         kind = "TEMPORARY " if temporary else ""
         result = replication.pgconn.exec_(
-            f"CREATE_REPLICATION_SLOT {_quote(name)} {kind}LOGICAL pgoutput (SNAPSHOT 'export')".encode()
+            f"CREATE_REPLICATION_SLOT {quote_identifier(name)} {kind}LOGICAL pgoutput (SNAPSHOT 'export')".encode()
         )
         if result.status != 2:  # TUPLES_OK
             message = (result.error_message or b"").decode(errors="replace").strip()
@@ -393,9 +257,9 @@ class PostgresSource:
                 reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 reader.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
                 types = dict(self._attributes(table))
-                select = ", ".join(_text_of(column, types[column]) for column in columns)
+                select = ", ".join(text_of(column, types[column]) for column in columns)
                 cursor = reader.execute(
-                    f"SELECT {select} FROM {_quote(self.settings.schema)}.{_quote(table)}"
+                    f"SELECT {select} FROM {quote_identifier(self.settings.schema)}.{quote_identifier(table)}"
                 )
                 rows: list[tuple] = []
                 while batch := cursor.fetchmany(batch_size):
@@ -460,7 +324,7 @@ class PostgresSource:
                     continue
                 ordinal += 1
                 seq = change_seq(begin.final_lsn, ordinal)
-                captured = _captured(relation, message, seq, begin.commit_time)
+                captured = captured_change(relation, message, seq, begin.commit_time)
                 if message.op != "I" and not self._has_key(relation):
                     identity = {"d": "DEFAULT", "n": "NOTHING", "i": "USING INDEX"}[relation.replica_identity]
                     captured = replace(
@@ -506,7 +370,7 @@ class PostgresSource:
         pending; a transaction of the task's still unconfirmed is left to the capture (`prune`)."""
         if self.settings.heartbeat_schema is None or self._transaction_ends:
             return
-        table = f"{_quote(self.settings.heartbeat_schema)}.{HEARTBEAT_TABLE}"
+        table = f"{quote_identifier(self.settings.heartbeat_schema)}.{HEARTBEAT_TABLE}"
         self.connection.execute(
             f"CREATE TABLE IF NOT EXISTS {table} (id integer PRIMARY KEY, heartbeat_at timestamptz NOT NULL)"
         )
@@ -531,79 +395,4 @@ class PostgresSource:
             "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
             (self.settings.slot,),
         )
-        self.connection.execute(f"DROP PUBLICATION IF EXISTS {_quote(self.settings.publication)}")
-
-
-def _text_of(column: str, declared: str) -> str:
-    """A column as the full load reads it: PostgreSQL's text output, timestamptz in UTC without offset."""
-    if declared == "timestamp with time zone":
-        return f"to_char({_quote(column)} AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')"
-    if declared == "bytea":
-        return f"upper(encode({_quote(column)}, 'hex'))"  # DMS writes a BLOB as hex digits
-    if declared == "character" or declared.startswith("character("):
-        return _quote(column)  # as stored, padded (a cast to text drops the padding pgoutput keeps)
-    return f"{_quote(column)}::text"
-
-
-def _utc_text(value: Any) -> Any:
-    """pgoutput's timestamptz text in a UTC session (`2026-01-01 08:00:00.5+00`) as the full load spells it."""
-    if not isinstance(value, str):
-        return value
-    text = value.removesuffix("+00")
-    date_part, _, time_part = text.partition(" ")
-    clock, _, fraction = time_part.partition(".")
-    return f"{date_part} {clock}.{fraction.ljust(6, '0')}"
-
-
-def _captured(relation: Relation, change: RowChange, seq: int, committed_at: datetime) -> CapturedChange:
-    columns = relation.columns
-
-    def as_dict(values: tuple[Any, ...]) -> dict[str, Any]:
-        row = dict(zip(columns, values, strict=True))
-        for column, type_oid in zip(columns, relation.type_oids, strict=True):
-            if type_oid == TIMESTAMPTZ_OID:
-                row[column] = _utc_text(row[column])
-            elif type_oid == BYTEA_OID and isinstance(row[column], str):
-                row[column] = (
-                    row[column].removeprefix("\\x").upper()
-                )  # `\x00ff` → `00FF`, as DMS writes BLOBs
-        return row
-
-    old = as_dict(change.old) if change.old is not None else None
-    if change.op == "D":
-        assert old is not None
-        return CapturedChange(seq, relation.table, "D", committed_at, old, old)
-    assert change.new is not None
-    new = as_dict(change.new)
-    for column, value in new.items():
-        if value is UNCHANGED:
-            if old is None or change.old_is_key_only or old.get(column) is UNCHANGED:
-                raise SourceError(
-                    f"{relation.schema}.{relation.table}.{column}: an UPDATE left this TOASTed value unchanged"
-                    " and the WAL does not carry it; set REPLICA IDENTITY FULL on the table"
-                )
-            new[column] = old[column]
-    if change.op == "I":
-        return CapturedChange(seq, relation.table, "I", committed_at, new, {})
-    before = old if old is not None else {c: new[c] for c in relation.key_columns}
-    return CapturedChange(seq, relation.table, "U", committed_at, new, before)
-
-
-def standard_type(declared: str) -> str:
-    """PostgreSQL's `format_type` spelling in the SQL-standard one the file writer maps to Parquet types."""
-    text = declared.lower()
-    for postgres, standard in (
-        ("timestamp with time zone", "TIMESTAMP"),
-        ("timestamp without time zone", "TIMESTAMP"),
-        ("timestamp", "TIMESTAMP"),
-        ("character varying", "VARCHAR"),
-        ("character", "CHAR"),
-        ("double precision", "DOUBLE"),
-        ("numeric", "NUMERIC"),
-    ):
-        if text.startswith(postgres):
-            modifier = text[len(postgres) :].split(" ")[0] if standard != "TIMESTAMP" else ""
-            return standard + modifier.upper()
-    return {"integer": "INTEGER", "bigint": "BIGINT", "smallint": "SMALLINT", "real": "REAL"}.get(
-        text, text.upper()
-    )
+        self.connection.execute(f"DROP PUBLICATION IF EXISTS {quote_identifier(self.settings.publication)}")

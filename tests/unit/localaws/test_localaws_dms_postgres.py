@@ -169,7 +169,7 @@ def test_pgoutput_messages_decode_to_relations_transactions_and_row_images() -> 
 
 
 def decode_message_unchanged() -> object:
-    from localaws_plugin.dms_postgres import UNCHANGED
+    from localaws_plugin.dms_pgoutput import UNCHANGED
 
     return UNCHANGED
 
