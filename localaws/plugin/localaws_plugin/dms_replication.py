@@ -16,6 +16,9 @@ the table statistics say "Full load", then "Table completed" with the reload's F
 What AWS DMS loses is lost: a source marks each change AWS DMS would not deliver (`CapturedChange.lost`), and
 the run drops it with a warning naming table and position, unless the task is lenient (`LOCALAWS_DMS_LENIENT=1`
 in the emulator's environment, or the task setting `"LocalAws": {"Lenient": true}`), which writes it as before.
+
+The run's settings are in `dms_task_settings`, its table statistics in `dms_table_statistics`, and the
+writing of its files in `dms_target_files`.
 """
 
 from __future__ import annotations
@@ -23,49 +26,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Protocol
+from datetime import UTC, datetime
 
-from localaws_plugin import settings as emulator_settings
-from localaws_plugin.dms_format import (
-    ChangeRow,
-    FileLayout,
-    S3TargetSettings,
-    TableMapping,
-    cdc_file_name,
-    load_file_name,
-    object_key,
-    split_into_files,
-)
-from localaws_plugin.dms_sqlite import CapturedChange, SqliteSource
+from localaws_plugin.dms_format import S3TargetSettings, TableMapping, object_key
+from localaws_plugin.dms_sqlite import CapturedChange
+from localaws_plugin.dms_table_statistics import TableStatistics
+from localaws_plugin.dms_target_files import DeletePrefix, PutObject, TargetFileWriter
+from localaws_plugin.dms_task_settings import CaptureSource, SourceSettings, TaskOptions
 
 LOG = logging.getLogger(__name__)
-
-
-class CaptureSource(Protocol):
-    """What a replication run reads: `SqliteSource` (triggers), `PostgresSource` (a logical slot) or
-    `MysqlSource` (the binlog)."""
-
-    path: str
-
-    def close(self) -> None: ...
-    def tables(self) -> list[str]: ...
-    def columns(self, table: str) -> list[str]: ...
-    def declared_types(self, table: str) -> dict[str, str]: ...
-    def primary_key(self, table: str) -> list[str]: ...
-    def count_rows(self, table: str) -> int: ...
-    def install_capture(self, tables: list[str], resume: bool = False) -> int: ...
-    def refresh_triggers(self, tables: list[str]) -> list[str]: ...
-    def snapshot(self, table: str) -> tuple[int, list[str], list[tuple]]: ...
-    def changes_after(self, seq: int) -> list[CapturedChange]: ...
-    def prune(self, up_to_seq: int) -> None: ...
-    def describe_position(self, seq: int) -> str: ...
-
-
-PutObject = Callable[[str, str, bytes], None]
-DeletePrefix = Callable[[str, str], None]  # (bucket, key prefix): delete every object below it
 
 # Capture positions of every run per source file: the change log is pruned only below the slowest run.
 _positions_lock = threading.Lock()
@@ -86,198 +55,10 @@ def _forget_position(path: str, run_id: int) -> None:
 
 
 FULL_LOAD_TYPES = ("full-load", "full-load-and-cdc")
-MYSQL_ENGINES = ("mysql", "mariadb", "aurora")  # EngineName values of a MySQL-compatible source
 CDC_TYPES = ("cdc", "full-load-and-cdc")
 
 
-@dataclass(frozen=True)
-class SourceSettings:
-    """A source endpoint. EngineName `sqlite`: DatabaseName is the file's path. EngineName `postgres`: ServerName
-    (a host, or a local server's socket directory), Port, DatabaseName, Username, Password, and the extra
-    connection attributes `slotName` (default: the task's identifier), `publicationName` (default:
-    `<slot>_publication`) and `PluginName` (pgoutput, the only one). `schemaName` is the schema replicated
-    and the files' schema folder (default `main` for SQLite, `public` for PostgreSQL). EngineName `mysql`,
-    `mariadb` or `aurora`: ServerName (a host, or a local server's Unix socket path), Port, Username, Password,
-    and the database replicated (DatabaseName, or the extra connection attribute `schemaName`), which is
-    also the files' schema folder."""
-
-    path: str
-    schema: str = "main"
-    engine: str = "sqlite"
-    host: str | None = None
-    port: int | None = None
-    username: str | None = None
-    password: str | None = None
-    slot: str | None = None
-    publication: str | None = None
-    heartbeat_schema: str | None = None  # HeartbeatEnable (PostgreSQL): the heartbeat's schema, None = off
-    heartbeat_seconds: float = 300.0  # HeartbeatFrequency (minutes on the endpoint)
-
-    @classmethod
-    def from_endpoint(
-        cls,
-        database_name: str | None,
-        server_name: str | None,
-        extra_connection_attributes: str | None,
-        engine: str = "sqlite",
-        port: int | None = None,
-        username: str | None = None,
-        password: str | None = None,
-        task_identifier: str = "localaws",
-        postgres_settings: dict[str, Any] | None = None,
-    ) -> SourceSettings:
-        attributes = {}
-        for part in (extra_connection_attributes or "").split(";"):
-            if "=" in part:
-                key, value = part.split("=", 1)
-                attributes[key.strip().lower()] = value.strip()
-        engine = engine.lower()
-        if engine in MYSQL_ENGINES:
-            if not server_name:
-                raise ValueError(f"a {engine} source endpoint needs a ServerName")
-            database = attributes.get("schemaname") or attributes.get("schema") or database_name
-            if not database:
-                raise ValueError(
-                    f"a {engine} source endpoint needs the database replicated: DatabaseName or schemaName="
-                )
-            return cls(
-                path=database,
-                schema=database,
-                engine="mysql",
-                host=server_name,
-                port=port or 3306,
-                username=username or "root",
-                password=password,
-            )
-        if engine in ("postgres", "postgresql", "aurora-postgresql"):
-            plugin = attributes.get("pluginname", "no-preference").lower()
-            if plugin not in ("no-preference", "pgoutput"):  # AWS DMS: test-decoding or pglogical
-                raise ValueError(
-                    f"PluginName={plugin}: the local DMS decodes with pgoutput (set no-preference or pgoutput)"
-                )
-            if not server_name:
-                raise ValueError("a postgres source endpoint needs a ServerName")
-            slot = attributes.get("slotname") or _slot_name(task_identifier)
-            endpoint = postgres_settings or {}
-            heartbeat = endpoint.get("HeartbeatEnable", attributes.get("heartbeatenable", False))
-            heartbeat_on = heartbeat is True or str(heartbeat).strip().lower() in ("true", "y", "yes", "1")
-            schema_of_heartbeat = (
-                endpoint.get("HeartbeatSchema") or attributes.get("heartbeatschema") or "public"
-            )
-            minutes = float(endpoint.get("HeartbeatFrequency") or attributes.get("heartbeatfrequency") or 5)
-            return cls(
-                path=database_name or "postgres",
-                schema=attributes.get("schemaname") or attributes.get("schema") or "public",
-                engine="postgres",
-                host=server_name,
-                port=port or 5432,
-                username=username or "postgres",
-                password=password,
-                slot=slot,
-                publication=attributes.get("publicationname") or f"{slot}_publication",
-                heartbeat_schema=schema_of_heartbeat if heartbeat_on else None,
-                heartbeat_seconds=minutes * 60,
-            )
-        path = database_name or attributes.get("path") or server_name or ""
-        return cls(path=path, schema=attributes.get("schemaname") or attributes.get("schema") or "main")
-
-    def open(self) -> CaptureSource:
-        """The capture over this source: `SqliteSource` or `PostgresSource`."""
-        if self.engine == "sqlite":
-            return SqliteSource(self.path)
-        if self.engine == "mysql":
-            from localaws_plugin.dms_mysql import MysqlSettings, MysqlSource
-
-            return MysqlSource(
-                MysqlSettings(
-                    host=self.host or "",
-                    port=self.port or 3306,
-                    user=self.username or "root",
-                    password=self.password,
-                    database=self.schema,
-                )
-            )
-        from localaws_plugin.dms_postgres import PostgresSettings, PostgresSource
-
-        return PostgresSource(
-            PostgresSettings(
-                host=self.host or "",
-                port=self.port or 5432,
-                database=self.path,
-                user=self.username or "postgres",
-                password=self.password,
-                schema=self.schema,
-                slot=self.slot or "localaws",
-                publication=self.publication or "localaws_publication",
-                heartbeat_schema=self.heartbeat_schema,
-            )
-        )
-
-
-def _slot_name(identifier: str) -> str:
-    """A replication slot name from a task identifier: lower-case letters, digits and underscores, ≤ 63."""
-    return "".join(c if c.isalnum() else "_" for c in identifier.lower())[:63]
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    poll_seconds: float = 0.5
-    max_rows_per_load_file: int | None = None
-    heartbeat_seconds: float | None = None  # LocalAws.HeartbeatSeconds: overrides HeartbeatFrequency (tests)
-    lenient: bool = field(default_factory=emulator_settings.dms_lenient)  # write what AWS DMS drops
-
-    @classmethod
-    def from_task_settings(cls, settings: dict[str, Any]) -> TaskOptions:
-        local = settings.get("LocalAws") or {}
-        max_rows = local.get("MaxRowsPerLoadFile")
-        lenient = local.get("Lenient")
-        return cls(
-            poll_seconds=float(local.get("PollSeconds", 0.5)),
-            max_rows_per_load_file=int(max_rows) if max_rows else None,
-            heartbeat_seconds=float(local["HeartbeatSeconds"]) if local.get("HeartbeatSeconds") else None,
-            lenient=emulator_settings.dms_lenient() if lenient is None else bool(lenient),
-        )
-
-
-@dataclass
-class TableStatistics:
-    schema: str
-    table: str
-    state: str = "Table does not exist"
-    full_load_rows: int = 0
-    inserts: int = 0
-    updates: int = 0
-    deletes: int = 0
-    last_update: datetime = field(default_factory=lambda: datetime.now(UTC))
-    full_load_start: datetime | None = None
-    full_load_end: datetime | None = None
-
-    def as_api(self) -> dict[str, Any]:
-        loaded = {
-            key: value
-            for key, value in (
-                ("FullLoadStartTime", self.full_load_start),
-                ("FullLoadEndTime", self.full_load_end),
-            )
-            if value is not None
-        }
-        return loaded | {
-            "SchemaName": self.schema,
-            "TableName": self.table,
-            "Inserts": self.inserts,
-            "Updates": self.updates,
-            "Deletes": self.deletes,
-            "Ddls": 0,
-            "FullLoadRows": self.full_load_rows,
-            "FullLoadCondtnlChkFailedRows": 0,
-            "FullLoadErrorRows": 0,
-            "LastUpdateTime": self.last_update,
-            "TableState": self.state,
-            "ValidationState": "Not enabled",
-        }
-
-
-class ReplicationRun:
+class ReplicationRun(TargetFileWriter):
     """The state and the worker thread of one replication task."""
 
     def __init__(
@@ -432,58 +213,6 @@ class ReplicationRun:
         self.full_load_finish = datetime.now(UTC)
         self.full_load_done = True
 
-    def _file_bodies(
-        self,
-        source: CaptureSource,
-        table: str,
-        layout: FileLayout,
-        rows: list[ChangeRow],
-        max_rows: int | None,
-    ) -> list[tuple[bytes, int]]:
-        """(body, rows) of the files holding `rows`: CSV, or Parquet typed from the source's DDL."""
-        if self.target.data_format == "parquet":
-            from localaws_plugin.dms_parquet import parquet_files
-
-            per_file = max_rows or len(rows) or 1
-            bodies = parquet_files(layout, rows, self.target, source.declared_types(table), per_file)
-            return [(body, min(per_file, len(rows) - i * per_file)) for i, body in enumerate(bodies)]
-        header = 1 if self.target.add_column_name else 0
-        return [
-            (body.encode(), body.count(self.target.csv_row_delimiter) - header)
-            for body in split_into_files(layout, rows, self.target, max_rows)
-        ]
-
-    def _snapshot_rows(self, source: CaptureSource, table: str) -> tuple[FileLayout, list[ChangeRow]]:
-        """The table read in one snapshot: its full-load layout, and an `I` row per source row carrying the
-        snapshot's change-log position (every later change has a higher one)."""
-        snapshot_seq, columns, rows = source.snapshot(table)
-        loaded_at = datetime.now(UTC).replace(tzinfo=None)
-        layout = FileLayout(
-            include_op=self.target.include_op_for_full_load,
-            timestamp_column=self.target.timestamp_column_name,
-            data_columns=tuple(columns),
-            before_image_columns=self._before_image_columns(source, table, columns),
-            added_columns=tuple(self.mapping.added_columns_for(self.source_settings.schema, table)),
-        )
-        return layout, [
-            ChangeRow("I", snapshot_seq, loaded_at, dict(zip(columns, row, strict=True))) for row in rows
-        ]
-
-    def _write_load_files(
-        self, source: CaptureSource, table: str, layout: FileLayout, rows: list[ChangeRow]
-    ) -> Any:
-        """Write LOAD files of `rows`, numbered on from the table's counter; yields each file's row count."""
-        schema = self.source_settings.schema
-        for body, count in self._file_bodies(
-            source, table, layout, rows, self.options.max_rows_per_load_file
-        ):
-            self._load_counters[table] = self._load_counters.get(table, 0) + 1
-            name = load_file_name(self._load_counters[table], self.target.extension)
-            self.put_object(
-                self.target.bucket_name, object_key(self.target.bucket_folder, schema, table, name), body
-            )
-            yield count
-
     def _reload_pending_tables(self, source: CaptureSource) -> None:
         with self._reloads_lock:
             tables, self._reloads = self._reloads, []
@@ -505,15 +234,6 @@ class ReplicationRun:
             statistics.state = "Table completed"
             statistics.last_update = statistics.full_load_end = datetime.now(UTC)
             LOG.info("DMS reload: %s.%s reloaded, %d rows", schema, table, len(change_rows))
-
-    def _before_image_columns(
-        self, source: CaptureSource, table: str, columns: list[str] | tuple[str, ...]
-    ) -> tuple[tuple[str, str], ...]:
-        if self.mapping.before_image_prefix is None:
-            return ()
-        chosen = source.primary_key(table) if self.mapping.before_image_pk_only else list(columns)
-        prefix, suffix = self.mapping.before_image_prefix, self.mapping.before_image_suffix
-        return tuple((f"{prefix}{c}{suffix}", c) for c in chosen if c in columns)
 
     # change data capture -------------------------------------------------------------------------------
     def _capture_changes(self, source: CaptureSource, tables: list[str]) -> None:
@@ -584,41 +304,3 @@ class ReplicationRun:
                     change.lost,
                 )
         return kept
-
-    def _write_cdc_files(self, source: CaptureSource, changes: list[CapturedChange]) -> None:
-        """One file per table and column set (a schema change starts a new file), in change order."""
-        schema = self.source_settings.schema
-        groups: dict[tuple[str, tuple[str, ...]], list[CapturedChange]] = {}
-        for change in changes:
-            groups.setdefault((change.table, tuple(change.values)), []).append(change)
-        for (table, columns), group in sorted(groups.items(), key=lambda item: item[1][0].seq):
-            layout = FileLayout(
-                include_op=True,
-                timestamp_column=self.target.timestamp_column_name,
-                data_columns=columns,
-                before_image_columns=self._before_image_columns(source, table, columns),
-                added_columns=tuple(self.mapping.added_columns_for(schema, table)),
-            )
-            rows = [ChangeRow(c.op, c.seq, c.committed_at, c.values, c.before_image) for c in group]
-            for body, _ in self._file_bodies(source, table, layout, rows, None):
-                name = self._next_cdc_name(table)
-                self.put_object(
-                    self.target.bucket_name, object_key(self.target.bucket_folder, schema, table, name), body
-                )
-            statistics = self.table_statistics[table]
-            statistics.inserts += sum(1 for c in group if c.op == "I")
-            statistics.updates += sum(1 for c in group if c.op == "U")
-            statistics.deletes += sum(1 for c in group if c.op == "D")
-            statistics.last_update = datetime.now(UTC)
-            if statistics.state != "Table completed":
-                statistics.state = "Table completed"
-
-    def _next_cdc_name(self, table: str) -> str:
-        """Names by time, strictly increasing per table, so the files sort in change order."""
-        moment = datetime.now(UTC).replace(tzinfo=None)
-        name = cdc_file_name(moment, self.target.extension)
-        while name <= self._last_cdc_name.get(table, ""):
-            moment += timedelta(milliseconds=1)
-            name = cdc_file_name(moment, self.target.extension)
-        self._last_cdc_name[table] = name
-        return name
