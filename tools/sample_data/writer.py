@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from lake_contracts.dms_files import cdc_file_name, change_seq, load_file_name
-from lakehouse.base.dms_csv import CsvFormat, write_dms_csv
 
+from tools.dms_csv import CsvFormat, write_dms_csv
 from tools.sample_data.rows import CLOCK_START, RowGenerator, Sizes, date_rows, sales_rows, time_rows
 from tools.sample_data.schema import DDL, PRIMARY_KEYS, SOURCE_SCHEMA, TABLES, Source
 from tools.sample_data.workload import RowChange

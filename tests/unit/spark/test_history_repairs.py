@@ -14,6 +14,7 @@ from lake_contracts.dms_files import cdc_file_name, change_seq
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.clean_table import sequence_at
 from lakehouse.apply.full_load import full_load
+from lakehouse.apply.reapply import reapply_quarantined
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.iceberg import table_exists
 from lakehouse.reconcile.run import empty_clean_table
@@ -22,7 +23,6 @@ from tests.support import DmsWriter, manifest, rows_of
 from tests.unit.spark.test_history import COLUMNS, LOADED, TABLE, history_of, history_rows, write_cdc
 from tests.unit.spark.test_history_rules import T0, Change, current_rows, oracle_history
 from tools.dms_csv import write_dms_csv
-from tools.reapply_quarantined import reapply_quarantined
 
 pytestmark = pytest.mark.spark
 

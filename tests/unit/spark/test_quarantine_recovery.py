@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 from lakehouse.apply import cdc as cdc_apply
 from lakehouse.apply.cdc import apply_cdc
+from lakehouse.apply.reapply import reapply_quarantined
 from lakehouse.apply.run import ApplyOptions
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of, snapshot_count
 from tools.reapply_quarantined import main as reapply_main
-from tools.reapply_quarantined import reapply_quarantined
 
 pytestmark = pytest.mark.spark
 

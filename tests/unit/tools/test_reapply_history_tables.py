@@ -7,10 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
+from lakehouse.apply.reapply import ReapplyReport
 from lakehouse.base.schema import SchemaFile
-from lakehouse.io import session
+from lakehouse.jobs import reapply
 
-import tools.reapply_quarantined as reapply
+import tools.reapply_quarantined as command
 
 
 def test_the_command_marks_the_tables_history_tables_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -25,13 +26,13 @@ def test_the_command_marks_the_tables_history_tables_names(tmp_path: Path, monke
 
     def reapplied(spark, config, schema, files, run_id, options, dry_run):
         seen.append(schema)
-        return reapply.ReapplyReport(files=list(files))
+        return ReapplyReport(files=list(files))
 
-    monkeypatch.setattr(session, "build_session", lambda config, name: object())
+    monkeypatch.setattr(reapply, "build_session", lambda config, name: object())
     monkeypatch.setattr(reapply, "reapply_quarantined", reapplied)
     argv = ["--schema_file", str(schema_file), "--warehouse", str(tmp_path / "warehouse")]
 
-    code = reapply.main([*argv, "--file", "s3://raw/dms/shop/item/x.csv", "--history_tables", "shop.item"])
+    code = command.main([*argv, "--file", "s3://raw/dms/shop/item/x.csv", "--history_tables", "shop.item"])
 
     assert code == 0
     [schema] = seen
