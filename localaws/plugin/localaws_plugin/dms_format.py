@@ -1,4 +1,5 @@
-"""The DMS S3 target file contract, pure Python (no LocalStack import): names, sequences, CSV, settings.
+"""How the local DMS writes its S3 target files, pure Python (no LocalStack import): CSV, settings, table
+mappings; the names and columns are the file contract's (lake_contracts.dms_files).
 
 Used by the local DMS and unit-tested in the project's venv.
 """
@@ -12,33 +13,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-OP_COLUMN = "Op"
-CHANGE_SEQ_DIGITS = 35
-
-
-def load_file_name(counter: int, extension: str = "csv") -> str:
-    """`LOAD00000001.csv` (or `.parquet`); DMS counts full-load files in upper-case hex (…09, …0A)."""
-    return f"LOAD{counter:08X}.{extension}"
-
-
-def cdc_file_name(moment: datetime, extension: str = "csv") -> str:
-    """`YYYYMMDD-HHMMSSmmm.csv` (or `.parquet`), the commit-time name of a CDC file."""
-    return moment.strftime("%Y%m%d-%H%M%S") + f"{moment.microsecond // 1000:03d}.{extension}"
-
-
-def change_seq(number: int) -> str:
-    """An `AR_H_CHANGE_SEQ` value: 35 digits, zero-padded, increasing."""
-    return f"{number:0{CHANGE_SEQ_DIGITS}d}"
+from lake_contracts.dms_files import OP_COLUMN, change_seq
 
 
 def dms_timestamp(moment: datetime) -> str:
     """TimestampColumnName values: `yyyy-MM-dd HH:mm:ss.SSSSSS`."""
     return moment.strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def object_key(bucket_folder: str, schema: str, table: str, file_name: str) -> str:
-    prefix = bucket_folder.strip("/")
-    return "/".join(part for part in (prefix, schema, table, file_name) if part)
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,9 @@ import threading
 import time
 from datetime import UTC, datetime
 
-from localaws_plugin.dms_format import S3TargetSettings, TableMapping, object_key
+from lake_contracts.dms_files import object_key
+
+from localaws_plugin.dms_format import S3TargetSettings, TableMapping
 from localaws_plugin.dms_sqlite import CapturedChange
 from localaws_plugin.dms_table_statistics import TableStatistics
 from localaws_plugin.dms_target_files import DeletePrefix, PutObject, TargetFileWriter

@@ -9,14 +9,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from lake_contracts.dms_files import cdc_file_name, load_file_name, object_key
+
 from localaws_plugin.dms_format import (
     ChangeRow,
     FileLayout,
     S3TargetSettings,
     TableMapping,
-    cdc_file_name,
-    load_file_name,
-    object_key,
     split_into_files,
 )
 from localaws_plugin.dms_sqlite import CapturedChange

@@ -2,17 +2,14 @@ import csv
 import io
 from datetime import datetime
 
+from lake_contracts.dms_files import cdc_file_name, change_seq, load_file_name, object_key
 from localaws_plugin.dms_format import (
     AddedColumn,
     ChangeRow,
     FileLayout,
     S3TargetSettings,
     TableMapping,
-    cdc_file_name,
-    change_seq,
     csv_line,
-    load_file_name,
-    object_key,
     split_into_files,
 )
 
