@@ -19,7 +19,7 @@ from lakehouse.reconcile.bisect import raw_caught_up, sightings_document, sighti
 from lakehouse.reconcile.mysql import MysqlJdbcSource
 from lakehouse.reconcile.plan import ReconcileOptions, SourceSide
 from lakehouse.reconcile.run import dms_reloader, publish_metrics, reconcile
-from lakehouse.reconcile.sources import PostgresJdbcSource, SqliteSource
+from lakehouse.reconcile.sources import PostgresJdbcSource, SqliteReconcileSource
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +161,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
     if args.source_engine == "sqlite":
         if not args.source_sqlite_path:
             parser.error("--source_engine sqlite needs --source_sqlite_path")
-        source = SqliteSource(spark, args.source_sqlite_path)
+        source = SqliteReconcileSource(spark, args.source_sqlite_path)
     elif args.source_engine == "mysql":
         url, properties = source_credentials(args)
         source = MysqlJdbcSource(spark, url, properties, options.parallelism)

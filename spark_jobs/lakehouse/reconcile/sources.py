@@ -206,7 +206,7 @@ class PostgresJdbcSource(JdbcSqlSource):
         return f"SELECT (x >> {shift}) AS seg, count(*) AS n, sum(h)::numeric(38,0) AS h FROM ({rows_sql}) s GROUP BY 1"
 
 
-class SqliteSource:
+class SqliteReconcileSource:
     """SQLite (the local demo's other source; no MD5 in SQLite): the rows of the key ranges asked for are
     read by Python's sqlite3, typed as the lake's columns and hashed by the same Spark expressions. Rows
     cross for every level: a test-only source."""

@@ -22,7 +22,7 @@ from lakehouse.reconcile.bisect import raw_caught_up
 from lakehouse.reconcile.plan import ReconcileOptions, split_ranges, x_ranges
 from lakehouse.reconcile.report import ReconcileReport, TableResult
 from lakehouse.reconcile.run import dms_reloader, publish_metrics, reconcile, rotation
-from lakehouse.reconcile.sources import PostgresJdbcSource, SqliteSource
+from lakehouse.reconcile.sources import PostgresJdbcSource, SqliteReconcileSource
 
 from tests.support import DmsWriter, manifest
 from tools.dms_csv import CsvFormat
@@ -438,7 +438,7 @@ def test_an_sqlite_source_is_compared_with_the_same_canonical_text(spark, lake_c
     raw = tmp_path / "raw"
     DmsWriter(raw, FMT).load("main.item", ["id", "name", "price", "at", "w"], rows)
     assert full_load(spark, lake_config, schema, str(raw), options=OPTIONS).ok
-    source = SqliteSource(spark, str(db_path))
+    source = SqliteReconcileSource(spark, str(db_path))
 
     equal = reconcile(spark, lake_config, schema, source, SMALL, run_id="s1")
     assert [(t.missing, t.extra, t.differing) for t in equal.tables] == [(0, 0, 0)]
