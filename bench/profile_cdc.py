@@ -24,7 +24,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
 from datasets import DATA, Dataset  # noqa: E402
 from experiments import session_patches, table_setups  # noqa: E402
 from generate import write_schema  # noqa: E402
-from run import Lake, apply_in_session, backup_dir, refreshed, restore, table_name  # noqa: E402
+from lake_runs import Lake, apply_in_session, backup_dir, refreshed, restore, table_name  # noqa: E402
 
 EVENT_LOG = DATA / "eventlog"
 

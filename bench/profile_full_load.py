@@ -23,8 +23,8 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
 from datasets import DATA, Dataset, wide_load_raw  # noqa: E402
 from experiments import session_patches  # noqa: E402
 from generate import NARROW, SOURCE_SCHEMA, WIDE, write_schema  # noqa: E402
+from lake_runs import Lake  # noqa: E402
 from profile_cdc import stages  # noqa: E402
-from run import Lake  # noqa: E402
 
 EVENT_LOG = DATA / "eventlog"
 

@@ -19,7 +19,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
 
 from datasets import DATA, Dataset, wide_load_raw  # noqa: E402
 from generate import NARROW, SOURCE_SCHEMA, WIDE, write_schema  # noqa: E402
-from run import Lake  # noqa: E402
+from lake_runs import Lake  # noqa: E402
 
 
 def main(argv: Sequence[str]) -> int:

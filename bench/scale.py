@@ -31,20 +31,18 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs"), str(BENCH.parent)]
 
 from datasets import DATA, Dataset  # noqa: E402
 from generate import write_schema  # noqa: E402
-from partitioned_merge import commit_summary, last_execution, scan_metrics  # noqa: E402
-from profile_cdc import stages  # noqa: E402
-from run import (  # noqa: E402
-    Figure,
+from lake_runs import (  # noqa: E402
     Lake,
     apply_in_session,
     build_base,
     expected_rows,
-    load_average,
-    machine,
     refreshed,
     restore,
     table_name,
 )
+from partitioned_merge import commit_summary, last_execution, scan_metrics  # noqa: E402
+from profile_cdc import stages  # noqa: E402
+from timings import Figure, load_average, machine  # noqa: E402
 
 EVENT_LOG = DATA / "eventlog"
 RESULTS = BENCH / "results"

@@ -23,7 +23,7 @@ sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
 
 from datasets import DATA, Dataset, wide_cdc_files, wide_load_raw  # noqa: E402
 from generate import SOURCE_SCHEMA, WIDE, write_schema  # noqa: E402
-from run import Lake, apply_in_session, backup_base, backup_dir, expected_rows, refreshed, restore  # noqa: E402
+from lake_runs import Lake, apply_in_session, backup_base, backup_dir, expected_rows, refreshed, restore  # noqa: E402
 
 
 def main(argv: Sequence[str]) -> int:
