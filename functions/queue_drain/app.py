@@ -11,9 +11,12 @@ from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
-from drain import DrainFence, DrainLimits, Locations, drain, oldest_moved_aside_days
+from drain import drain
+from drain_config import DrainLimits, Locations
+from drain_fence import DrainFence
 from lake_contracts.config import from_environment
 from lake_contracts.s3 import DEFAULT_LEASE_KEY
+from pending_manifests import oldest_moved_aside_days
 from pydantic import BaseModel, ConfigDict, Field
 
 

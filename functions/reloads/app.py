@@ -1,4 +1,5 @@
-"""Lambda: table reloads during CDC (check DMS, retire, record a failed run); see reloads.py."""
+"""Lambda: table reloads during CDC (check DMS, retire, record a failed run); see reloads.py and the shared
+store of reload requests, lake_contracts/reload_requests.py."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from aws_lambda_powertools.utilities.parser import event_parser
 from aws_lambda_powertools.utilities.typing import LambdaContext
 from lake_contracts.config import from_environment
 from lake_contracts.names import TABLE_NAME
+from lake_contracts.reload_requests import ReloadRequestStore, retire_requests
 from pydantic import BaseModel, ConfigDict, Field
-from reloads import Store, check, done, failed
+from reloads import check, failed
 
 # A DMS replication task's ARN, or empty where the stack has no task (DmsReplicationTaskArn left empty).
 DMS_TASK_ARN_PATTERN = r"^(arn:aws[a-z-]*:dms:[a-z0-9-]+:\d{12}:task:\S+)?$"
@@ -28,7 +30,7 @@ class Settings(BaseModel):
 
 
 SETTINGS = from_environment(Settings)
-STORE = Store(SETTINGS.artifacts_bucket, SETTINGS.manifest_prefix)
+STORE = ReloadRequestStore(SETTINGS.artifacts_bucket, SETTINGS.manifest_prefix)
 DMS_TASK_ARN = SETTINGS.dms_task_arn
 
 logger = Logger()
@@ -61,7 +63,7 @@ def handler(request: ReloadsRequest, context: LambdaContext) -> dict[str, Any]:
         for errored in result["errored"]:
             logger.error("DMS could not reload a table", extra=errored)
     elif request.action == "done":
-        result = done(s3, STORE, request.checked)
+        result = retire_requests(s3, STORE, request.checked)
         metrics.add_metric(name="TablesReloaded", unit=MetricUnit.Count, value=len(result["retired"]))
     else:
         result = failed(s3, STORE, request.tables, request.error)

@@ -28,11 +28,18 @@ KEYS = [
 
 
 def _load(function: str, module: str) -> Any:
+    """functions/<function>/<module>.py, its folder on the path while it loads (as on Lambda): the function's
+    other modules it imports are found by their names."""
+    folder = str(FUNCTIONS / function)
     spec = importlib.util.spec_from_file_location(f"_local_{module}", FUNCTIONS / function / f"{module}.py")
     assert spec and spec.loader
     loaded = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = loaded
-    spec.loader.exec_module(loaded)
+    sys.path.insert(0, folder)
+    try:
+        spec.loader.exec_module(loaded)
+    finally:
+        sys.path.remove(folder)
     return loaded
 
 
@@ -84,13 +91,14 @@ def test_localstack_events_of_hostile_keys_are_batched_by_their_real_keys_and_re
     falls back to an ETag check where S3 answers 501)."""
     s3, sqs, raw, artifacts, queue, dlq = wired
     drain, ack = _load("queue_drain", "drain"), _load("acknowledge", "ack")
+    drain_config, drain_fence = _load("queue_drain", "drain_config"), _load("queue_drain", "drain_fence")
     for key in KEYS:
         s3.put_object(Bucket=raw, Key=key, Body=b"x")
     _wait_for_messages(sqs, queue, len(KEYS))
-    where = drain.Locations(queue, dlq, artifacts, raw_bucket=raw, raw_prefix="dms")
-    fence = drain.DrainFence(s3, artifacts, "locks/pipeline-lease.json", EXECUTION, where.claim_key)
+    where = drain_config.Locations(queue, dlq, artifacts, raw_bucket=raw, raw_prefix="dms")
+    fence = drain_fence.DrainFence(s3, artifacts, "locks/pipeline-lease.json", EXECUTION, where.claim_key)
 
-    batch = drain.drain(s3, sqs, where, drain.DrainLimits(wait_seconds=1), fence=fence)
+    batch = drain.drain(s3, sqs, where, drain_config.DrainLimits(wait_seconds=1), fence=fence)
 
     document = json.loads(s3.get_object(Bucket=artifacts, Key=batch["manifest_key"])["Body"].read())
     assert sorted(f["uri"] for f in document["files"]) == sorted(f"s3://{raw}/{key}" for key in KEYS)

@@ -77,6 +77,18 @@ REQUIRED_ENVIRONMENT = {
 }
 
 
+# The functions' own modules, imported by their bare names from the function's folder: dropped before a load.
+FUNCTION_MODULES = ("app", "progress", "drain", "ack", "guard", "lease", "reloads", "watchdog")
+DRAIN_MODULES = (
+    "drain_config",
+    "drain_fence",
+    "file_events",
+    "full_load_marker",
+    "pending_manifests",
+    "queue_pages",
+)
+
+
 @pytest.fixture
 def load_handler(monkeypatch: pytest.MonkeyPatch) -> Callable[..., ModuleType]:
     """Import functions/<name>/app.py fresh, after the environment it reads once is set."""
@@ -89,7 +101,7 @@ def load_handler(monkeypatch: pytest.MonkeyPatch) -> Callable[..., ModuleType]:
             monkeypatch.setenv(key, value)
         folder = str(FUNCTIONS / name)
         monkeypatch.syspath_prepend(folder)
-        for module in ("app", "progress", "drain", "ack", "guard", "lease", "reloads", "watchdog"):
+        for module in (*FUNCTION_MODULES, *DRAIN_MODULES):
             sys.modules.pop(module, None)
         return importlib.import_module("app")
 

@@ -49,17 +49,17 @@ def written(key: str) -> datetime:
     return boto3.client("s3").head_object(Bucket="dev-raw-123456789012-us-east-1", Key=key)["LastModified"]
 
 
-def load_drain_module(drain_app):
-    """functions/queue_drain/drain.py as the `drain_app` fixture imported it."""
-    return sys.modules["drain"]
+def load_marker_module(drain_app):
+    """functions/queue_drain/full_load_marker.py as the `drain_app` fixture imported it."""
+    return sys.modules["full_load_marker"]
 
 
 def test_the_marker_as_localstack_writes_it_is_read(drain_app):
     """Given the exact bytes LocalStack's Step Functions wrote for the marker, When read, Then the drain gets
     the full-load job's start (not None, which makes every LOAD file a reload)."""
-    drain = load_drain_module(drain_app)
+    marker = load_marker_module(drain_app)
 
-    assert drain.read_full_load_marker(LOCALSTACK_MARKER) == LOCALSTACK_STARTED
+    assert marker.read_full_load_marker(LOCALSTACK_MARKER) == LOCALSTACK_STARTED
 
 
 @pytest.mark.parametrize(
@@ -78,9 +78,9 @@ def test_the_marker_as_localstack_writes_it_is_read(drain_app):
     ],
 )
 def test_other_marker_shapes_are_read_or_unreadable(drain_app, document, expected):
-    drain = load_drain_module(drain_app)
+    marker = load_marker_module(drain_app)
 
-    assert drain.read_full_load_marker(document) == expected
+    assert marker.read_full_load_marker(document) == expected
 
 
 @pytest.mark.parametrize("writer", ["aws", "localstack"])

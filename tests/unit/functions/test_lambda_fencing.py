@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from lake_contracts.s3 import LeaseLostError
 
 from tests.unit.functions.conftest import FakeContext, event, hold_pipeline_lease
 
@@ -37,8 +38,9 @@ def setup(aws, load_handler):
     hold_pipeline_lease(ARTIFACTS, EXECUTION)
     load_handler("queue_drain", ARTIFACTS_BUCKET=ARTIFACTS)  # puts functions/queue_drain on the path
     import drain
+    from drain_config import Locations
 
-    where = drain.Locations(queue, dlq, ARTIFACTS, raw_bucket=RAW, raw_prefix="dms")
+    where = Locations(queue, dlq, ARTIFACTS, raw_bucket=RAW, raw_prefix="dms")
     return drain, where, s3, sqs
 
 
@@ -72,8 +74,10 @@ class InterruptedSqs:
         return getattr(self.sqs, name)
 
 
-def limits(drain):
-    return drain.DrainLimits(wait_seconds=0, visibility_timeout_seconds=60)
+def limits() -> Any:
+    from drain_config import DrainLimits  # on the path once `setup` loaded the drain
+
+    return DrainLimits(wait_seconds=0, visibility_timeout_seconds=60)
 
 
 def pending(s3) -> dict[str, dict]:
@@ -97,8 +101,10 @@ def visible(sqs, url: str) -> int:
     return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
 
 
-def fence(drain, s3, where, execution: str = EXECUTION):
-    return drain.DrainFence(s3, ARTIFACTS, LEASE, execution, where.claim_key)
+def fence(s3, where, execution: str = EXECUTION) -> Any:
+    from drain_fence import DrainFence  # on the path once `setup` loaded the drain
+
+    return DrainFence(s3, ARTIFACTS, LEASE, execution, where.claim_key)
 
 
 def test_a_drain_that_loses_the_lease_mid_run_writes_nothing_more(setup):
@@ -110,8 +116,8 @@ def test_a_drain_that_loses_the_lease_mid_run_writes_nothing_more(setup):
     keys = send_files(sqs, s3, where.queue_url, 15)
     interrupted = InterruptedSqs(sqs, {2: lambda: hold_pipeline_lease(ARTIFACTS, OTHER)})
 
-    with pytest.raises(drain.LeaseLostError, match=r"held by .*other"):
-        drain.drain(s3, interrupted, where, limits(drain), fence=fence(drain, s3, where))
+    with pytest.raises(LeaseLostError, match=r"held by .*other"):
+        drain.drain(s3, interrupted, where, limits(), fence=fence(s3, where))
 
     ((_, manifest),) = pending(s3).items()
     assert [f["uri"] for f in manifest["files"]] == [f"s3://{RAW}/{k}" for k in keys[:10]]
@@ -127,11 +133,11 @@ def test_a_retried_drain_racing_the_original_takes_over_and_the_original_stops(s
     retried: dict[str, Any] = {}
 
     def retry() -> None:
-        retried.update(drain.drain(s3, sqs, where, limits(drain), fence=fence(drain, s3, where)))
+        retried.update(drain.drain(s3, sqs, where, limits(), fence=fence(s3, where)))
 
     interrupted = InterruptedSqs(sqs, {2: retry})
-    with pytest.raises(drain.LeaseLostError, match="another drain took over"):
-        drain.drain(s3, interrupted, where, limits(drain), fence=fence(drain, s3, where))
+    with pytest.raises(LeaseLostError, match="another drain took over"):
+        drain.drain(s3, interrupted, where, limits(), fence=fence(s3, where))
 
     ((key, manifest),) = pending(s3).items()
     assert (retried["manifest_key"], retried["resumed"], retried["file_count"]) == (key, True, 10)
@@ -150,8 +156,8 @@ def test_a_manifest_changed_under_a_drain_is_not_overwritten(setup):
         ((key, manifest),) = pending(s3).items()
         s3.put_object(Bucket=ARTIFACTS, Key=key, Body=json.dumps(manifest | {"attempts": 2}).encode())
 
-    with pytest.raises(drain.LeaseLostError, match="changed or removed by another drain"):
-        drain.drain(s3, InterruptedSqs(sqs, {2: rewrite}), where, limits(drain))
+    with pytest.raises(LeaseLostError, match="changed or removed by another drain"):
+        drain.drain(s3, InterruptedSqs(sqs, {2: rewrite}), where, limits())
 
     ((_, manifest),) = pending(s3).items()
     assert (manifest["attempts"], len(manifest["files"])) == (2, 10)
@@ -166,8 +172,8 @@ def test_a_corrupt_lease_object_is_a_lease_lost_error_naming_it(setup, load_hand
     send_files(sqs, s3, where.queue_url, 1)
     s3.put_object(Bucket=ARTIFACTS, Key=LEASE, Body=body)
 
-    with pytest.raises(drain.LeaseLostError, match=f"s3://{ARTIFACTS}/{LEASE}"):
-        drain.drain(s3, sqs, where, limits(drain), fence=fence(drain, s3, where))
+    with pytest.raises(LeaseLostError, match=f"s3://{ARTIFACTS}/{LEASE}"):
+        drain.drain(s3, sqs, where, limits(), fence=fence(s3, where))
     assert pending(s3) == {} and depth(sqs, where.queue_url) == 1
 
     s3.put_object(Bucket=ARTIFACTS, Key="manifests/pending/20261122T101010123456Z-3f2a9c1d.json", Body=b"{}")

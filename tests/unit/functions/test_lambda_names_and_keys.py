@@ -18,6 +18,8 @@ from urllib.parse import quote
 
 import boto3
 import pytest
+from lake_contracts.names import decode_key, decode_name
+from lake_contracts.reload_requests import ReloadRequestStore
 
 from tests.unit.functions.conftest import FakeContext, drain_request, event, hold_pipeline_lease
 
@@ -27,7 +29,7 @@ GROUP = "dms-cdc-files"
 TASK = "arn:aws:dms:us-east-1:123456789012:task:DEVTORAW"
 FUNCTIONS = Path(__file__).resolve().parents[3] / "functions"
 
-# How each source writes `detail.object.key` (drain.py, the comment above decode_key):
+# How each source writes `detail.object.key` (lake_contracts/names.py, the comment above decode_key):
 ENCODINGS = {
     # AWS (issue 26, a recorded event): percent-encoding of a URL path; `+` and `:` are left as they are
     "aws path encoding": lambda key: quote(key, safe="/+:"),
@@ -109,9 +111,8 @@ def test_keys_with_plus_percent_space_colon_and_unicode_are_batched_by_their_rea
 def test_the_decoding_rule_keeps_a_plus_and_decodes_percent_escapes():
     """Given keys as AWS encodes them in EventBridge events (space `%20`, `+` as is), When decoded by the
     rule alone, Then `+` stays a plus (the notification rule would make it a space: issue 26)."""
-    drain = _load("queue_drain", "drain")
-    assert drain.decode_key("dms/sales/plus+sign/a%20b.csv") == "dms/sales/plus+sign/a b.csv"
-    assert drain.decode_key("dms/sales/per%252Bcent/%C3%BC.csv") == "dms/sales/per%2Bcent/ü.csv"
+    assert decode_key("dms/sales/plus+sign/a%20b.csv") == "dms/sales/plus+sign/a b.csv"
+    assert decode_key("dms/sales/per%252Bcent/%C3%BC.csv") == "dms/sales/per%2Bcent/ü.csv"
 
 
 def test_powertools_reading_of_the_key_is_not_the_eventbridge_rule_so_the_drain_decodes_it_itself():
@@ -123,7 +124,7 @@ def test_powertools_reading_of_the_key_is_not_the_eventbridge_rule_so_the_drain_
     from aws_lambda_powertools.utilities.data_classes import S3EventBridgeNotificationEvent
     from aws_lambda_powertools.utilities.parser.models import S3EventNotificationEventBridgeModel
 
-    drain = _load("queue_drain", "drain")
+    file_events = _load("queue_drain", "file_events")
     body = copy.deepcopy(event("s3_object_created_message.json"))
     body["detail"]["object"] |= {"key": "dms/plus+sign/a%20b/20261122-101010000.csv", "size": 1}
     body["detail"]["bucket"]["name"] = RAW
@@ -135,7 +136,9 @@ def test_powertools_reading_of_the_key_is_not_the_eventbridge_rule_so_the_drain_
         S3EventNotificationEventBridgeModel.model_validate(body).detail.object.key
         == body["detail"]["object"]["key"]
     )
-    assert drain.parse_file_event(json.dumps(body), RAW).key == "dms/plus+sign/a b/20261122-101010000.csv"
+    assert (
+        file_events.parse_file_event(json.dumps(body), RAW).key == "dms/plus+sign/a b/20261122-101010000.csv"
+    )
 
 
 def test_an_event_whose_object_exists_under_no_reading_of_its_key_is_dead_lettered(queues, drain_app):
@@ -248,14 +251,13 @@ def _load(function: str, module: str):
 
 
 @pytest.mark.parametrize("name", ["sales.item", "sales.a,b", "sales. x ", "s.no\u00a0b", "s.ü~%+/"])
-def test_the_drain_and_the_reloads_function_key_a_table_alike_and_reversibly(name):
-    """The drain writes a reload request where the reloads function reads it (one encoding, two copies)."""
-    drain, reloads = _load("queue_drain", "drain"), _load("reloads", "reloads")
-    key = drain.Locations("q", "d", ARTIFACTS).reload_key(name)
-    assert key == reloads.Store(ARTIFACTS).key(name)
+def test_a_reload_request_is_keyed_by_its_table_in_ascii_and_reversibly(name):
+    """The one store of reload requests (the drain writes them, the reloads function reads them) keys a table
+    by an ASCII segment that decodes back to the exact name."""
+    key = ReloadRequestStore(ARTIFACTS).key(name)
     segment = key.removeprefix("manifests/reloads/").removesuffix(".json")
     assert all(c.isascii() and (c.isalnum() or c in "._-%") for c in segment)
-    assert drain.decode_name(segment) == name
+    assert decode_name(segment) == name
 
 
 def test_a_request_an_older_drain_wrote_under_the_unencoded_name_is_moved_and_retired(aws, load_handler):

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import boto3
 import pytest
+from lake_contracts.reload_requests import ReloadRequestStore, retire_requests
 
 from tests.unit.functions.conftest import FakeContext, drain_request, event, hold_pipeline_lease
 
@@ -285,11 +286,11 @@ def test_a_reload_recorded_while_the_last_one_is_retired_is_kept_and_a_failure_c
     load_handler("reloads", ARTIFACTS_BUCKET=ARTIFACTS, DMS_TASK_ARN=TASK)
     import reloads
 
-    store, key = reloads.Store(ARTIFACTS), "manifests/reloads/sales.item.json"
+    store, key = ReloadRequestStore(ARTIFACTS), "manifests/reloads/sales.item.json"
     checked = {"version": 1, "table": "sales.item", "files": ["s3://raw/LOAD1.csv"], "attempts": 0}
     put_request(s3, "sales.item", json.dumps(checked | {"last_seen": "2026-11-22T10:31:00.000000Z"}).encode())
 
-    done = reloads.done(
+    done = retire_requests(
         DrainWritesFirst(s3, key, "delete"), store, {"sales.item": "2026-11-22T10:31:00.000000Z"}
     )
     assert (done["retired"], done["kept"]) == ([], ["sales.item"])

@@ -11,6 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
+from lake_contracts.layout import new_run_id
 
 from tests.unit.functions.conftest import FakeContext, drain_request, event, hold_pipeline_lease
 
@@ -70,10 +71,16 @@ def drain_module(queues, load_handler) -> Any:
 
 
 def locations(drain_module: Any, queues: tuple[Any, str, str]) -> Any:
+    from drain_config import Locations  # on the path once `drain_module` loaded the drain
+
     _, queue_url, dlq_url = queues
-    return drain_module.Locations(
-        queue_url=queue_url, dead_letter_queue_url=dlq_url, artifacts_bucket=ARTIFACTS
-    )
+    return Locations(queue_url=queue_url, dead_letter_queue_url=dlq_url, artifacts_bucket=ARTIFACTS)
+
+
+def drain_limits(**bounds: Any) -> Any:
+    from drain_config import DrainLimits  # on the path once `drain_module` loaded the drain
+
+    return DrainLimits(**bounds)
 
 
 def send_file_events(sqs: Any, queue_url: str, sizes: list[int], sent: list[dict] | None = None) -> list[str]:
@@ -123,7 +130,7 @@ def test_the_byte_bound_is_exact_and_the_rest_of_the_page_goes_back_in_order(que
     sqs, queue_url, _ = queues
     keys = send_file_events(sqs, queue_url, [40] * 12)
     where = locations(drain_module, queues)
-    limits = drain_module.DrainLimits(max_bytes=100, wait_seconds=0)
+    limits = drain_limits(max_bytes=100, wait_seconds=0)
 
     first = drain_module.drain(boto3.client("s3"), sqs, where, limits)
 
@@ -142,9 +149,7 @@ def test_a_file_larger_than_the_byte_bound_is_a_batch_of_its_own(queues, drain_m
     send_file_events(sqs, queue_url, [500, 10])
     where = locations(drain_module, queues)
 
-    result = drain_module.drain(
-        boto3.client("s3"), sqs, where, drain_module.DrainLimits(max_bytes=100, wait_seconds=0)
-    )
+    result = drain_module.drain(boto3.client("s3"), sqs, where, drain_limits(max_bytes=100, wait_seconds=0))
 
     assert (result["file_count"], result["total_bytes"]) == (1, 500)
     assert queue_depth(sqs, queue_url) == 1
@@ -204,7 +209,7 @@ def test_a_crash_between_manifest_write_and_delete_loses_nothing(queues, drain_m
     sqs, queue_url, _ = queues
     keys = send_file_events(sqs, queue_url, [10, 20, 30])
     where = locations(drain_module, queues)
-    limits = drain_module.DrainLimits(wait_seconds=0)
+    limits = drain_limits(wait_seconds=0)
     dying = SqsSpy(sqs, fail_deletes=True)
 
     with pytest.raises(ConnectionError):
@@ -236,14 +241,14 @@ def test_the_oldest_pending_manifest_goes_first(queues, drain_module):
     send_file_events(sqs, queue_url, [10])
     s3 = boto3.client("s3")
     run_ids = [
-        drain_module.new_run_id(datetime(2026, 11, 22, 10, 0, tzinfo=UTC)),
-        drain_module.new_run_id(datetime(2026, 11, 22, 9, 0, tzinfo=UTC)),
+        new_run_id(datetime(2026, 11, 22, 10, 0, tzinfo=UTC)),
+        new_run_id(datetime(2026, 11, 22, 9, 0, tzinfo=UTC)),
     ]
     for run_id in run_ids:
         body = {"version": 1, "run_id": run_id, "created_at": "2026-11-22T09:00:00Z", "files": []}
         s3.put_object(Bucket=ARTIFACTS, Key=f"manifests/pending/{run_id}.json", Body=json.dumps(body))
 
-    result = drain_module.drain(s3, sqs, locations(drain_module, queues), drain_module.DrainLimits())
+    result = drain_module.drain(s3, sqs, locations(drain_module, queues), drain_limits())
 
     assert result["resumed"] and result["run_id"] == run_ids[1]
     assert queue_depth(sqs, queue_url) == 1
@@ -261,7 +266,7 @@ def test_the_time_budget_ends_the_drain_with_what_is_recorded(queues, drain_modu
         boto3.client("s3"),
         sqs,
         locations(drain_module, queues),
-        drain_module.DrainLimits(time_budget_seconds=5, wait_seconds=0),
+        drain_limits(time_budget_seconds=5, wait_seconds=0),
     )
 
     assert result["file_count"] == 10
@@ -290,8 +295,10 @@ def _event(detail_type: str, key: str, **extra: Any) -> dict[str, Any]:
 def test_events_that_name_no_file_are_poison(drain_module, body, reason):
     """Given a message that is JSON but not an Object Created event of a file,
     Then it is poison, with a reason that says why."""
-    with pytest.raises(drain_module.PoisonMessageError, match=reason):
-        drain_module.parse_file_event(json.dumps(body))
+    from file_events import PoisonMessageError, parse_file_event
+
+    with pytest.raises(PoisonMessageError, match=reason):
+        parse_file_event(json.dumps(body))
 
 
 def test_files_larger_than_a_tenth_of_the_byte_bound_never_end_in_the_dead_letter_queue(queues, drain_module):
@@ -307,7 +314,7 @@ def test_files_larger_than_a_tenth_of_the_byte_bound_never_end_in_the_dead_lette
     sqs.set_queue_attributes(QueueUrl=queue_url, Attributes={"RedrivePolicy": redrive})
     keys = send_file_events(sqs, queue_url, [60] * 14)
     where = locations(drain_module, queues)
-    limits = drain_module.DrainLimits(max_bytes=100, wait_seconds=0, max_receive_count=5)
+    limits = drain_limits(max_bytes=100, wait_seconds=0, max_receive_count=5)
 
     applied: list[str] = []
     batches = 0

@@ -11,6 +11,8 @@ from urllib.parse import quote_plus, unquote
 
 import boto3
 import pytest
+from lake_contracts.names import decode_key, dms_layout, key_readings
+from lake_contracts.s3 import LeaseLostError
 
 from tests.unit.functions.conftest import FakeContext, drain_request, event, hold_pipeline_lease
 
@@ -143,13 +145,11 @@ def test_a_key_form_encoded_as_in_s3_notifications_is_found_by_its_existing_read
     form-URL-encoded as S3 *notifications* do (space → `+`, `+` → `%2B`, `%` → `%25`; not what EventBridge
     sends, docs/CONTRACTS.md), When drained, Then the manifest names the object by its real key: of the
     key's readings, the one that exists."""
-    import drain
-
     sqs, queue_url, _ = queues
     real = "dms/sales/a+b c%2B/20261122-101010000.csv"
     encoded = quote_plus(real, safe="/")
     assert encoded == "dms/sales/a%2Bb+c%252B/20261122-101010000.csv"
-    assert drain.decode_key(encoded) != real and real in drain.key_readings(encoded)
+    assert decode_key(encoded) != real and real in key_readings(encoded)
     boto3.client("s3").put_object(Bucket=RAW, Key=real, Body=b"x")
     send(sqs, queue_url, body_for(encoded), create=False)
 
@@ -374,10 +374,10 @@ def test_with_the_stop_policy_a_stuck_manifest_stops_the_drain_and_stays_pending
         MAX_MANIFEST_ATTEMPTS="3",
         ON_STUCK_BATCH="stop",
     )
-    import drain
+    import pending_manifests  # the module the handler loaded
 
     key = put_pending(RUN_ID, attempts=3)
-    with pytest.raises(drain.StuckBatchError, match="failed 3 times"):
+    with pytest.raises(pending_manifests.StuckBatchError, match="failed 3 times"):
         app.handler(drain_request(), FakeContext())
     assert keys_under("manifests/pending/") == [key] and keys_under("manifests/failed/") == []
 
@@ -393,8 +393,6 @@ def put_lease(holder: str) -> None:
 def test_only_the_lease_holder_drains(queues, drain_app, holder):
     """Given the lease is missing or held by another execution, When an execution asks to drain,
     Then LeaseLostError is raised and no message is taken; the holder itself drains."""
-    import drain
-
     sqs, queue_url, _ = queues
     send(sqs, queue_url, body_for(GOOD_KEY))
     if holder:
@@ -402,7 +400,7 @@ def test_only_the_lease_holder_drains(queues, drain_app, holder):
     else:
         boto3.client("s3").delete_object(Bucket=ARTIFACTS, Key="locks/pipeline-lease.json")
 
-    with pytest.raises(drain.LeaseLostError):
+    with pytest.raises(LeaseLostError):
         drain_app.handler({"execution_arn": EXECUTION}, FakeContext())
     assert queue_depth(sqs, queue_url) == 1
 
@@ -461,10 +459,9 @@ def test_the_drain_accepts_exactly_the_files_the_spark_jobs_read(drain_app, key)
     When the drain classifies it and the Spark jobs' reader (lakehouse.base.dms_files) parses it,
     Then both agree: same schema, table and kind, or both refuse it (no file the jobs could apply is
     sent to the dead-letter queue, and none they would reject is batched)."""
-    import drain
     from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
 
-    schema, table, kind = drain.dms_layout(key, "dms")
+    schema, table, kind = dms_layout(key, "dms")
     try:
         parsed = parse_dms_key(key.removeprefix("dms/"))  # the reader sees keys below the raw path
         expected = (parsed.source_schema, parsed.table, "load" if parsed.is_full_load else "cdc")

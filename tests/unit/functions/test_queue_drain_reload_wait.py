@@ -114,10 +114,10 @@ def test_a_batch_whose_file_is_lost_without_a_reload_is_still_stuck(queues, load
     import pytest
 
     app = stop_policy_app(queues, load_handler)
-    import drain  # the module the handler loaded
+    import pending_manifests  # the module the handler loaded
 
     pending(RUN_ID, [ITEM_CDC], attempts=3)
-    with pytest.raises(drain.StuckBatchError, match="failed 3 times"):
+    with pytest.raises(pending_manifests.StuckBatchError, match="failed 3 times"):
         app.handler(drain_request(), FakeContext())
 
 

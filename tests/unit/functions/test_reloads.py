@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from lake_contracts.reload_requests import ReloadRequestStore
 
 from tests.unit.functions.conftest import FakeContext, event
 
@@ -121,7 +122,7 @@ def test_a_failed_reload_run_is_kept_and_retried_after_a_growing_backoff(reloads
 
     request_for("sales.item")
     dms = FakeDms({"sales.item": ("Table completed", AFTER)})
-    store = reloads.Store(ARTIFACTS)
+    store = ReloadRequestStore(ARTIFACTS)
     failed_at = datetime(2026, 11, 22, 11, 0, tzinfo=UTC)
 
     reloads.failed(boto3.client("s3"), store, ["sales.item"], "Glue: OutOfMemoryError", now=failed_at)

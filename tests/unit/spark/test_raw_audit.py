@@ -3,18 +3,19 @@ the event EventBridge would have delivered, counted and applied; nothing else is
 
 S3, SQS and CloudWatch are moto's; the storage layer's S3 client is moto's too (`storage._s3_client`), so
 the Spark jobs read the raw zone through it as they read the local emulator's S3. The queue drain and
-the acknowledge step are the Lambdas' own code (functions/queue_drain/drain.py, functions/acknowledge/ack.py)."""
+the acknowledge step are the Lambdas' own code (functions/queue_drain/, functions/acknowledge/ack.py)."""
 
 from __future__ import annotations
 
 import copy
+import importlib
 import importlib.util
 import json
 import sys
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import boto3
 import pytest
@@ -75,8 +76,23 @@ def _module(path: Path, name: str) -> ModuleType:
 
 
 @pytest.fixture(scope="module")
-def drain_code() -> ModuleType:
-    return _module(REPO / "functions" / "queue_drain" / "drain.py", "queue_drain_drain_for_raw_audit")
+def drain_code() -> SimpleNamespace:
+    """The drain's own modules, imported by their names from its folder (as on Lambda): its event parser, its
+    locations and limits, and the drain."""
+    folder = str(REPO / "functions" / "queue_drain")
+    sys.path.insert(0, folder)
+    try:
+        drain, drain_config, file_events = (
+            importlib.import_module(name) for name in ("drain", "drain_config", "file_events")
+        )
+    finally:
+        sys.path.remove(folder)
+    return SimpleNamespace(
+        drain=drain.drain,
+        Locations=drain_config.Locations,
+        DrainLimits=drain_config.DrainLimits,
+        parse_file_event=file_events.parse_file_event,
+    )
 
 
 @pytest.fixture(scope="module")

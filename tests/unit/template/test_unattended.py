@@ -113,9 +113,9 @@ def test_the_acknowledge_can_list_manifests_so_a_retry_sees_404_not_403(template
     assert listing and listing[0]["Condition"] == {"StringLike": {"s3:prefix": "manifests/*"}}
 
 
-def _load_drain_module() -> Any:
+def _load_drain_config() -> Any:
     spec = importlib.util.spec_from_file_location(
-        "_queue_drain_for_iam", FUNCTIONS / "queue_drain" / "drain.py"
+        "_queue_drain_config_for_iam", FUNCTIONS / "queue_drain" / "drain_config.py"
     )
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
@@ -129,19 +129,21 @@ def test_the_drain_can_list_every_key_it_reads_so_a_missing_one_is_404_not_403(t
     key (s3:ListBucket, with s3:prefix matching it), When the drain reads a key that may be missing (no
     full-load marker yet, a pending manifest acknowledged meanwhile, a new reload request, no lease), Then
     its role may list exactly that key, so the read is a 404 the drain handles, not an error that fails it."""
-    drain = _load_drain_module()
+    drain_config = _load_drain_config()
     function = template["Resources"]["QueueDrainFunction"]["Properties"]
     variables = function["Environment"]["Variables"]
-    where = drain.Locations("queue", "dlq", "artifacts", manifest_prefix=variables["MANIFEST_PREFIX"])
-    # every s3.get_object of drain.py and of the shared code it calls (the lease read: lake_contracts/s3.py): a
-    # new read must be added here (and to the role)
-    sources = [FUNCTIONS / "queue_drain" / "drain.py", FUNCTIONS / "shared" / "lake_contracts" / "s3.py"]
+    where = drain_config.Locations("queue", "dlq", "artifacts", manifest_prefix=variables["MANIFEST_PREFIX"])
+    # every s3.get_object of the drain's modules and of the shared code they call (the lease read:
+    # lake_contracts/s3.py; the reload request read: lake_contracts/reload_requests.py): a new read must be
+    # added here (and to the role)
+    shared = FUNCTIONS / "shared" / "lake_contracts"
+    sources = [*(FUNCTIONS / "queue_drain").glob("*.py"), shared / "s3.py", shared / "reload_requests.py"]
     assert sum(source.read_text().count("s3.get_object(") for source in sources) == 5
     read = {
         where.full_load_marker_key,
         where.claim_key,
         where.pending_key("20260101T000000000000Z-0a1b2c3d"),
-        where.reload_key("sales.orders"),
+        where.reload_requests.key("sales.orders"),
         variables["LEASE_KEY"],
     }
     assert where.full_load_marker_key == "manifests/full-load.json"
