@@ -8,6 +8,8 @@ pyproject.toml's pythonpath).
 - `layout`: where things live in the artifacts bucket (pending/done/failed manifests, reload requests, the
   drain claim, the full-load marker, run reports), run ids and report names.
 - `documents`: the manifest and the reload request, as written and as read (anything else is corrupt).
+- `reload_requests`: the store of reload requests the drain records LOAD files into and the reloads
+  function checks, retires and counts failed runs on (corrupt ones kept aside under `reloads-failed/`).
 - `s3`: the error codes S3 answers ("object missing", "condition failed"), the conditional delete, the lease.
 - `times`: the ISO-8601 form every document carries.
 - `config`: a function's environment as a typed model, validated at cold start.
