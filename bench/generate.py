@@ -1,6 +1,6 @@
 """Fast generator of DMS-format CSV files for the benchmarks (pyarrow, vectorised, cached on disk).
 
-Layout exactly as DMS writes it (docs/CONTRACTS.md, lakehouse.base.dms_files): a header row
+Layout exactly as DMS writes it (docs/CONTRACTS.md, lake_contracts.dms_files): a header row
 `Op,dms_timestamp,AR_H_CHANGE_SEQ,<columns…>`, RFC 4180 quoting only where needed, null as an empty
 field, 35-digit zero-padded change sequences (empty in LOAD files), LOAD files with a hex counter and
 CDC files named by time. Or, with `fmt="parquet"`, DMS's Parquet output (DataFormat=parquet): the same

@@ -180,8 +180,8 @@ def spark_session(lake: Lake, driver_memory: str):
 
 
 def apply_in_session(spark, lake: Lake, database: str, files: Sequence[Path], run_id: str):
+    from lake_contracts.documents import Manifest, ManifestFile
     from lakehouse.apply.cdc import apply_cdc
-    from lakehouse.base.manifest import Manifest, ManifestFile
     from lakehouse.base.schema import SchemaFile
 
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))

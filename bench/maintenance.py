@@ -74,10 +74,10 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
 
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "6g")
+    from lake_contracts.documents import Manifest, ManifestFile
     from lakehouse.apply.cdc import apply_cdc
     from lakehouse.apply.full_load import full_load
     from lakehouse.base.config import LakeConfig
-    from lakehouse.base.manifest import Manifest, ManifestFile
     from lakehouse.base.schema import SchemaFile
     from lakehouse.io.session import build_session
     from lakehouse.maintenance.run import MaintenanceOptions, maintain

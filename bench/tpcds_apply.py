@@ -30,11 +30,11 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
 
+from lake_contracts.documents import Manifest, ManifestFile  # noqa: E402
 from lakehouse.apply.cdc import apply_cdc  # noqa: E402
 from lakehouse.apply.full_load import full_load  # noqa: E402
 from lakehouse.apply.run import ApplyOptions  # noqa: E402
 from lakehouse.base.config import LakeConfig  # noqa: E402
-from lakehouse.base.manifest import Manifest, ManifestFile  # noqa: E402
 from lakehouse.base.schema import SchemaFile  # noqa: E402
 from lakehouse.dms.reader import ReaderOptions  # noqa: E402
 from lakehouse.io.session import build_session  # noqa: E402

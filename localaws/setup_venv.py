@@ -83,7 +83,9 @@ def install(force: bool = False) -> Path:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    (Path(site_packages) / "lake_contracts.pth").write_text(f"{CONTRACTS_DIR}\n")  # lake_contracts, as the source
+    (Path(site_packages) / "lake_contracts.pth").write_text(
+        f"{CONTRACTS_DIR}\n"
+    )  # lake_contracts, as the source
     STAMP.write_text(wanted_state())
     return venv_python
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lake_contracts.dms_files import change_seq, load_file_name
-from lakehouse.base.manifest import Manifest, ManifestFile
+from lake_contracts.documents import Manifest, ManifestFile
 from lakehouse.base.schema import SchemaFile
 
 from tools.dms_csv import CsvFormat, write_dms_csv

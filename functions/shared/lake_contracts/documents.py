@@ -1,6 +1,6 @@
-"""The documents the Lambdas write and read in the artifacts bucket: the manifest (a CDC batch; the CDC job
-reads it with spark_jobs/lakehouse/base/manifest.py) and the reload request. A document that is not exactly one is
-corrupt (CorruptManifestError, CorruptReloadRequestError, naming why)."""
+"""The documents of the artifacts bucket: the manifest (a CDC batch: the drain writes it, the CDC job applies
+it) and the reload request. One model each, for the Lambdas and the Spark jobs alike. A document the drain
+reads back that is not exactly one is corrupt (CorruptManifestError, CorruptReloadRequestError, naming why)."""
 
 from __future__ import annotations
 
@@ -18,30 +18,66 @@ def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+MANIFEST_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ManifestFile:
+    """One DMS file of a batch. `message`: what the drain noted of the queue message that named it
+    (`sequence_number`, `message_id`), written beside the file and read by no one but people."""
+
+    uri: str
+    size: int = 0
+    message: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"uri": self.uri, "size": self.size, **self.message}
+
+    @classmethod
+    def from_dict(cls, entry: dict[str, Any]) -> ManifestFile:
+        message = {k: v for k, v in entry.items() if k not in ("uri", "size")}
+        return cls(entry["uri"], int(entry.get("size", 0)), message)
+
+
 @dataclass
 class Manifest:
+    """A CDC batch: the files one CDC run applies, in the order the queue delivered them."""
+
     run_id: str
-    created_at: str
-    files: list[dict[str, Any]] = field(default_factory=list)
+    files: list[ManifestFile] = field(default_factory=list)
+    created_at: str = ""
     attempts: int = 1
     waited_for_reload: list[str] = field(default_factory=list)  # tables it was held for, files gone
 
+    def __post_init__(self) -> None:
+        self.files = list(self.files)
+
     @property
     def total_bytes(self) -> int:
-        return sum(int(f.get("size", 0)) for f in self.files)
+        return sum(f.size for f in self.files)
 
     @property
     def uris(self) -> set[str]:
-        return {f["uri"] for f in self.files}
+        return {f.uri for f in self.files}
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "version": 1,
+            "version": MANIFEST_VERSION,
             "run_id": self.run_id,
             "created_at": self.created_at,
             "attempts": self.attempts,
-            "files": self.files,
+            "files": [f.to_dict() for f in self.files],
         } | ({"waited_for_reload": self.waited_for_reload} if self.waited_for_reload else {})
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> Manifest:
+        """A manifest as the CDC job takes it: the drain's, or one written by hand (`run_id` may be left out:
+        "manual"); only its version and its files' URIs are required."""
+        version = document.get("version", MANIFEST_VERSION)
+        if version != MANIFEST_VERSION:
+            raise ValueError(f"manifest version {version} is not supported (expected {MANIFEST_VERSION})")
+        files = [ManifestFile.from_dict(f) for f in document.get("files", [])]
+        return cls(str(document.get("run_id") or "manual"), files)
 
 
 class CorruptManifestError(ValueError):
@@ -49,7 +85,8 @@ class CorruptManifestError(ValueError):
 
 
 def read_manifest(document: bytes, key: str) -> Manifest:
-    """A pending manifest as the drain wrote it; anything else is corrupt."""
+    """A pending manifest as the drain wrote it (stricter than `Manifest.from_dict`: its run id names its key,
+    its sizes are counts); anything else is corrupt."""
     try:
         data = json.loads(document)
         run_id = data["run_id"]
@@ -72,7 +109,8 @@ def read_manifest(document: bytes, key: str) -> Manifest:
         waited = data.get("waited_for_reload", [])
         if not isinstance(waited, list) or not all(isinstance(t, str) for t in waited):
             raise ValueError(f"waited_for_reload {waited!r} is not a list of table names")
-        return Manifest(run_id, str(created_at), files, attempts, waited)
+        entries = [ManifestFile.from_dict(f) for f in files]
+        return Manifest(run_id, entries, str(created_at), attempts, waited)
     except Exception as error:
         raise CorruptManifestError(f"{type(error).__name__}: {error}") from None
 

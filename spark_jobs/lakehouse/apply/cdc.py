@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 
 from lake_contracts.dms_files import DmsFile
+from lake_contracts.documents import Manifest
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -26,7 +27,6 @@ from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record,
 from lakehouse.apply.typed_batch import typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.manifest import Manifest
 from lakehouse.base.names import CHANGE_SEQ_COLUMN, INTERNAL_PREFIX, quote
 from lakehouse.base.run_report import ApplyFigures, CommitFigures, FileFigures, LayoutFigures, RunReport
 from lakehouse.base.schema import SchemaFile, TableSpec

@@ -6,10 +6,11 @@ from __future__ import annotations
 import argparse
 import logging
 
+from lake_contracts.documents import Manifest
+
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.audit.freshness import after_cdc_run
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.manifest import Manifest
 from lakehouse.io.session import APPLY_TUNING, build_session
 from lakehouse.io.storage import read_json
 from lakehouse.jobs.arguments import apply_options, dms_arguments, finish, load_schema

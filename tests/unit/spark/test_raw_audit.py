@@ -20,6 +20,7 @@ from types import ModuleType, SimpleNamespace
 import boto3
 import pytest
 from lake_contracts.dms_files import change_seq
+from lake_contracts.documents import Manifest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.ledger import LedgerEntry, StateTables
@@ -34,7 +35,6 @@ from lakehouse.audit.raw_zone import (
     recovery_message,
     unapplied_files,
 )
-from lakehouse.base.manifest import Manifest
 from lakehouse.io import storage
 from lakehouse.io.iceberg import LOAD_ENDED, create_table
 from pyspark.sql import types as T

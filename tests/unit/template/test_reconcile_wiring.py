@@ -6,7 +6,6 @@ the local AWS in tests/integration/pipeline/test_pipeline_reconcile.py."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import re
 import sys
@@ -158,11 +157,9 @@ def test_divergence_alarms_instead_of_failing_and_the_recheck_never_waits_for_th
 def _load_raw_audit_parser() -> argparse.ArgumentParser:
     if str(SPARK_JOBS) not in sys.path:
         sys.path.insert(0, str(SPARK_JOBS))
-    spec = importlib.util.spec_from_file_location("_raw_audit_job", SPARK_JOBS / "raw_audit_job.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.parser()
+    from lakehouse.jobs.raw_audit import parser
+
+    return parser()
 
 
 def test_the_jobs_accept_every_argument_the_stack_passes_them(asl, template):

@@ -41,7 +41,7 @@ def _job_metrics() -> dict[str, str]:
     """Metric names a Spark job publishes itself (put_metric_data: the raw zone audit's `"Name": report.…`, the
     reconcile's `"Name": totals…` / `len(report…)`), with its service."""
     found: dict[str, str] = {}
-    for module in ("raw_audit.py", "reconcile.py"):
+    for module in ("audit/raw_zone.py", "reconcile/run.py"):
         text = (REPO / "spark_jobs" / "lakehouse" / module).read_text()
         service = re.findall(r'^METRICS_SERVICE = "([\w-]+)"', text, re.MULTILINE)[0]
         figures = re.findall(r"^    figures = \{\n(.*?)^    \}", text, re.MULTILINE | re.DOTALL)[0]
