@@ -102,7 +102,7 @@ def drain(
             }
             return resumed | extra | ({"held_for_reload": held} if held else {})
 
-    manifest = Manifest(new_run_id(moment), moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
+    manifest = Manifest(new_run_id(moment), created_at=moment.strftime("%Y-%m-%dT%H:%M:%SZ"))
     key = where.pending_key(manifest.run_id)
     etag: str | None = None  # the manifest's version as this drain last wrote it
     loads_read_before = full_load_started(s3, where)
@@ -131,7 +131,8 @@ def drain(
                     s3,
                     where.artifacts_bucket,
                     key,
-                    manifest.to_dict() | {"files": manifest.files + sorted_page.files},
+                    manifest.to_dict()
+                    | {"files": [f.to_dict() for f in [*manifest.files, *sorted_page.files]]},
                     etag,
                 )
                 manifest.files.extend(sorted_page.files)

@@ -103,7 +103,7 @@ def manifest_tables(where: Locations, manifest: Manifest) -> set[str]:
     """The tables (`schema.table`, as reload requests name them) of a manifest's files."""
     tables = set()
     for entry in manifest.files:
-        uri = str(entry.get("uri", ""))
+        uri = entry.uri
         key = uri.split("/", 3)[3] if uri.startswith("s3://") and uri.count("/") >= 3 else ""
         schema, table, _ = dms_layout(key, where.raw_prefix)
         if schema:

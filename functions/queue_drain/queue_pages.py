@@ -12,7 +12,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from drain_config import DrainLimits, Locations
 from file_events import CreatedDmsFile, ObjectExists, PoisonMessageError, parse_file_event
-from lake_contracts.documents import Manifest
+from lake_contracts.documents import Manifest, ManifestFile
 
 RECEIVE_PAGE = 10  # SQS's maximum per ReceiveMessage
 
@@ -31,7 +31,7 @@ def receive_page(sqs: Any, where: Locations, limits: DrainLimits, wanted: int) -
 
 @dataclass
 class SortedPage:
-    files: list[dict[str, Any]] = field(default_factory=list)  # entries for the manifest
+    files: list[ManifestFile] = field(default_factory=list)  # entries for the manifest
     reloads: list[CreatedDmsFile] = field(default_factory=list)  # LOAD files of reloaded tables
     leaving: list[dict[str, Any]] = field(default_factory=list)  # messages to delete once recorded
     released: list[dict[str, Any]] = field(default_factory=list)  # messages for the next batch
@@ -94,14 +94,9 @@ def sort_page(
             return result
         batch_bytes += found.size
         seen.add(found.uri)
-        result.files.append(
-            {
-                "uri": found.uri,
-                "size": found.size,
-                "sequence_number": message.get("Attributes", {}).get("SequenceNumber"),
-                "message_id": message["MessageId"],
-            }
-        )
+        sequence_number = message.get("Attributes", {}).get("SequenceNumber")
+        noted = {"sequence_number": sequence_number, "message_id": message["MessageId"]}
+        result.files.append(ManifestFile(found.uri, found.size, noted))
         result.leaving.append(message)
     return result
 
