@@ -23,7 +23,15 @@ SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
 # The contracts the library shares with the Lambdas (their layer's source): the pure ones it imports travel in
 # the same zip (lake_contracts.config and .s3 need pydantic and botocore, which the jobs never import).
 SHARED = Path(__file__).resolve().parents[1] / "functions" / "shared"
-SHARED_CONTRACTS = ("__init__.py", "dms_files.py", "documents.py", "layout.py", "names.py", "times.py")
+SHARED_CONTRACTS = (
+    "__init__.py",
+    "dms_files.py",
+    "documents.py",
+    "layout.py",
+    "names.py",
+    "run_report.py",
+    "times.py",
+)
 GLUE_SCRIPTS = (
     "full_load_job.py",
     "cdc_job.py",

@@ -18,11 +18,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lake_contracts.documents import Manifest, ManifestFile
+from lake_contracts.run_report import RunReport
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.run_report import RunReport
 from lakehouse.base.schema import SchemaFile
 from lakehouse.dms.reader import ReaderOptions
 from lakehouse.io.session import build_session

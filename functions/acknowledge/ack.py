@@ -18,12 +18,12 @@ acknowledge: nothing is published.
 from __future__ import annotations
 
 import json
-import math
 from datetime import UTC, datetime
 from typing import Any
 
 from botocore.exceptions import ClientError
 from lake_contracts.layout import RUN_ID, ArtifactsLayout
+from lake_contracts.run_report import RunSummary
 from lake_contracts.s3 import LeaseLostError, check_lease, delete_if_unchanged, is_missing
 from lake_contracts.times import parse_time
 
@@ -38,22 +38,16 @@ class RunNotAppliedError(RuntimeError):
     """The acknowledge's own input says the batch was not (entirely) applied: it is not retired."""
 
 
-def not_applied(report: dict[str, Any] | None, job_run_state: str | None) -> str:
+def not_applied(report: RunSummary | None, job_run_state: str | None) -> str:
     """Why the run did not apply its batch, by the acknowledge's input; "" when nothing says so."""
     if job_run_state is not None and job_run_state != "SUCCEEDED":
         return f"the CDC job run ended {job_run_state}"
     if report is None:
         return ""
-    if report.get("error"):
-        return f"the run report has an error: {str(report['error'])[:500]}"
-    tables = report.get("tables")
-    failed = (
-        [str(t.get("table")) for t in tables if isinstance(t, dict) and t.get("error")]
-        if isinstance(tables, list)
-        else []
-    )
-    if failed:
-        return f"the run report has failed tables: {', '.join(sorted(failed))[:500]}"
+    if report.error:
+        return f"the run report has an error: {report.error[:500]}"
+    if report.failed_tables:
+        return f"the run report has failed tables: {', '.join(report.failed_tables)[:500]}"
     return ""
 
 
@@ -118,7 +112,7 @@ def _exists(s3: Any, bucket: str, key: str) -> bool:
     return True
 
 
-def read_report(s3: Any, bucket: str, key: str) -> tuple[dict[str, Any] | None, str]:
+def read_report(s3: Any, bucket: str, key: str) -> tuple[RunSummary | None, str]:
     """The run report, or None and why not (missing, unreadable)."""
     try:
         body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
@@ -131,34 +125,24 @@ def read_report(s3: Any, bucket: str, key: str) -> tuple[dict[str, Any] | None, 
         return None, f"run report s3://{bucket}/{key} is not JSON: {error}"
     if not isinstance(report, dict):
         return None, f"run report s3://{bucket}/{key} is not an object"
-    return report, ""
+    return RunSummary.from_document(report), ""
 
 
-def _count(totals: dict[str, Any], name: str) -> int:
-    value = totals.get(name, 0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return 0
-    return max(int(value), 0)
-
-
-def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
+def report_metrics(report: RunSummary, now: datetime) -> dict[str, float]:
     """Metric values from a run report (only the contract's keys are read)."""
-    totals = report.get("totals") if isinstance(report.get("totals"), dict) else {}
+    totals = report.totals
     # A retried run skips the tables its failed attempt applied: what that attempt quarantined is only in
     # the run-wide counts (the quarantine table's rows of this run id), which the job reports beside.
     values: dict[str, float] = {
-        "ChangesApplied": _count(totals, "inserted_or_updated") + _count(totals, "deleted"),
-        "QuarantinedRecords": max(
-            _count(totals, "quarantined_records"), _count(report, "run_quarantined_records")
-        ),
-        "QuarantinedFiles": max(_count(totals, "quarantined_files"), _count(report, "run_quarantined_files")),
+        "ChangesApplied": totals["inserted_or_updated"] + totals["deleted"],
+        "QuarantinedRecords": max(totals["quarantined_records"], report.run_quarantined_records),
+        "QuarantinedFiles": max(totals["quarantined_files"], report.run_quarantined_files),
         # Changes skipped as older than the row's (re)load or delete: a bogus change sequence freezes rows.
-        "ChangesIgnoredAsOlder": _count(totals, "ignored_older"),
+        "ChangesIgnoredAsOlder": totals["ignored_older"],
     }
-    newest = report.get("newest_commit_ts")
-    if isinstance(newest, str) and newest:
+    if report.newest_commit_ts:
         try:
-            moment = parse_time(newest)
+            moment = parse_time(report.newest_commit_ts)
         except ValueError:
             return values
         if moment is None:
@@ -167,14 +151,12 @@ def report_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
     return values
 
 
-def table_lag_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]:
+def table_lag_metrics(report: RunSummary, now: datetime) -> dict[str, float]:
     """Per clean table (`schema.table`): now minus the newest source commit time it holds, from the run
     report's `freshness` (lakehouse.audit.freshness; a report without it, or a table without a time, gives none)."""
-    freshness = report.get("freshness") if isinstance(report.get("freshness"), dict) else {}
-    tables = freshness.get("tables") if isinstance(freshness.get("tables"), list) else []
     lags: dict[str, float] = {}
-    for row in tables:
-        if not isinstance(row, dict) or not isinstance(row.get("source_table"), str):
+    for row in report.freshness_rows:
+        if not isinstance(row.get("source_table"), str):
             continue
         newest = row.get("newest_source_commit_ts")
         try:
@@ -186,17 +168,7 @@ def table_lag_metrics(report: dict[str, Any], now: datetime) -> dict[str, float]
     return lags
 
 
-def tables_ignoring_older(report: dict[str, Any]) -> dict[str, int]:
-    """The tables of a run report that skipped changes as older, with how many."""
-    tables = report.get("tables") if isinstance(report.get("tables"), list) else []
-    return {
-        str(t.get("table")): _count(t, "ignored_older")
-        for t in tables
-        if isinstance(t, dict) and _count(t, "ignored_older") > 0
-    }
-
-
-def load_report_metrics(report: dict[str, Any]) -> dict[str, float]:
+def load_report_metrics(report: RunSummary) -> dict[str, float]:
     """What a full load or a table reload quarantined (its run report), so that the quarantine alarm sees
     every job that quarantines, not only CDC runs."""
     values = report_metrics(report, datetime.now(UTC))

@@ -18,7 +18,6 @@ from ack import (
     report_metrics,
     run_cost,
     table_lag_metrics,
-    tables_ignoring_older,
 )
 from aws_lambda_powertools import Logger, Metrics, Tracer, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
@@ -115,7 +114,7 @@ def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, An
     elif published.get("ChangesIgnoredAsOlder"):
         logger.warning(
             "changes skipped as older than the rows' (re)load or delete",
-            extra={"run_id": request.run_id, "tables": tables_ignoring_older(report)},
+            extra={"run_id": request.run_id, "tables": report.ignoring_older},
         )
     if request.glue_run is not None:
         published |= run_cost(request.glue_run.model_dump())

@@ -16,6 +16,7 @@ from decimal import Decimal
 
 from lake_contracts.dms_files import DmsFile
 from lake_contracts.documents import Manifest
+from lake_contracts.run_report import ApplyFigures, CommitFigures, FileFigures, LayoutFigures, RunReport
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -28,7 +29,6 @@ from lakehouse.apply.typed_batch import typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import CHANGE_SEQ_COLUMN, INTERNAL_PREFIX, quote
-from lakehouse.base.run_report import ApplyFigures, CommitFigures, FileFigures, LayoutFigures, RunReport
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.dms import changes as C
 from lakehouse.dms.reader import RawRead

@@ -13,6 +13,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from lake_contracts.dms_files import DmsFile, NotADmsFileError, parse_dms_key
+from lake_contracts.run_report import (
+    ApplyFigures,
+    CommitFigures,
+    FileFigures,
+    LayoutFigures,
+    RunReport,
+    TableReport,
+)
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -34,14 +42,6 @@ from lakehouse.apply.typed_batch import Batch, cached, typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import CHANGE_SEQ_COLUMN, properties_sql, quote, table_folder
-from lakehouse.base.run_report import (
-    ApplyFigures,
-    CommitFigures,
-    FileFigures,
-    LayoutFigures,
-    RunReport,
-    TableReport,
-)
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.dms import changes as C
 from lakehouse.io.fence import check_before_commit

@@ -35,6 +35,7 @@ from typing import Any
 
 from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
 from lake_contracts.documents import Manifest, ManifestFile
+from lake_contracts.run_report import RunReport
 from pyspark.sql import SparkSession
 
 from lakehouse.apply.cdc import apply_cdc
@@ -43,7 +44,6 @@ from lakehouse.apply.ledger import RecordedFile, StateTables, applied_files
 from lakehouse.apply.quarantine import QuarantinedFile, quarantined_files
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.run_report import RunReport
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.iceberg import table_exists
 from lakehouse.io.storage import is_missing, read_bytes

@@ -1,6 +1,6 @@
 """One run of the CDC or full-load job: its options, and its context shared by the tables it applies in
 parallel (the files classified by table, the raw read, quarantine, ledger entries); it composes the run's
-report from its tables' (lakehouse.base.run_report)."""
+report from its tables' (lake_contracts.run_report)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lake_contracts.dms_files import DmsFile, NotADmsFileError, parse_dms_key
+from lake_contracts.run_report import ReadFigures, RunReport, StepFigures, TableReport, table_report
 from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.apply.clean_table import SchemaOutOfDateError, layout_and_types, loaded_at
@@ -27,7 +28,6 @@ from lakehouse.apply.quarantine import (
     write_quarantine,
 )
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.run_report import ReadFigures, RunReport, StepFigures, TableReport, table_report
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.dms import changes as C
 from lakehouse.dms.reader import RawRead, ReaderOptions, read_dms_files, with_record_numbers

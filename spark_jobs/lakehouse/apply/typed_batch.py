@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from lake_contracts.run_report import BatchFigures
 from pyspark import StorageLevel
 from pyspark.sql import Column, DataFrame, Observation
 from pyspark.sql import functions as F
@@ -17,7 +18,6 @@ from pyspark.sql import types as T
 
 from lakehouse.apply.clean_table import SchemaChangeError, layout_and_types
 from lakehouse.apply.run import ApplyRun
-from lakehouse.base.run_report import BatchFigures
 from lakehouse.base.schema import TableSpec
 from lakehouse.base.types import can_widen
 from lakehouse.dms import changes as C

@@ -7,10 +7,11 @@ import argparse
 import json
 import logging
 
+from lake_contracts.run_report import RunReport
+
 from lakehouse.apply.history import parse_history_tables, with_history
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.run_report import RunReport
 from lakehouse.base.schema import SchemaFile
 from lakehouse.dms.changes import ChangeColumns
 from lakehouse.dms.reader import ReaderOptions

@@ -7,9 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from lakehouse.apply.run import ApplyOptions, ApplyRun, Record
-from lakehouse.base.config import LakeConfig
-from lakehouse.base.run_report import (
+from lake_contracts.run_report import (
     ApplyFigures,
     BatchFigures,
     CommitFigures,
@@ -19,6 +17,8 @@ from lakehouse.base.run_report import (
     TableReport,
     table_report,
 )
+from lakehouse.apply.run import ApplyOptions, ApplyRun, Record
+from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.io.fence import LeaseLostError
 
@@ -126,3 +126,30 @@ def test_a_lost_lease_fails_the_whole_run_instead_of_one_table():
 
     with pytest.raises(LeaseLostError):
         run_of(parallel_tables=1).run_tables([(spec("a"), 1)], apply)
+
+
+def test_the_reader_of_a_stored_report_reads_back_what_the_writer_wrote_and_trusts_no_shape():
+    """Given a run report written by the CDC job (RunReport.to_dict, through JSON), When its reader takes it
+    (RunSummary.from_document, the acknowledge Lambda's), Then it has the writer's totals, failed tables,
+    run-wide counts and newest commit time; and a document of the wrong shape reads as zeros and nothing,
+    never as an error."""
+    import json
+
+    from lake_contracts.run_report import RUN_REPORT_VERSION, RunReport, RunSummary
+
+    good = table_report("sales.item", KEYED_CDC_STEPS)
+    bad = TableReport("sales.bad", ignored_older=2, error="boom")
+    written = RunReport("r1", "cdc", [good, bad], run_quarantined_records=9, error=None)
+    document = json.loads(json.dumps(written.to_dict(), default=str))
+    summary = RunSummary.from_document(document)
+
+    assert document["version"] == RUN_REPORT_VERSION
+    assert summary.totals == written.totals()
+    assert summary.failed_tables == ("sales.bad",) and summary.error is None
+    assert (summary.run_quarantined_records, summary.run_quarantined_files) == (9, 0)
+    assert summary.newest_commit_ts == written.newest_commit_ts
+    assert summary.ignoring_older == {t.table: t.ignored_older for t in (good, bad) if t.ignored_older}
+    hostile = {"tables": "x", "totals": {"deleted": True, "records": float("nan")}, "freshness": [1]}
+    assert RunSummary.from_document(hostile) == RunSummary(
+        None, (), dict.fromkeys(summary.totals, 0), 0, 0, None, {}, ()
+    )

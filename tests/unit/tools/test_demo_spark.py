@@ -1,6 +1,6 @@
 """`make demo-spark` says what each CDC run did (tools/demo_spark.py)."""
 
-from lakehouse.base.run_report import RunReport, TableReport
+from lake_contracts.run_report import RunReport, TableReport
 
 from tools.demo_spark import batch_line
 

@@ -1,12 +1,15 @@
 """What a run of the CDC or full-load job reports: per table, and the run as a whole (docs/CONTRACTS.md).
+The one model of the document, for the Spark jobs that write it and the acknowledge Lambda that reads it.
 
 Each step of a table's apply returns its own figures (a small frozen dataclass below); the table's report is
 composed from them in one place (`table_report`), and the run's report from the tables' (`ApplyRun.finish`).
+A reader takes a stored report as `RunSummary.from_document`: it trusts nothing of the document's shape.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -61,6 +64,20 @@ class CommitFigures:
 
     snapshot_id: int | None = None
 
+
+RUN_REPORT_VERSION = 1
+# The run's totals: each the sum of its tables' figure of the same name.
+TOTALS = (
+    "files",
+    "skipped_already_applied",
+    "superseded_files",
+    "records",
+    "inserted_or_updated",
+    "deleted",
+    "ignored_older",
+    "quarantined_records",
+    "quarantined_files",
+)
 
 StepFigures = FileFigures | LayoutFigures | ReadFigures | BatchFigures | ApplyFigures | CommitFigures
 LATEST = ("newest_commit_ts", "snapshot_id")  # a later step's value replaces an earlier one's
@@ -132,18 +149,59 @@ class RunReport:
         return max((t.newest_commit_ts for t in self.tables if t.newest_commit_ts), default=None)
 
     def totals(self) -> dict[str, int]:
-        keys = (
-            "files",
-            "skipped_already_applied",
-            "superseded_files",
-            "records",
-            "inserted_or_updated",
-            "deleted",
-            "ignored_older",
-            "quarantined_records",
-            "quarantined_files",
-        )
-        return {k: sum(getattr(t, k) for t in self.tables) for k in keys}
+        return {k: sum(getattr(t, k) for t in self.tables) for k in TOTALS}
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "totals": self.totals(), "newest_commit_ts": self.newest_commit_ts}
+        return {
+            "version": RUN_REPORT_VERSION,
+            **asdict(self),
+            "totals": self.totals(),
+            "newest_commit_ts": self.newest_commit_ts,
+        }
+
+
+def count_of(document: Mapping[str, Any], name: str) -> int:
+    """A figure of a stored report as a count: 0 where it is missing, not a finite number, or a boolean."""
+    value = document.get(name, 0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return 0
+    return max(int(value), 0)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """A stored run report as its reader takes it: whether the run applied its batch, its totals and run-wide
+    quarantine counts, its newest commit time, and each clean table's freshness row, each read defensively (a
+    figure that is not a count is 0, an entry of the wrong shape is passed over)."""
+
+    error: str | None
+    failed_tables: tuple[str, ...]
+    totals: dict[str, int]
+    run_quarantined_records: int
+    run_quarantined_files: int
+    newest_commit_ts: str | None
+    ignoring_older: dict[str, int]  # table -> changes it skipped as older than its (re)load or delete
+    freshness_rows: tuple[dict[str, Any], ...]  # lakehouse.audit.freshness's rows, as written
+
+    @classmethod
+    def from_document(cls, document: Mapping[str, Any]) -> RunSummary:
+        listed = document.get("tables")
+        tables = [t for t in listed if isinstance(t, dict)] if isinstance(listed, list) else []
+        totals = document.get("totals") if isinstance(document.get("totals"), dict) else {}
+        freshness = document.get("freshness") if isinstance(document.get("freshness"), dict) else {}
+        rows = freshness.get("tables") if isinstance(freshness.get("tables"), list) else []
+        newest = document.get("newest_commit_ts")
+        return cls(
+            error=str(document["error"]) if document.get("error") else None,
+            failed_tables=tuple(sorted(str(t.get("table")) for t in tables if t.get("error"))),
+            totals={name: count_of(totals, name) for name in TOTALS},
+            run_quarantined_records=count_of(document, "run_quarantined_records"),
+            run_quarantined_files=count_of(document, "run_quarantined_files"),
+            newest_commit_ts=newest if isinstance(newest, str) and newest else None,
+            ignoring_older={
+                str(t.get("table")): count_of(t, "ignored_older")
+                for t in tables
+                if count_of(t, "ignored_older")
+            },
+            freshness_rows=tuple(r for r in rows if isinstance(r, dict)),
+        )
