@@ -9,7 +9,7 @@ CDC: `<prefix>/<schema>/<table>/[<date folders>/]<YYYYMMDD-HHMMSS…>.csv`, orde
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -79,6 +79,15 @@ class DmsFile:
         return datetime.strptime(self.order_key[:20], "%Y%m%d%H%M%S%f")
 
 
+def trailing_date_folders(folders: Sequence[str]) -> int:
+    """How many of the last folders may be DatePartitionEnabled's date folders (at most MAX_DATE_FOLDERS, and
+    never the `<schema>/<table>` two above them)."""
+    dated = 0
+    while dated < MAX_DATE_FOLDERS and len(folders) - dated > 2 and DATE_FOLDER.match(folders[-1 - dated]):
+        dated += 1
+    return dated
+
+
 def parse_dms_key(uri: str, size: int = 0, known: Callable[[str, str], bool] | None = None) -> DmsFile:
     """Classify `…/<schema>/<table>/[<date folders>/]<LOADxxxxxxxx|YYYYMMDD-HHMMSS…>.<csv[.gz]|parquet>`.
 
@@ -93,9 +102,7 @@ def parse_dms_key(uri: str, size: int = 0, known: Callable[[str, str], bool] | N
         raise NotADmsFileError(
             f"{uri}: {name!r} is neither a LOAD file nor a timestamp-named CDC file (.csv, .csv.gz, .parquet)"
         )
-    dated = 0
-    while dated < MAX_DATE_FOLDERS and len(folders) - dated > 2 and DATE_FOLDER.match(folders[-1 - dated]):
-        dated += 1
+    dated = trailing_date_folders(folders)
     readings = [folders[: len(folders) - n] for n in range(dated, -1, -1)]  # most date folders first
     chosen = readings[0]
     if known is not None:

@@ -7,7 +7,7 @@ import re
 from typing import Literal
 from urllib.parse import unquote, unquote_plus
 
-from lake_contracts.dms_files import CDC_FILE, DATE_FOLDER, LOAD_FILE, MAX_DATE_FOLDERS
+from lake_contracts.dms_files import CDC_FILE, LOAD_FILE, trailing_date_folders
 
 # Characters no schema or table name may hold (spark_jobs/lakehouse/base/names.py check_source_name).
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
@@ -32,10 +32,7 @@ def dms_layout(key: str, raw_prefix: str) -> tuple[str, str, FileKind]:
         kind = "cdc"
     else:
         return not_dms
-    dated = 0
-    while dated < MAX_DATE_FOLDERS and len(folders) > 2 and DATE_FOLDER.match(folders[-1]):
-        folders.pop()
-        dated += 1
+    folders = folders[: len(folders) - trailing_date_folders(folders)]
     if len(folders) != 2:
         return not_dms
     return folders[0], folders[1], kind

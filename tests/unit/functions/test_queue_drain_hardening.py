@@ -456,7 +456,8 @@ DMS_NAMES = [
 @pytest.mark.parametrize("key", DMS_NAMES)
 def test_the_drain_accepts_exactly_the_files_the_spark_jobs_read(drain_app, key):
     """Given an object key below the DMS prefix,
-    When the drain classifies it and the Spark jobs' reader (lake_contracts.dms_files) parses it,
+    When the drain classifies it (knowing the prefix: `names.dms_layout`) and the Spark jobs parse it
+    (`dms_files.parse_dms_key`, the one file contract both build on),
     Then both agree: same schema, table and kind, or both refuse it (no file the jobs could apply is
     sent to the dead-letter queue, and none they would reject is batched)."""
     from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
