@@ -32,7 +32,7 @@ def _published_metrics() -> set[str]:
     for app in FUNCTIONS.glob("*/*.py"):
         text = app.read_text()
         names |= set(re.findall(r'(?:add_metric|single_metric)\(name="(\w+)"', text))
-        names |= set(re.findall(r'"(\w+)":\s*(?:_count|max|seconds|float)', text))
+        names |= set(re.findall(r'"(\w+)":\s*(?:_count|max|seconds|float|totals\[)', text))
         names |= set(re.findall(r'values\["(\w+)"\]', text))
     return names | set(_job_metrics())
 
