@@ -118,9 +118,18 @@ local-up: venv
 local-down:
 	$(BIN)/python -m localaws.stack down
 
+# Lint and types (CI runs it before the tests): ruff over the product and the tests; mypy over the product
+# only ([tool.mypy] in pyproject.toml): one run over the Spark library and jobs, the Lambdas' layer, the local
+# AWS, tools, deploy and bench, then one per Lambda folder, each its own root (each has an app.py).
+LAMBDA_DIRS := $(patsubst %/app.py,%,$(wildcard functions/*/app.py))
+
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy spark_jobs functions/shared localaws tools deploy bench
+	@for dir in $(LAMBDA_DIRS); do \
+	  echo "MYPYPATH=$$dir $(BIN)/mypy $$dir"; MYPYPATH=$$dir $(BIN)/mypy $$dir || exit 1; \
+	done
 
 format: venv
 	$(BIN)/ruff check --fix .
@@ -131,4 +140,4 @@ bench: venv
 	$(BIN)/python bench/run.py $(BENCH_ARGS)
 
 clean:
-	rm -rf var .pytest_cache .ruff_cache .aws-sam
+	rm -rf var .pytest_cache .ruff_cache .mypy_cache .aws-sam

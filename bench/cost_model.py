@@ -45,7 +45,7 @@ RESULTS = Path(__file__).resolve().parent / "data" / "results"
 MINIMUM_BILLED_SECONDS = 60.0
 
 # On-demand list prices, us-east-1, x86 (aws.amazon.com/glue/pricing, aws.amazon.com/emr/pricing), 2026-11-24.
-PRICES = {
+PRICES: dict[str, float] = {
     "glue_usd_per_dpu_hour": 0.44,
     "emr_serverless_usd_per_vcpu_hour": 0.052624,
     "emr_serverless_usd_per_gb_hour": 0.0057785,

@@ -1,4 +1,4 @@
-"""End-to-end freshness on the local stack (issue 6, item 3): a CDC file landed in the raw bucket -> its
+"""End-to-end freshness on the local stack: a CDC file landed in the raw bucket -> its
 change visible in the clean Iceberg table. A benchmark, not a test: nothing here asserts a timing.
 
     .venv/bin/python bench/freshness.py --probes 20        # --probes 3 for a smoke run
@@ -35,7 +35,7 @@ sys.path[:0] = [str(REPO), str(REPO / "spark_jobs")]
 
 from localaws import replication, sam_app  # noqa: E402
 from localaws.pipeline_run import LocalPipeline, RunSettings  # noqa: E402
-from localaws.progress import WATERMARK_FILE, cdc_file_time, read_clean_table  # noqa: E402
+from localaws.progress import APPLIED_FILES, cdc_file_time, read_clean_table  # noqa: E402
 from localaws.stack import StackConfig, running_stack  # noqa: E402
 
 RESULTS = REPO / "bench" / "data" / "results"
@@ -90,7 +90,9 @@ def read_back(table_dir: Path, key: int, value: str) -> str:
         from pyiceberg.table import StaticTable
 
         table = StaticTable.from_metadata(str(metadata(table_dir)))
-        values = table.scan(EqualTo(KEY, key), selected_fields=(COLUMN,)).to_arrow()[COLUMN].to_pylist()
+        # pyiceberg's predicates take (term, value) positionally; mypy sees only their pydantic fields
+        probe_row = EqualTo(KEY, key)  # type: ignore[call-arg, arg-type]
+        values = table.scan(probe_row, selected_fields=(COLUMN,)).to_arrow()[COLUMN].to_pylist()
         return "ok" if values == [value] else f"read {values}"
     except Exception as error:  # the check is extra information, not the measurement
         return f"error {type(error).__name__}: {error}"[:200]
@@ -126,7 +128,7 @@ def take_probe(pipeline: LocalPipeline, probe: Probe, after: str, poll: float, t
         time.sleep(poll)
     snaps = json.loads(metadata(table_dir).read_text())["snapshots"]  # committed: the first covering it
     probe.at["committed"] = min(
-        s["timestamp-ms"] / 1e3 for s in snaps if s["summary"].get(WATERMARK_FILE, "") >= name
+        s["timestamp-ms"] / 1e3 for s in snaps if name in json.loads(s["summary"].get(APPLIED_FILES, "[]"))
     )
     probe.value_check = read_back(table_dir, probe.key, probe.value)
     return probe

@@ -50,13 +50,13 @@ def tree_cpu_seconds(command: list[str], env: dict[str, str]) -> tuple[float, fl
     seen: dict[tuple[int, str], float] = {}
     while process.poll() is None:
         table: dict[int, tuple[int, float, str]] = {}
-        for pid in filter(str.isdigit, os.listdir("/proc")):
+        for pid_text in filter(str.isdigit, os.listdir("/proc")):
             try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
+                stat = Path(f"/proc/{pid_text}/stat").read_text()
             except OSError:
                 continue
             rest = stat[stat.rfind(")") + 2 :].split()
-            table[int(pid)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / ticks, rest[19])
+            table[int(pid_text)] = (int(rest[1]), (int(rest[11]) + int(rest[12])) / ticks, rest[19])
         tree, grew = {process.pid}, True
         while grew:
             grew = False

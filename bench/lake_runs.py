@@ -185,7 +185,7 @@ def apply_in_session(spark, lake: Lake, database: str, files: Sequence[Path], ru
     from lakehouse.base.schema import SchemaFile
 
     schema = SchemaFile.from_dict(json.loads(lake.schema_file.read_text()))
-    manifest = Manifest(run_id, tuple(ManifestFile(str(f), f.stat().st_size) for f in files))
+    manifest = Manifest(run_id, [ManifestFile(str(f), f.stat().st_size) for f in files])
     report = apply_cdc(spark, lake.config(database), schema, manifest)
     if report.failed:
         raise RuntimeError(f"apply failed: {report.failed[0].error}")

@@ -21,6 +21,7 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spark_jobs"))
@@ -96,7 +97,7 @@ def main(argv: list[str]) -> int:
     # Maintenance as scheduled between CDC runs: snapshots older than the retention go; in the bench the
     # retention is a number of batches' worth of time (a batch here takes seconds, not a minute).
     options = MaintenanceOptions(snapshot_retention_hours=0, retain_last=args.maintain_every)
-    results: dict[str, object] = {
+    results: dict[str, Any] = {
         "command": "bench/maintenance.py " + " ".join(argv),
         "started": datetime.now(UTC).isoformat(timespec="seconds"),
         "load_average_start": os.getloadavg(),
@@ -113,7 +114,7 @@ def main(argv: list[str]) -> int:
         apply_seconds, maintenance_seconds = 0.0, []
         for number, path in enumerate(files, start=1):
             started = time.perf_counter()
-            report = apply_cdc(spark, config, schema, Manifest(f"b{number}", (ManifestFile(str(path)),)))
+            report = apply_cdc(spark, config, schema, Manifest(f"b{number}", [ManifestFile(str(path))]))
             apply_seconds += time.perf_counter() - started
             assert report.ok, report.failed
             if variant == "maintained" and number % args.maintain_every == 0:

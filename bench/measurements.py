@@ -8,6 +8,7 @@ import argparse
 import json
 import shutil
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -74,7 +75,7 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
 
                     report = timed(
                         figure,
-                        lambda run=run: apply_in_session(spark, lake, database, files, f"s{run}"),
+                        partial(apply_in_session, spark, lake, database, files, f"s{run}"),
                         before,
                     )
                 check(figure.name)
@@ -103,7 +104,7 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
         for index, path in enumerate(sample):
             timed(
                 figure,
-                lambda path=path, index=index: apply_in_session(spark, lake, database, [path], f"f{index}"),
+                partial(apply_in_session, spark, lake, database, [path], f"f{index}"),
             )
         figure.note = f"per file; x{len(files)} files extrapolated"
         figures.append(figure)
@@ -117,9 +118,7 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
             manifest = write_manifest(f"one-{dataset.name}-{index}", [path])
             timed(
                 figure,
-                lambda manifest=manifest: run_job(
-                    manifest, lake, database, args.driver_memory, args.job_conf
-                ),
+                partial(run_job, manifest, lake, database, args.driver_memory, args.job_conf),
             )
         figure.note = f"per file; x{len(files)} files extrapolated"
         figures.append(figure)
@@ -211,9 +210,16 @@ def measure_full_load(spark, lake: Lake, rows: int, args: argparse.Namespace, fi
         target = _arrow_schema(schema.tables[qualified])
         floor = Figure(f"arrow-floor [{table}, {fmt}]", rows, rows, "rows")
         for _ in range(args.runs):
-            timed(floor, lambda raw=raw, table=table, target=target, fmt=fmt: arrow_floor(
-                raw / SOURCE_SCHEMA / table, DATA / "arrow-floor" / f"{table}-{fmt}", target, fmt
-            ))  # fmt: skip
+            timed(
+                floor,
+                partial(
+                    arrow_floor,
+                    raw / SOURCE_SCHEMA / table,
+                    DATA / "arrow-floor" / f"{table}-{fmt}",
+                    target,
+                    fmt,
+                ),
+            )
         figures.append(floor)
 
 

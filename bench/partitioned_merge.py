@@ -1,5 +1,5 @@
 """A constant CDC batch (1% of the keys: updates, deletes, inserts) into a table of N rows, unpartitioned
-or bucketed (the schema file's `partition_by`, issue 28 item 2): seconds, what the MERGE read (Iceberg's
+or bucketed (the schema file's `partition_by`): seconds, what the MERGE read (Iceberg's
 scan metrics of the target: files, bytes) and what it wrote or removed (the commit's snapshot summary).
 
     .venv/bin/python bench/partitioned_merge.py --rows 1000000 --layouts none,bucket16,bucket64 \
@@ -29,6 +29,7 @@ from lakehouse.apply.cdc import apply_cdc  # noqa: E402
 from lakehouse.apply.clean_table import clean_schema  # noqa: E402
 from lakehouse.base.config import LakeConfig  # noqa: E402
 from lakehouse.base.schema import SchemaFile  # noqa: E402
+from lakehouse.io.frames import one_row  # noqa: E402
 from lakehouse.io.iceberg import ensure_namespace, replace_table  # noqa: E402
 from lakehouse.io.session import build_session  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
@@ -136,7 +137,7 @@ def last_execution(spark: SparkSession) -> int:
 
 
 def commit_summary(spark: SparkSession, table: str) -> dict[str, str]:
-    row = spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1").first()
+    row = one_row(spark.sql(f"SELECT summary FROM {table}.snapshots ORDER BY committed_at DESC LIMIT 1"))
     keep = (
         "added-data-files",
         "removed-data-files",

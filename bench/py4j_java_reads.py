@@ -50,6 +50,7 @@ def main() -> None:
     spark.sql(f"CREATE TABLE {table} (id BIGINT) USING iceberg")
     spark.sql(f"INSERT INTO {table} VALUES (1), (2)")
     jvm = spark.sparkContext._jvm
+    assert jvm is not None  # the session's gateway
     summary = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
     summary = summary.currentSnapshot().summary()
     assert dict(summary) == java_dict(summary)

@@ -85,7 +85,8 @@ def apply(table: Table, files: list[Path]) -> dict[str, int]:
     upserts = upserts.cast(target)
     with table.transaction() as transaction:
         if deletes.num_rows:
-            transaction.delete(In(KEY, deletes[KEY].to_pylist()))
+            # pyiceberg's predicates take (term, values) positionally; mypy sees only their pydantic fields
+            transaction.delete(In(KEY, deletes[KEY].to_pylist()))  # type: ignore[call-arg, arg-type]
         if upserts.num_rows:
             transaction.upsert(upserts, join_cols=[KEY])
     return {"deletes": deletes.num_rows, "upserts": upserts.num_rows}

@@ -1,4 +1,4 @@
-"""What reconciling a table costs (issue 25): the reconcile job's comparison of a PostgreSQL table with its
+"""What reconciling a table costs: the reconcile job's comparison of a PostgreSQL table with its
 clean Iceberg table, on this machine. Not a test: nothing here asserts a timing (the diverged run's counts
 are checked, though: a fast wrong answer is no result).
 
@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.runs):
             if "source-sums" in parts:
                 side, lake = source(), LakeSide(spark, cache=False)
-                level, _ = first_level(plan, side, lake, options)
+                first = first_level(plan, side, lake, options)
+                assert first is not None  # the bench's table has rows
+                level = first[0]
                 load, started = load_average(), time.perf_counter()
                 sums = side.segment_sums(plan, level)
                 seconds = time.perf_counter() - started
@@ -230,7 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                 )
             if "lake-sums" in parts:
                 lake = LakeSide(spark, cache=False)
-                level, _ = first_level(plan, source(), lake, options)
+                first = first_level(plan, source(), lake, options)
+                assert first is not None  # the bench's table has rows
+                level = first[0]
                 load, started = load_average(), time.perf_counter()
                 sums = lake.segment_sums(plan, level, None)
                 seconds = time.perf_counter() - started

@@ -20,6 +20,7 @@ import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> None:
         if number == args.applies - 1:
             last_sites = job_sites(spark, jobs)
     warm = applies[1:]  # the first apply of a session also pays for class loading and compiling
-    result = {
+    result: dict[str, Any] = {
         "command": f"python bench/small_apply.py --applies {args.applies}",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(),

@@ -25,6 +25,7 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> None:
         for path in files:
             by_table[Path(path).parent.name].append(path)
         for table, paths in sorted(by_table.items()):
-            batch = Manifest(f"round-{number}-{table}", tuple(ManifestFile(p) for p in paths))
+            batch = Manifest(f"round-{number}-{table}", [ManifestFile(p) for p in paths])
             figures = measured(jvm, lambda batch=batch: apply_cdc(spark, config, schema, batch, options))
             applies[table].append(figures)
     spark.stop()
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
     def warm_mean(runs: list[dict], key: str) -> float:
         return round(statistics.mean(r[key] for r in runs[1:]), 3)
 
-    result = {
+    result: dict[str, Any] = {
         "command": f"python bench/tpcds_apply.py --rounds {args.rounds} --scale {args.scale} "
         f"--changes {args.changes}",
         "at": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -27,6 +27,7 @@ import time
 from collections import defaultdict
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         java = next(pid for pid, name, _ in group_processes(group) if name == "java")
         warm_up_cpu = sum(cpu for _, _, cpu in group_processes(group))
         warm_up_gc = jstat(java)
-        runs = []
+        runs: list[dict[str, Any]] = []
         for number, (script, job_argv) in enumerate(jobs):
             run_dir = root / "runs" / str(number)
             run_dir.mkdir(parents=True)

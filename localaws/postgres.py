@@ -55,7 +55,11 @@ class LocalPostgres:
         self._server = pgserver.get_server(self.data_dir, cleanup_mode=None)
         address = self.address()
         with psycopg.connect(address.uri, autocommit=True) as db:
-            current = {name: db.execute(f"SHOW {name}").fetchone()[0] for name in SETTINGS}
+            current = {}
+            for name in SETTINGS:
+                shown = db.execute(f"SHOW {name}").fetchone()
+                assert shown is not None  # SHOW returns the setting's row
+                current[name] = shown[0]
             stale = {name: value for name, value in SETTINGS.items() if current[name] != value}
             for name, value in stale.items():
                 db.execute(f"ALTER SYSTEM SET {name} = '{value}'")
@@ -78,7 +82,7 @@ class LocalPostgres:
         return ServerAddress(str(info.socket_dir), info.port or 5432)
 
     def _pg_ctl(self, action: str, *options: str) -> None:
-        from pgserver._commands import pg_ctl
+        from pgserver._commands import pg_ctl  # type: ignore[attr-defined]  # made at import, one per binary
 
         user = self._server.system_user if self._server is not None else None
         if user is not None:

@@ -119,7 +119,7 @@ class DmsWriter:
 
 
 def manifest(*paths: str, run_id: str = "test-run") -> Manifest:
-    return Manifest(run_id, tuple(ManifestFile(p) for p in paths))
+    return Manifest(run_id, [ManifestFile(p) for p in paths])
 
 
 def rows_of(spark, table: str, columns: Sequence[str] | None = None) -> list[tuple]:

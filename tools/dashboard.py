@@ -46,13 +46,17 @@ class Figures:
 
 def collect_figures(spark: SparkSession, config: LakeConfig) -> Figures:
     """Read the figures from the refined tables (small aggregates only)."""
+    from lakehouse.io.frames import one_row
+
     refined = f"{config.catalog_name}.{config.refined_database}"
     category = f"{refined}.daily_revenue_by_category"
     state = f"{refined}.daily_revenue_by_state"
-    totals = spark.sql(
-        f"SELECT SUM(revenue) AS revenue, SUM(profit) AS profit, SUM(orders) AS orders, SUM(lines) AS lines "
-        f"FROM {category}"
-    ).first()
+    totals = one_row(
+        spark.sql(
+            f"SELECT SUM(revenue) AS revenue, SUM(profit) AS profit, SUM(orders) AS orders, SUM(lines) AS lines "
+            f"FROM {category}"
+        )
+    )
     by_month = spark.sql(
         f"SELECT date_format(sold_date, 'yyyy-MM') AS month, SUM(revenue) AS revenue FROM {category} "
         "WHERE sold_date IS NOT NULL GROUP BY 1 ORDER BY 1"
@@ -66,7 +70,7 @@ def collect_figures(spark: SparkSession, config: LakeConfig) -> Figures:
         "GROUP BY 1 ORDER BY 2 DESC LIMIT 12"
     ).collect()
     snapshots = {
-        name: spark.sql(f"SELECT count(*) AS n FROM {refined}.{name}.snapshots").first()["n"]
+        name: one_row(spark.sql(f"SELECT count(*) AS n FROM {refined}.{name}.snapshots"))["n"]
         for name in ("sales_enriched", "daily_revenue_by_category", "daily_revenue_by_state")
     }
     from lakehouse.audit.consistent import POINT_AT

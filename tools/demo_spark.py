@@ -73,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         workload = sample_data.run_workload(db, args.changes, args.seed + batch)
         files = sample_data.write_cdc_files(db, workload.changes, raw, first_change_seq=next_seq, fmt=fmt)
         next_seq += len(workload.changes)
-        manifest = Manifest(f"batch-{batch}", tuple(ManifestFile(f) for f in files))
+        manifest = Manifest(f"batch-{batch}", [ManifestFile(f) for f in files])
         result = apply_cdc(spark, config, schema, manifest, options)
         print(batch_line(batch, len(files), len(workload.changes), result))
         if result.failed:

@@ -62,6 +62,12 @@ class _Workload:
         where = " AND ".join(f"{k} = ?" for k in PRIMARY_KEYS[table])
         return self.db.execute(f"SELECT * FROM {table} WHERE {where}", tuple(key)).fetchone()
 
+    def _existing_row(self, table: str, key: Sequence[Any]) -> tuple[Any, ...]:
+        """The row of a key the workload knows is there (it just wrote or read it)."""
+        row = self._row(table, key)
+        assert row is not None, f"{table} {tuple(key)}: the row is gone"
+        return row
+
     def _record(self, table: str, op: str, row: tuple[Any, ...]) -> None:
         self.result.changes.append(RowChange(table, op, tuple(row), self.clock))
         self.result.rows[(table, op)] += 1
@@ -70,7 +76,9 @@ class _Workload:
         columns = self.columns[table]
         names = ", ".join(columns[: len(row)])  # a column added on the source since stays NULL
         self.db.execute(f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' * len(row))})", tuple(row))
-        self._record(table, "I", self._row(table, [row[columns.index(k)] for k in PRIMARY_KEYS[table]]))
+        self._record(
+            table, "I", self._existing_row(table, [row[columns.index(k)] for k in PRIMARY_KEYS[table]])
+        )
 
     def update(self, table: str, key: Sequence[Any], **changes: Any) -> None:
         assignments = ", ".join(f"{c} = ?" for c in changes)
@@ -142,7 +150,7 @@ class _Workload:
             if key is None or key[0] in seen:
                 continue
             seen.add(key[0])
-            item = self._row("item", key)
+            item = self._existing_row("item", key)
             if item[4] is None or item[5] is None:
                 continue
             self.insert("web_sales", self.gen.sale_line(item, order, day, minute, customer[0], address))
@@ -153,12 +161,12 @@ class _Workload:
         key = self.random_key("item")
         if key is None:
             return
-        item = self._row("item", key)
+        item = self._existing_row("item", key)
         price = money(float(item[4] or 10) * r.uniform(0.8, 1.25))
         self.update("item", key, i_current_price=price)
         line = self.random_key("web_sales")
         if line and r.random() < 0.5:
-            row = self._row("web_sales", line)
+            row = self._existing_row("web_sales", line)
             sales_price = money(float(row[10]) * 0.9)
             quantity = row[7]
             ext_sales = sales_price * quantity
@@ -207,7 +215,7 @@ class _Workload:
             self.insert("customer_address", self.gen.address(address_sk))
             self.update("customer", key, c_current_addr_sk=address_sk, c_last_update=self.clock)
         else:
-            current = self._row("customer", key)[2]
+            current = self._existing_row("customer", key)[2]
             if current is None:
                 return
             state, _, cities, _ = r.choices(STATES, weights=[s[1] for s in STATES])[0]

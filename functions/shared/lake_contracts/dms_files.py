@@ -114,6 +114,7 @@ def parse_dms_key(uri: str, size: int = 0, known: Callable[[str, str], bool] | N
         segment = int(load.group("segment") or 0)
         order = f"{segment:06d}{int(load.group('counter'), 16):010d}"
         return DmsFile(source_schema, table, True, order, uri, size)
+    assert cdc is not None  # a name that is neither a LOAD nor a CDC file was refused above
     fraction = cdc.group("fraction")[:12].ljust(12, "0")
     return DmsFile(
         source_schema, table, False, f"{cdc.group('date')}{cdc.group('time')}{fraction}", uri, size

@@ -187,9 +187,12 @@ class RunSummary:
     def from_document(cls, document: Mapping[str, Any]) -> RunSummary:
         listed = document.get("tables")
         tables = [t for t in listed if isinstance(t, dict)] if isinstance(listed, list) else []
-        totals = document.get("totals") if isinstance(document.get("totals"), dict) else {}
-        freshness = document.get("freshness") if isinstance(document.get("freshness"), dict) else {}
-        rows = freshness.get("tables") if isinstance(freshness.get("tables"), list) else []
+        stored_totals = document.get("totals")
+        totals: dict[str, Any] = stored_totals if isinstance(stored_totals, dict) else {}
+        stored_freshness = document.get("freshness")
+        freshness: dict[str, Any] = stored_freshness if isinstance(stored_freshness, dict) else {}
+        stored_rows = freshness.get("tables")
+        rows: list[Any] = stored_rows if isinstance(stored_rows, list) else []
         newest = document.get("newest_commit_ts")
         return cls(
             error=str(document["error"]) if document.get("error") else None,

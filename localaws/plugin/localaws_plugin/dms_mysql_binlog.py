@@ -101,7 +101,7 @@ def _patch_decoder() -> None:
     """Our TIME2 decoder in place of mysql-replication's (see `_time2`)."""
     from pymysqlreplication.row_event import RowsEvent
 
-    RowsEvent._RowsEvent__read_time2 = _time2  # type: ignore[attr-defined]
+    RowsEvent._RowsEvent__read_time2 = _time2
 
 
 class BinlogReader:

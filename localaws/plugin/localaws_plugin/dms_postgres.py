@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localaws_plugin.dms_pgoutput import (
     PROTO_VERSION,
@@ -57,6 +57,9 @@ from localaws_plugin.dms_postgres_rows import (
     text_of,
 )
 from localaws_plugin.dms_sqlite import CapturedChange, SourceError
+
+if TYPE_CHECKING:
+    import psycopg
 
 LOG = logging.getLogger(__name__)
 
@@ -82,12 +85,17 @@ class PostgresSettings:
     def conninfo(self, replication: bool = False) -> str:
         from psycopg.conninfo import make_conninfo
 
-        parts = {"host": self.host, "port": self.port, "dbname": self.database, "user": self.user}
+        parts: dict[str, str | int] = {
+            "host": self.host,
+            "port": self.port,
+            "dbname": self.database,
+            "user": self.user,
+        }
         if self.password:
             parts["password"] = self.password
         if replication:
             parts["replication"] = "database"
-        return make_conninfo(**parts, application_name="localaws-dms")
+        return make_conninfo("", **parts, application_name="localaws-dms")
 
     @property
     def identity(self) -> str:
@@ -105,7 +113,7 @@ class PostgresSource:
         try:
             self.connection = psycopg.connect(settings.conninfo(), autocommit=True)
             self.connection.execute("SET TimeZone = 'UTC'")
-            (level,) = self.connection.execute("SHOW wal_level").fetchone()
+            (level,) = _only_row(self.connection.execute("SHOW wal_level"))
         except psycopg.Error as error:
             raise SourceError(
                 f"cannot connect to the PostgreSQL source {settings.identity}: {error}"
@@ -163,13 +171,15 @@ class PostgresSource:
         return [name for (name,) in rows]
 
     def count_rows(self, table: str) -> int:
-        (count,) = self.connection.execute(
-            f"SELECT count(*) FROM {quote_identifier(self.settings.schema)}.{quote_identifier(table)}"
-        ).fetchone()
+        (count,) = _only_row(
+            self.connection.execute(
+                f"SELECT count(*) FROM {quote_identifier(self.settings.schema)}.{quote_identifier(table)}"
+            )
+        )
         return int(count)
 
     def last_seq(self) -> int:
-        (lsn,) = self.connection.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        (lsn,) = _only_row(self.connection.execute("SELECT pg_current_wal_lsn()::text"))
         return change_seq(parse_lsn(lsn), 0)
 
     # capture -------------------------------------------------------------------------------------------
@@ -219,8 +229,10 @@ class PostgresSource:
             message = (result.error_message or b"").decode(errors="replace").strip()
             replication.close()
             raise SourceError(f"cannot create replication slot {name!r}: {message}")
-        point = parse_lsn(result.get_value(0, 1).decode())
-        snapshot = result.get_value(0, 2).decode()
+        consistent_point, snapshot_name = result.get_value(0, 1), result.get_value(0, 2)
+        assert consistent_point is not None and snapshot_name is not None  # TUPLES_OK: the slot's row
+        point = parse_lsn(consistent_point.decode())
+        snapshot = snapshot_name.decode()
         return replication, snapshot, point
 
     def _release_export(self) -> None:
@@ -377,12 +389,14 @@ class PostgresSource:
         self.connection.execute(
             f"INSERT INTO {table} VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET heartbeat_at = now()"
         )
-        (lsn,) = self.connection.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-        (undecoded,) = self.connection.execute(
-            "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL,"
-            " 'proto_version', %s, 'publication_names', %s)",
-            (self.settings.slot, lsn, PROTO_VERSION, self.settings.publication),
-        ).fetchone()
+        (lsn,) = _only_row(self.connection.execute("SELECT pg_current_wal_lsn()::text"))
+        (undecoded,) = _only_row(
+            self.connection.execute(
+                "SELECT count(*) FROM pg_logical_slot_peek_binary_changes(%s, %s::pg_lsn, NULL,"
+                " 'proto_version', %s, 'publication_names', %s)",
+                (self.settings.slot, lsn, PROTO_VERSION, self.settings.publication),
+            )
+        )
         if undecoded == 0:  # nothing of the publication up to the heartbeat: nothing is skipped
             self.connection.execute(
                 "SELECT pg_replication_slot_advance(%s, %s::pg_lsn)", (self.settings.slot, lsn)
@@ -396,3 +410,10 @@ class PostgresSource:
             (self.settings.slot,),
         )
         self.connection.execute(f"DROP PUBLICATION IF EXISTS {quote_identifier(self.settings.publication)}")
+
+
+def _only_row(cursor: psycopg.Cursor[Any]) -> tuple[Any, ...]:
+    """The row of a query that always returns one (SHOW, an aggregate, a function's value)."""
+    row = cursor.fetchone()
+    assert row is not None, "a query of one value returns a row"
+    return row

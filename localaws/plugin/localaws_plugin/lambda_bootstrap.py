@@ -86,7 +86,7 @@ def main() -> None:
     sys.path.insert(0, os.environ.get("LAMBDA_TASK_ROOT", os.getcwd()))
 
     init_error: dict[str, Any] | None = None
-    handler = None
+    handler: Any = None  # what the module names, when it imports
     try:
         handler = load_handler(os.environ["_HANDLER"])
     except Exception as error:

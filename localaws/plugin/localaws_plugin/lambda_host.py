@@ -132,6 +132,7 @@ class HostRuntimeExecutor(RuntimeExecutor):
             process = self._process
             if process is None or process.poll() is not None:
                 raise LambdaRuntimeException("host Lambda process is not running")
+            assert process.stdin is not None  # started with stdin=PIPE
             process.stdin.write(json.dumps(message) + "\n")
             process.stdin.flush()
             response = self._next_response(timeout_seconds)

@@ -76,7 +76,7 @@ def launch_jvm(library: str, warm_up: bool = True) -> None:
         from pyspark import SparkConf, SparkContext
 
         conf = SparkConf(loadDefaults=False)
-        conf.setAll(local_jar_settings(os.environ.get("LAKE_SPARK_MASTER", "local[2]")).items())
+        conf.setAll(list(local_jar_settings(os.environ.get("LAKE_SPARK_MASTER", "local[2]")).items()))
         driver_memory = os.environ.get("LAKE_SPARK_DRIVER_MEMORY", "4g")
         conf.set("spark.driver.memory", driver_memory)
         conf.set(
@@ -101,7 +101,9 @@ def launch_jvm(library: str, warm_up: bool = True) -> None:
                 spark.table("warm_up.db.t").collect()
             finally:
                 spark.stop()
-                SparkContext._jvm.java.lang.System.gc()
+                jvm = SparkContext._jvm
+                assert jvm is not None  # the gateway started above
+                jvm.java.lang.System.gc()
     finally:
         sys.path.remove(library)
         forget_modules(_library_modules(library))
@@ -225,7 +227,8 @@ def run_one(request: dict[str, Any], base_path: list[str], prefixes: tuple[str, 
             traceback.print_exc()
             returncode = returncode or 1
         if "boto3" in sys.modules:  # its default session keeps the credentials and region it first read
-            sys.modules["boto3"].DEFAULT_SESSION = None
+            boto3_module: Any = sys.modules["boto3"]
+            boto3_module.DEFAULT_SESSION = None
         for handler in set(logging.root.handlers) - set(saved_handlers):
             logging.root.removeHandler(handler)
         logging.root.setLevel(saved_level)

@@ -280,7 +280,7 @@ def _apply_without_key(
     )
     n_rest = rejected.count()
     if n_rest:
-        run.quarantine_records(spec, rejected, raw.rows)
+        run.quarantine_records(spec, rejected, raw.found_rows())
     run.flush_quarantine(spec.qualified_name)  # before the commit
     changes = evolve_schema(run.spark, table, batch.types)
     append_rows(run.spark, table, with_metadata(appendable), properties)

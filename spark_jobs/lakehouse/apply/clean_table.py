@@ -17,6 +17,7 @@ from lakehouse.base.schema import TableSpec
 from lakehouse.base.types import can_widen
 from lakehouse.dms import changes as C
 from lakehouse.dms.reader import RawRead
+from lakehouse.io.frames import one_row
 from lakehouse.io.iceberg import LOAD_ENDED, LOAD_FLOOR, LOAD_STARTED, table_exists, table_properties
 
 METADATA_FIELDS = [
@@ -66,7 +67,9 @@ def resolve_types(
         if wanted is None and have is None:
             unknown.append(column)
         elif wanted is None or have is None or wanted == have or replacing:
-            types[column] = wanted or have
+            kept = wanted or have
+            assert kept is not None  # neither known: the branch above
+            types[column] = kept
         elif can_widen(have, wanted):
             types[column] = wanted
         elif can_widen(wanted, have):
@@ -152,7 +155,7 @@ def sequence_at(moment: datetime) -> Decimal:
 
 def check_sequences_comparable(spark: SparkSession, table: str, spec: TableSpec, placed: Decimal) -> None:
     """A reload placed by time compares DMS-shaped sequences: the table's must be such too."""
-    highest = spark.table(table).agg(F.max(CHANGE_SEQ_COLUMN)).first()[0]
+    highest = one_row(spark.table(table).agg(F.max(CHANGE_SEQ_COLUMN)))[0]
     if highest is None:
         return
     text = str(highest)

@@ -107,13 +107,13 @@ def full_load(
             f"(expected {base}/<schema>/<table>/LOAD00000001.csv): check --raw_path and that DMS's full load "
             "has written its files"
         )
-    tables = run.run_tables(
-        [(spec, files[spec]) for spec in specs],
-        lambda spec, found, record: (
-            _refuse_misplaced(misplaced.get(spec)) or _load_table(run, spec, found, reload, record)
-        ),
-    )
-    return run.finish(tables + refused, started)
+
+    def load(spec: TableSpec, found: list[tuple[DmsFile, datetime | None]], record: Record) -> None:
+        _refuse_misplaced(misplaced.get(spec))
+        _load_table(run, spec, found, reload, record)
+
+    reports = run.run_tables([(spec, files[spec]) for spec in specs], load)
+    return run.finish(reports + refused, started)
 
 
 def _misplaced(base: str, spec: TableSpec, config: LakeConfig) -> str | None:

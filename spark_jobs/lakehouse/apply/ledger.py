@@ -72,7 +72,7 @@ CLOCK_SLACK = timedelta(hours=1)
 class LedgerEntry:
     source_table: str
     file_name: str
-    file_uri: str
+    file_uri: str | None  # None: recorded by maintenance from a commit's summary, which names files only
     run_id: str
     snapshot_id: int
 

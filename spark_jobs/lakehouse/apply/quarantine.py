@@ -18,7 +18,7 @@ from pyspark.sql import types as T
 
 from lakehouse.dms.changes import RAW, REASON
 from lakehouse.dms.reader import FILE_URI, RECORD
-from lakehouse.io.frames import literal_frame
+from lakehouse.io.frames import literal_frame, one_row
 from lakehouse.io.iceberg import create_table, with_commit_properties
 
 # How the ledger names a file applied again after a fix: `<file name><REAPPLIED_MARK><content tag>`, so a
@@ -110,14 +110,13 @@ def quarantined_in_run(spark: SparkSession, table: str, run_id: str) -> tuple[in
     its first attempt applied, and so would not count again what that attempt quarantined."""
     if not spark.catalog.tableExists(table):
         return 0, 0
-    counts = (
+    counts = one_row(
         spark.table(table)
         .where(F.col("run_id") == F.lit(run_id))
         .agg(
             F.count(F.col("record_number")).alias("records"),
             F.count(F.when(F.col("record_number").isNull(), 1)).alias("files"),
         )
-        .first()
     )
     return int(counts["records"]), int(counts["files"])
 

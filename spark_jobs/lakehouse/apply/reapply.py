@@ -120,7 +120,7 @@ def reapply_quarantined(
     report.run_id = reapply_run_id(tags)
     if dry_run:
         return report
-    manifest = Manifest(report.run_id, tuple(ManifestFile(uri) for uri in report.files))
+    manifest = Manifest(report.run_id, [ManifestFile(uri) for uri in report.files])
     # a table with a history gets the re-applied changes there too, --history_tables given or not
     schema = with_existing_histories(spark, config, schema, sorted({q.source_table for q in candidates}))
     report.run = apply_cdc(spark, config, schema, manifest, options or ApplyOptions(), reapply=tags)

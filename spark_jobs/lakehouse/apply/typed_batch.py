@@ -22,6 +22,7 @@ from lakehouse.base.schema import TableSpec
 from lakehouse.base.types import can_widen
 from lakehouse.dms import changes as C
 from lakehouse.dms.reader import RawRead
+from lakehouse.io.frames import one_row
 from lakehouse.io.jvm import observed_metrics
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ def typed_batch(
         product = (keep or _checkpointed)(build(observed, usable & newer))
         figures = observed_metrics(observation)
         if "records" not in figures:  # metrics not delivered: count instead (one more pass)
-            figures = typed.agg(*_batch_figures(usable, newer)).first().asDict()
+            figures = one_row(typed.agg(*_batch_figures(usable, newer))).asDict()
         figures = _read_figures(figures)
         wider = _widened(types, figures["widen"])
         if not wider:
@@ -96,7 +97,7 @@ def typed_batch(
     bad = figures["bad"] + (figures["mismatched"] if run.options.type_mismatch == "quarantine" else 0)
     if bad:
         reasons = typed.where(rejected).withColumn(C.REASON, F.coalesce(C.REASON, C.MISMATCH))
-        run.quarantine_records(spec, reasons, raw.rows)
+        run.quarantine_records(spec, reasons, raw.found_rows())
     counts = BatchFigures(
         records=figures["records"],
         quarantined_records=bad,

@@ -43,7 +43,7 @@ from pyspark.sql import types as T
 
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import COMMIT_TS_COLUMN
-from lakehouse.io.frames import rows_frame
+from lakehouse.io.frames import one_row, rows_frame
 from lakehouse.io.iceberg import (
     RUN_ID,
     create_table,
@@ -246,7 +246,7 @@ def last_point(spark: SparkSession, config: LakeConfig) -> Point | None:
     table = points_table(config)
     if not table_exists(spark, table):
         return None
-    newest = spark.table(table).agg(F.max("point_ts")).first()[0]
+    newest = one_row(spark.table(table).agg(F.max("point_ts")))[0]
     if newest is None:
         return None
     rows = spark.table(table).where(F.col("point_ts") == F.lit(newest)).collect()

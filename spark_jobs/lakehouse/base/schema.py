@@ -173,7 +173,7 @@ def partition_transforms(
     transforms: list[str] = []
     for text in value:
         match = _TRANSFORM.match(text)
-        bucket, buckets, bucket_column, time_unit, time_column, identity = (
+        _bucket, buckets, bucket_column, time_unit, time_column, identity = (
             match.groups() if match else (None,) * 6
         )
         column = (bucket_column or time_column or identity or "").lower()
@@ -183,7 +183,7 @@ def partition_transforms(
                 "months(column), days(column), hours(column) or a column, of one of the table's columns"
             )
         data_type = spark_type(by_name[column].source_type, dialect)
-        if bucket:
+        if buckets is not None:  # bucket(N, column)
             if not 1 <= int(buckets) <= MAX_BUCKETS:
                 raise ValueError(
                     f"schema file: {name!r} partition_by {text!r}: between 1 and {MAX_BUCKETS} buckets"

@@ -90,8 +90,7 @@ def typed_changes(
     `_dms_op`, `_dms_seq` (AR_H_CHANGE_SEQ, or for a CDC record without one the file's time and the
     record's position), `_dms_commit_ts`, `_dms_file_uri`, `_dms_file_order`, `_dms_pos`, `_dms_raw`
     and the problems `_dms_reason`, `_dms_mismatch`, `_dms_widen` (each null when there is none)."""
-    assert raw.rows is not None
-    rows = raw.rows
+    rows = raw.found_rows()
     sources = {f.name: f.dataType for f in rows.schema.fields}
     keys = [k.lower() for k in spec.primary_key]
     all_csv = len(raw.csv_groups) == len(raw.groups)

@@ -84,6 +84,11 @@ class RawRead:
     groups: list[tuple[str, ...]] = field(default_factory=list)  # `_dms_header` id → its columns, lower case
     csv_groups: list[int] = field(default_factory=list)  # the groups read from CSV (text, CsvNullValue)
 
+    def found_rows(self) -> DataFrame:
+        """`rows`, of a read that found some: a read of none is handled before its rows are used."""
+        assert self.rows is not None, "a read of no rows is handled before its rows are used"
+        return self.rows
+
     def groups_with(self, column: str) -> list[int] | None:
         """The header groups whose files have `column` (lower case); None when every file has it."""
         having = [i for i, header in enumerate(self.groups) if column in header]

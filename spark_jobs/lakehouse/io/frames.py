@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -40,6 +40,14 @@ def empty_frame(spark: SparkSession, schema: T.StructType) -> DataFrame:
     (a task per core, each started through PySpark's daemon: 0.4 s a call in a warm local session); an empty
     RDD has no partitions, so nothing runs (0.09 s)."""
     return spark.createDataFrame(spark.sparkContext.emptyRDD(), schema)
+
+
+def one_row(frame: DataFrame) -> Row:
+    """The first row of a frame that always has one: an aggregate without grouping (one row even over no
+    rows), an Iceberg procedure's result."""
+    row = frame.first()
+    assert row is not None, "an aggregate without grouping, or a procedure's result, has a row"
+    return row
 
 
 def _fields(schema: str) -> str:

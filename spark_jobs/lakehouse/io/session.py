@@ -35,7 +35,7 @@ TUNING = {
     "spark.sql.optimizer.runtime.bloomFilter.expectedNumItems": "4000000",
     "spark.sql.optimizer.runtime.bloomFilter.numBits": "33554432",
     "spark.sql.autoBroadcastJoinThreshold": "10MB",  # Spark's default, said: APPLY_TUNING turns it off
-    # Partitions from the input's size (issue 28): a shuffle starts with spark.sql.shuffle.partitions (twice the
+    # Partitions from the input's size: a shuffle starts with spark.sql.shuffle.partitions (twice the
     # executor cores, parallelism()) and adaptive execution coalesces neighbours up to the advisory size, so a
     # small batch on 80 cores runs a few tasks, not 160 of a few kB. parallelismFirst=false lets the advisory
     # size decide (Spark's default keeps at least defaultParallelism partitions of 1 MB: many tiny tasks).
@@ -159,7 +159,7 @@ PYSPARK_PACKAGE_ROOTS = ("org", "java", "py4j")
 
 def import_short_names(spark: SparkSession) -> SparkSession:
     """`spark` with PYSPARK_SHORT_NAMES and PYSPARK_PACKAGE_ROOTS remembered on its gateway's view of the JVM."""
-    remember_names(spark.sparkContext._jvm, PYSPARK_SHORT_NAMES, PYSPARK_PACKAGE_ROOTS)  # type: ignore[arg-type]
+    remember_names(spark.sparkContext._jvm, PYSPARK_SHORT_NAMES, PYSPARK_PACKAGE_ROOTS)
     return spark
 
 

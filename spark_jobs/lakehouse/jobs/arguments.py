@@ -107,6 +107,8 @@ def apply_options(args: argparse.Namespace) -> ApplyOptions:
 def load_schema(config: LakeConfig, history_tables: str | None = None) -> SchemaFile:
     """The schema file, read and checked (a clear error names what is wrong in it), with the tables
     `--history_tables` names marked to keep their row history."""
+    if config.schema_file is None:  # each job refuses to run without it before it gets here
+        raise SystemExit("--schema_file is required")
     try:
         document = read_json(config.schema_file, config.s3_endpoint_url)
     except json.JSONDecodeError as error:

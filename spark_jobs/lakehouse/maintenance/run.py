@@ -43,6 +43,7 @@ from lakehouse.audit.consistent import last_point
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import history_database, quote, sql_string
 from lakehouse.io.fence import LeaseLostError, check_before_commit
+from lakehouse.io.frames import one_row
 from lakehouse.io.iceberg import (
     APPLIED_FILES,
     REPLACED_SNAPSHOT,
@@ -243,14 +244,16 @@ def _expire_tombstones(spark: SparkSession, table: str, moment: datetime, option
 
 
 def _live_files(spark: SparkSession, table: str) -> tuple[int, int]:
-    row = spark.sql(
-        f"SELECT count_if(content = 0) AS data, count_if(content <> 0) AS deletes FROM {table}.files"
-    ).first()
+    row = one_row(
+        spark.sql(
+            f"SELECT count_if(content = 0) AS data, count_if(content <> 0) AS deletes FROM {table}.files"
+        )
+    )
     return int(row["data"] or 0), int(row["deletes"] or 0)
 
 
 def _snapshots(spark: SparkSession, table: str) -> int:
-    return int(spark.sql(f"SELECT count(*) AS n FROM {table}.snapshots").first()["n"])
+    return int(one_row(spark.sql(f"SELECT count(*) AS n FROM {table}.snapshots"))["n"])
 
 
 def _maintain_table(
@@ -276,17 +279,21 @@ def _maintain_table(
         "partial-progress.enabled": "true",
     }
     check_before_commit()
-    rewritten = spark.sql(
-        f"CALL {catalog}.system.rewrite_data_files(table => {name}, options => map("
-        + ", ".join(f"{sql_string(k)}, {sql_string(str(v))}" for k, v in rewrite_options.items())
-        + "))"
-    ).first()
+    rewritten = one_row(
+        spark.sql(
+            f"CALL {catalog}.system.rewrite_data_files(table => {name}, options => map("
+            + ", ".join(f"{sql_string(k)}, {sql_string(str(v))}" for k, v in rewrite_options.items())
+            + "))"
+        )
+    )
     entry.rewritten_data_files = int(rewritten["rewritten_data_files_count"])
     check_before_commit()
-    removed = spark.sql(
-        f"CALL {catalog}.system.rewrite_position_delete_files(table => {name}, "
-        "options => map('rewrite-all', 'true'))"
-    ).first()
+    removed = one_row(
+        spark.sql(
+            f"CALL {catalog}.system.rewrite_position_delete_files(table => {name}, "
+            "options => map('rewrite-all', 'true'))"
+        )
+    )
     entry.removed_delete_files = int(removed["rewritten_delete_files_count"])
     check_before_commit()
     spark.sql(f"CALL {catalog}.system.rewrite_manifests(table => {name})")
@@ -294,9 +301,9 @@ def _maintain_table(
     if consumed:
         # never expire a snapshot a refined table consumed last (nor anything after it)
         ids = ", ".join(str(int(i)) for i in consumed)
-        oldest = spark.sql(
-            f"SELECT min(committed_at) AS t FROM {table}.snapshots WHERE snapshot_id IN ({ids})"
-        ).first()["t"]
+        oldest = one_row(
+            spark.sql(f"SELECT min(committed_at) AS t FROM {table}.snapshots WHERE snapshot_id IN ({ids})")
+        )["t"]
         if oldest is not None:
             cutoff = min(cutoff, oldest)
     held = _snapshots(spark, table)

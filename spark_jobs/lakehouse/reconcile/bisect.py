@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 
 from pyspark.sql import SparkSession
 
@@ -91,8 +92,8 @@ def compare_table(
         levels += 1
         began = time.monotonic()
         source_sums, lake_sums = _both(
-            lambda lv=level: source.segment_sums(plan, lv),
-            lambda lv=level, ps=parent_shift: lake.segment_sums(plan, lv, ps),
+            partial(source.segment_sums, plan, level),
+            partial(lake.segment_sums, plan, level, parent_shift),
         )
         log.info(
             "%s level %d (segments of 2^%d keys, %s ranges): %d sums, %.2fs",
@@ -122,8 +123,8 @@ def compare_table(
             began = time.monotonic()
             leaf = Level(level.shift, level.lo, tuple(x_ranges(small, level.shift)))
             source_rows, lake_rows = _both(
-                lambda lv=leaf: source.row_hashes(plan, lv),
-                lambda lv=leaf, s=level.shift: lake.row_hashes(plan, lv, s),
+                partial(source.row_hashes, plan, leaf),
+                partial(lake.row_hashes, plan, leaf, level.shift),
             )
             log.info(
                 "%s leaves of level %d: %d segments, %d source rows, %.2fs",
@@ -142,7 +143,13 @@ def compare_table(
     return Comparison(differences, leaves, segments, levels, source_total)
 
 
-def _both(first: Callable[[], Any], second: Callable[[], Any]) -> tuple[Any, Any]:
+FirstResult = TypeVar("FirstResult")
+SecondResult = TypeVar("SecondResult")
+
+
+def _both(
+    first: Callable[[], FirstResult], second: Callable[[], SecondResult]
+) -> tuple[FirstResult, SecondResult]:
     """Run the source's and the lake's side at once (the source database works while Spark hashes)."""
     result: dict[str, Any] = {}
     failure: list[BaseException] = []
@@ -259,8 +266,8 @@ def recheck(
     lake_rows: dict[tuple[str, ...], tuple[int, int | None]] = {}
     for leaf in comparison.leaves:
         s, lk = _both(
-            lambda lv=leaf: source.row_hashes(plan, lv),
-            lambda lv=leaf: lake.row_versions(plan, lv, lv.shift, fresh=True),
+            partial(source.row_hashes, plan, leaf),
+            partial(lake.row_versions, plan, leaf, leaf.shift, fresh=True),
         )
         source_rows.update(s)
         lake_rows.update(lk)
