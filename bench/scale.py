@@ -1,4 +1,4 @@
-"""Cost growth with the table (issue 28 item 4): one constant batch of DMS Parquet changes (1M mixed: 10%
+"""Cost growth with the table: one constant batch of DMS Parquet changes (1M mixed: 10%
 deletes, 15% inserts of new keys, 75% updates, half of them on a hot 5% of the keys) applied to tables of 1M,
 10M and 100M rows, and the full load of each table. Not a test: nothing here asserts a timing.
 

@@ -1,4 +1,4 @@
-"""The demo's divergence act (issue 25): the source changes in ways DMS does not replicate, the reconcile job
+"""The demo's divergence act: the source changes in ways DMS does not replicate, the reconcile job
 finds the difference and repairs it through a DMS table reload, and the demo says what it found and repaired.
 
 - `diverge_source`: during CDC, two things a DBA does on a PostgreSQL source. The calendar `date_dim` is

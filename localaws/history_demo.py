@@ -1,4 +1,4 @@
-"""The demo's row-history query (issue 30): the demo keeps the history of its `customer` table (template
+"""The demo's row-history query: the demo keeps the history of its `customer` table (template
 parameter HistoryTables) and, at its end, runs the template's Athena named query "every version of one key"
 (`HistoryQueryVersionsOfKey`, its SQL as template.yaml has it) in Spark, the engine of the demo's other
 queries, for the customer the run changed most; one line per version."""

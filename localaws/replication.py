@@ -31,7 +31,7 @@ LOCAL_REPLICATION_INSTANCE = "arn:aws:dms:us-east-1:000000000000:rep:local"
 
 @dataclass(frozen=True)
 class ReplicationSettings:
-    """The S3 target settings the pipeline relies on (shared/DESIGN.md, "The DMS file contract")."""
+    """The S3 target settings the pipeline relies on (docs/DEPLOY.md, "The DMS file contract")."""
 
     bucket: str
     folder: str = "dms"

@@ -24,7 +24,7 @@ PLUGIN_DIR = REPO_ROOT / "localaws" / "plugin"
 CONTRACTS_DIR = REPO_ROOT / "functions" / "shared"
 STAMP = VENV_DIR / ".localaws-installed"
 
-# Later releases of these three break localstack-core 2026.3.0 (measured, see shared/DESIGN.md).
+# Later releases of these three break localstack-core 2026.3.0 (measured).
 REQUIREMENTS = [
     "localstack-core[runtime]==2026.3.0",
     "cbor2<6",

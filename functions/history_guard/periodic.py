@@ -1,4 +1,4 @@
-"""Which of the loop's periodic Spark jobs are due (issue 25): the source <-> lake reconcile and the raw zone
+"""Which of the loop's periodic Spark jobs are due: the source <-> lake reconcile and the raw zone
 audit, each every N minutes (template parameters ReconcileEveryMinutes, RawAuditEveryMinutes; 0 = never).
 
 The clock is the job's own run history, not the execution's state: a job is due once its newest run (on Glue,

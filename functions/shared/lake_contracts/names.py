@@ -61,13 +61,13 @@ def decode_name(segment: str) -> str:
 # keys in events"). It is NOT the rule of S3 event *notifications* (form-URL-encoding: a space is `+`, a `+` is
 # `%2B`, AWS's notification-content-structure page), and the sources disagree on what it is:
 # - a recorded real event (S3 → EventBridge, 2023) carries `raw/health-check/2023-08-08T14:03:40.532432.zip`: the
-#   `:` a notification encodes as `%3A` is left as is; issue 26 reports a space as `%20` and a `+` left as is,
+#   `:` a notification encodes as `%3A` is left as is; a reported one has a space as `%20` and a `+` left as is,
 #   i.e. percent-encoding of a URL path (RFC 3986), where `+` is a literal plus;
 # - LocalStack 2026.3 (services/s3/notifications.py, EventBridgeNotifier) sends `urllib.parse.quote(key)`:
 #   a space is `%20`, a `+` is `%2B`; percent-decoding restores the key;
 # - moto 5.2 (s3/notifications.py) sends the key unencoded (a literal `%` stays `%`);
 # - Powertools' S3EventBridgeNotificationObject.key applies unquote_plus, the notification rule, which turns a
-#   literal `+` into a space: the bug of issue 26 (`plus+sign` recorded as `plus sign`). So the drain parses
+#   literal `+` into a space (`plus+sign` recorded as `plus sign`). So the drain parses
 #   the event with Powertools' model (S3EventNotificationEventBridgeModel, whose `key` field is the text as
 #   sent) and decodes the key here, never through that property.
 # So the key is percent-decoded with `+` kept literal (`decode_key`), which is right for AWS's path encoding

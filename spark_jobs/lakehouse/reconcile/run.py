@@ -1,4 +1,4 @@
-"""Source ↔ lake reconciliation (issue 25): is every clean table still equal to its source table?
+"""Source ↔ lake reconciliation: is every clean table still equal to its source table?
 
 How a table is compared (docs/CONTRACTS.md, "Reconcile"):
 

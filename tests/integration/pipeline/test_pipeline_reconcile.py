@@ -1,4 +1,4 @@
-"""Issue 25 on the deployed stack: the loop itself runs the raw zone audit and the source <-> lake reconcile
+"""Reconcile and raw zone audit on the deployed stack: the loop itself runs the raw zone audit and the source <-> lake reconcile
 (every minute here), so a lost file event and the changes DMS never writes are found and repaired with no
 one running anything by hand.
 

@@ -1,4 +1,4 @@
-"""bench/cost_model.py, a deployment to plan (issue 28, item 5): the state machine's day for N tables of R rows
+"""bench/cost_model.py, a deployment to plan: the state machine's day for N tables of R rows
 and C changes a day, each engine's billed compute, and whether the loop keeps up."""
 
 from __future__ import annotations

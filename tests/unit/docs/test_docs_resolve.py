@@ -1,7 +1,8 @@
-"""Issue 29: every doc's links and names resolve in the repository. A relative link points at a file that
-exists (and, with `#anchor`, at one of its headings); a path of the repository named in backticks
-(`tests/…py`, `spark_jobs/…`, `functions/…`) exists; a test file or test named in backticks exists; a doc names
-no file outside the repository (`DESIGN.md`) and no issue number of a tracker the repository does not hold."""
+"""Every doc's links and names resolve in the repository. A relative link points at a file that exists (and,
+with `#anchor`, at one of its headings); a path of the repository named in backticks (`tests/…py`,
+`spark_jobs/…`, `functions/…`) exists; a test file or test named in backticks exists; neither a doc nor a Python
+file of the product or the tests names a Markdown file outside the repository (a design note) or an issue number
+of a tracker the repository does not hold."""
 
 from __future__ import annotations
 
@@ -30,12 +31,40 @@ TOP_FOLDERS = (
     "events",
     "docs",
 )
+# The product's and the tests' Python files (committed or new, not ignored), as the repository has them.
+PYTHON_FOLDERS = ("spark_jobs", "functions", "localaws", "tools", "deploy", "bench", "tests")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
+# A design note kept outside the repository, an issue number of a tracker the repository does not hold.
+OUTSIDE = re.compile(r"DESIGN\.md|\bissues? ?#?\d+\b|\bissue-\d+\b", flags=re.I)
+MARKDOWN_NAME = re.compile(r"\b[\w-]+\.md\b")
 CODE = re.compile(r"`([^`\n]+)`")
 
 
 def doc_id(path: Path) -> str:
     return str(path.relative_to(REPO))
+
+
+def python_files() -> list[Path]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "--", *PYTHON_FOLDERS],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return sorted(REPO / name for name in listed if name.endswith(".py") and (REPO / name).exists())
+
+
+def outside_references(text: str, known_markdown: set[str]) -> list[str]:
+    """What `text` names outside the repository: a design note (a Markdown file of no such name in the
+    repository), an issue number of a tracker."""
+    named = OUTSIDE.findall(text) + MARKDOWN_NAME.findall(text)
+    return [name for name in dict.fromkeys(named) if name not in known_markdown]
+
+
+@cache
+def repository_markdown() -> frozenset[str]:
+    return frozenset({p.name for p in REPO.glob("*.md")} | {p.name for p in REPO.glob("*/*.md")})
 
 
 def prose(text: str) -> str:
@@ -115,12 +144,51 @@ def test_every_path_test_file_and_test_named_exists(doc: Path):
     assert missing == []
 
 
+def test_the_outside_rule_finds_design_notes_and_issue_numbers():
+    """Given text naming a design note kept elsewhere, issue numbers in their usual spellings, a document of the
+    repository and words that only look alike, Then the rule finds the design note and the issue numbers only.
+    (The names are assembled here, so that this file does not name them itself.)"""
+    design_note, elsewhere = "DESIGN" + ".md", "NOTES" + ".md"
+    issues = ["Issue" + " 29", "issues" + " 25", "issue #" + "7", "issue-" + "12", "issue" + "3"]
+    text = (
+        f"the rules of {design_note}; {issues[0]}: the steps; ({issues[1]}, 27); see {issues[2]}, {issues[3]} "
+        f"and {issues[4]}; docs/CONTRACTS.md; an issue of 2 tables; tissue 5; the issues; {elsewhere}"
+    )
+    assert outside_references(text, {"CONTRACTS.md"}) == [design_note, *issues, elsewhere]
+    assert outside_references("docs/CONTRACTS.md, an issue of 2 tables, tissue 5", {"CONTRACTS.md"}) == []
+
+
+def test_the_python_files_checked_are_the_products_and_the_tests():
+    """Given the repository, Then the Python files the rule reads include a module of each product folder and
+    this test file, and nothing of a virtual environment."""
+    files = {str(p.relative_to(REPO)) for p in python_files()}
+    assert {
+        "spark_jobs/lakehouse/apply/cdc.py",
+        "functions/queue_drain/drain.py",
+        "functions/shared/lake_contracts/names.py",
+        "localaws/demo.py",
+        "tools/verify.py",
+        "deploy/preflight.py",
+        "bench/cost_model.py",
+        "tests/unit/docs/test_docs_resolve.py",
+    } <= files
+    assert not any(name.startswith(".venv") for name in files)
+
+
 @pytest.mark.parametrize("doc", DOCS, ids=doc_id)
 def test_no_doc_names_what_is_outside_the_repository(doc: Path):
-    """A design note outside the repository (`DESIGN.md`), an issue number of a tracker the repository does not
-    hold ("issue 16"): a reader of the repository cannot follow them."""
-    text = doc.read_text()
-    outside = re.findall(r"DESIGN\.md|\bissues? ?#?\d+\b|\bissue-\d+\b", text, flags=re.I)
-    markdown_named = {m for m in re.findall(r"\b[\w-]+\.md\b", text)}
-    known = {p.name for p in REPO.glob("*.md")} | {p.name for p in REPO.glob("*/*.md")}
-    assert outside == [] and markdown_named - known == set()
+    """A design note outside the repository, an issue number of a tracker the repository does not hold: a reader
+    of the repository cannot follow them."""
+    assert outside_references(doc.read_text(), set(repository_markdown())) == []
+
+
+def test_no_python_file_names_what_is_outside_the_repository():
+    """The same rule for the code, its comments and docstrings, and the tests: every Python file of the product
+    and the tests."""
+    known = set(repository_markdown())
+    found = {
+        str(path.relative_to(REPO)): outside
+        for path in python_files()
+        if (outside := outside_references(path.read_text(encoding="utf-8"), known))
+    }
+    assert found == {}

@@ -1,4 +1,4 @@
-"""Issue 29: the contracts the Lambdas share are defined once (functions/shared/lake_contracts) and built into
+"""The contracts the Lambdas share are defined once (functions/shared/lake_contracts) and built into
 every function as the layer LakeContractsLayer; no function keeps a copy of them."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_every_function_gets_the_contracts_layer_built_from_the_shared_folder(te
 def test_a_function_imports_only_contracts_that_exist_and_keeps_no_copy_of_them(folder: Path):
     """Given a function's code, Then every `lake_contracts` name it imports is defined there, it has no
     `lake_contracts` of its own (which would shadow the layer's), and it defines none of the shared names
-    itself (the copies issue 29 removed: error codes, the conditional delete, name encoding, the manifest...)."""
+    itself (the copies the layer replaced: error codes, the conditional delete, name encoding, the manifest...)."""
     assert not (folder / "lake_contracts").exists()
     for source in sorted(folder.glob("*.py")):
         tree = ast.parse(source.read_text())

@@ -1,6 +1,6 @@
 """The DMS progress Lambda during CDC (action `health`) and a full load DMS errored on (TablesErrored).
 
-Issue 25: a task that stops or fails during CDC writes no file, so nothing downstream notices; a table DMS
+A task that stops or fails during CDC writes no file, so nothing downstream notices; a table DMS
 errored on during the full load has no LOAD file and was marked loaded and empty.
 """
 

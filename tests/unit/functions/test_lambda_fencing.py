@@ -1,4 +1,4 @@
-"""Issue 27: the drain's and the acknowledge's writes are fenced without reserved concurrency (moto).
+"""The drain's and the acknowledge's writes are fenced without reserved concurrency (moto).
 
 A drain writes only while its execution holds the lease, while it is the newest drain of that execution, and
 only onto the manifest version it wrote last; the acknowledge retires only the version the drain handed out,

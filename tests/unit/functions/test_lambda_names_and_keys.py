@@ -1,4 +1,4 @@
-"""Issue 26: object keys of EventBridge events and table names in reload requests, end to end (moto).
+"""Object keys of EventBridge events and table names in reload requests, end to end (moto).
 
 An EventBridge "Object Created" event does not encode its key as S3 notifications do (docs/CONTRACTS.md,
 "Object keys in events"): the drain percent-decodes it with `+` kept literal, and takes the reading of the key
@@ -31,7 +31,7 @@ FUNCTIONS = Path(__file__).resolve().parents[3] / "functions"
 
 # How each source writes `detail.object.key` (lake_contracts/names.py, the comment above decode_key):
 ENCODINGS = {
-    # AWS (issue 26, a recorded event): percent-encoding of a URL path; `+` and `:` are left as they are
+    # AWS (a recorded event): percent-encoding of a URL path; `+` and `:` are left as they are
     "aws path encoding": lambda key: quote(key, safe="/+:"),
     # LocalStack 2026.3 EventBridgeNotifier: urllib.parse.quote(key) (a `+` is %2B)
     "localstack quote": lambda key: quote(key),
@@ -110,15 +110,15 @@ def test_keys_with_plus_percent_space_colon_and_unicode_are_batched_by_their_rea
 
 def test_the_decoding_rule_keeps_a_plus_and_decodes_percent_escapes():
     """Given keys as AWS encodes them in EventBridge events (space `%20`, `+` as is), When decoded by the
-    rule alone, Then `+` stays a plus (the notification rule would make it a space: issue 26)."""
+    rule alone, Then `+` stays a plus (the notification rule would make it a space)."""
     assert decode_key("dms/sales/plus+sign/a%20b.csv") == "dms/sales/plus+sign/a b.csv"
     assert decode_key("dms/sales/per%252Bcent/%C3%BC.csv") == "dms/sales/per%2Bcent/ü.csv"
 
 
 def test_powertools_reading_of_the_key_is_not_the_eventbridge_rule_so_the_drain_decodes_it_itself():
-    """Issue 29 asked whether Powertools' S3 EventBridge model can replace `decode_key`. Given an event whose
+    """Whether Powertools' S3 EventBridge model can replace `decode_key`. Given an event whose
     key AWS encoded as a URL path (`plus+sign`, a space as `%20`), When Powertools' data class reads the key,
-    Then it applies the notification rule (`+` becomes a space: the bug of issue 26), while its parser model
+    Then it applies the notification rule (`+` becomes a space), while its parser model
     (which the drain validates the event with) carries the key as sent, and the drain's parse gives the real
     key. So the drain keeps Powertools for the event and the shared rule (lake_contracts.names) for the key."""
     from aws_lambda_powertools.utilities.data_classes import S3EventBridgeNotificationEvent

@@ -1,4 +1,4 @@
-"""Issue 29: each function reads its environment once, as a typed model validated at cold start. A missing or
+"""Each function reads its environment once, as a typed model validated at cold start. A missing or
 malformed variable fails the init (the import of app.py) with the variable's name, never an empty string or a
 silent default discovered at the first call."""
 

@@ -1,4 +1,4 @@
-"""Issues 25 (item 5) and 27: corrupt state objects are named and set aside, never stop everything; changes
+"""Corrupt state objects are named and set aside, never stop everything; changes
 skipped as older are published; a moved-aside batch is not requeued past TombstoneRetentionDays (moto)."""
 
 from __future__ import annotations

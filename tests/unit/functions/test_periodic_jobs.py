@@ -1,5 +1,5 @@
 """The history guard's answer about the loop's periodic jobs (functions/history_guard/periodic.py): is the
-reconcile or the raw zone audit due, from the jobs' own run history (issue 25)."""
+reconcile or the raw zone audit due, from the jobs' own run history."""
 
 from __future__ import annotations
 

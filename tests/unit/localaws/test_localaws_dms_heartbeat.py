@@ -1,4 +1,4 @@
-"""HeartbeatEnable on the local DMS's PostgreSQL source (issue 25), on a real PostgreSQL 16 server: a quiet
+"""HeartbeatEnable on the local DMS's PostgreSQL source, on a real PostgreSQL 16 server: a quiet
 replicated schema while the server writes WAL elsewhere. Without the heartbeat the task's slot confirms
 nothing and retains that WAL for ever (AWS DMS does the same: its documented fix is HeartbeatEnable); with it,
 the slot moves on, and never past a change of the task's."""

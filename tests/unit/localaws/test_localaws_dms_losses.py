@@ -1,4 +1,4 @@
-"""The local DMS loses what AWS DMS loses (issue 25): TRUNCATE on a PostgreSQL source is never written, and an
+"""The local DMS loses what AWS DMS loses: TRUNCATE on a PostgreSQL source is never written, and an
 UPDATE or DELETE of a table without a primary key (and without REPLICA IDENTITY FULL) is dropped with a warning
 naming table and position; `LOCALAWS_DMS_LENIENT=1` writes those UPDATEs and DELETEs as before.
 

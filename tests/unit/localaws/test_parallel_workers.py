@@ -1,4 +1,4 @@
-"""The suite in parallel (`make test`: pytest-xdist, `--dist loadgroup`): what shares a server keeps to one
+"""The suite in parallel (`make test`: pytest-xdist, `--dist loadscope`): what shares a server keeps to one
 worker, each worker runs its local AWS on a port of its own, and the workers deploy one `sam build`."""
 
 from __future__ import annotations

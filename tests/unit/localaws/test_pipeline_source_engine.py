@@ -1,5 +1,5 @@
 """The local pipeline deploys the stack for its source: a MySQL source's stack gets `SourceEngine=mysql`, so the
-deployed reconcile job reads it with MySQL's SQL and a `jdbc:mysql` URL built from its secret (issue 31);
+deployed reconcile job reads it with MySQL's SQL and a `jdbc:mysql` URL built from its secret;
 the other sources keep the template's default, `postgresql`."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One consistent moment across tables (issue 30 item 3) and freshness per table (item 2), end to end on
+"""One consistent moment across tables and freshness per table, end to end on
 Spark: a generated source, its full load, a workload whose DMS files are delivered shuffled in batches, one
 source transaction's two files split across batches in the wrong order. After every batch the CDC run's
 measurement records a consistent point and the refine job reads the clean tables there.

@@ -1,4 +1,5 @@
-"""The CDC correctness rules of DESIGN.md, each proven on a whole table ordered by key."""
+"""The CDC correctness rules (docs/CONTRACTS.md, "Exactly once, in any order"), each proven on a whole table
+ordered by key."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The CDC job measures freshness and the consistent point after its run (issue 30 items 2, 3): the run
+"""The CDC job measures freshness and the consistent point after its run: the run
 report's `freshness`, the `lake_freshness` table, `consistent_points`, the commits' summaries."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Row history (SCD type 2, issue 30 item 1) on whole tables: the history table equals an oracle built from
+"""Row history (SCD type 2) on whole tables: the history table equals an oracle built from
 every change delivered so far, whatever the order, with late files, replays, retries, deletes and
 re-inserts, a reload, and a failure between the history's commit and the clean table's."""
 

@@ -1,4 +1,4 @@
-"""Row history (issue 30) where names collide and where tables are changed outside the loop: a source table
+"""Row history where names collide and where tables are changed outside the loop: a source table
 named like another one's history keeps its own rows (the histories have their own namespace), and the
 repairs (the reconcile's emptying of a table whose source is empty, the re-application of a quarantined
 file) keep the history equal to what the table went through, --history_tables given or not."""

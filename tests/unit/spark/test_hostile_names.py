@@ -1,4 +1,4 @@
-"""Issue 26: any name a source database accepts round-trips through the jobs, or is refused clearly.
+"""Any name a source database accepts round-trips through the jobs, or is refused clearly.
 
 Source schema and table names reach SQL (identifiers, properties, comments), Spark's file reader (paths),
 the raw zone's listing (prefixes) and the state tables (ledger, tombstones, quarantine). One run of the

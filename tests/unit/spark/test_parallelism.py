@@ -1,4 +1,4 @@
-"""Parallelism from the cluster and the data (issue 28, item 1): shuffle partitions derived from the executors
+"""Parallelism from the cluster and the data: shuffle partitions derived from the executors
 a job has (Spark's own settings as Glue, EMR Serverless or a local master set them, else the Glue job's
 worker type and count), overridable by `--shuffle_partitions`; adaptive execution coalesces small shuffles
 by size, so a small batch on a large cluster runs few tasks."""

@@ -1,4 +1,4 @@
-"""Raw zone <-> ledger (issue 25): a CDC file whose event never reached the queue is found, re-enqueued as
+"""Raw zone <-> ledger: a CDC file whose event never reached the queue is found, re-enqueued as
 the event EventBridge would have delivered, counted and applied; nothing else is re-sent.
 
 S3, SQS and CloudWatch are moto's; the storage layer's S3 client is moto's too (`storage._s3_client`), so

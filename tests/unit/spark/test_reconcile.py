@@ -1,4 +1,4 @@
-"""Source ↔ lake reconciliation (issue 25) against a real PostgreSQL server read through Spark's JDBC source.
+"""Source ↔ lake reconciliation against a real PostgreSQL server read through Spark's JDBC source.
 
 The lake side is built by the pipeline itself: the source's rows as DMS writes them (LOAD files) go through
 the full load, so the canonical texts of both sides are checked against what the pipeline really stores."""

@@ -1,5 +1,5 @@
 # ruff: noqa: F811 (pg: the PostgreSQL fixture of test_reconcile, taken as an argument)
-"""What reconciling costs the source (issue 25): PostgreSQL reads each level's key ranges, not the table.
+"""What reconciling costs the source: PostgreSQL reads each level's key ranges, not the table.
 
 The rows PostgreSQL's scans of a table returned are its statistics counters (`pg_stat_user_tables`:
 `seq_tup_read` + `idx_tup_fetch`), read after the reconcile's JDBC connections have closed (a backend flushes

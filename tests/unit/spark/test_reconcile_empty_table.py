@@ -1,4 +1,4 @@
-"""Reconcile repair of a table the source left EMPTY (issue 25): DMS's reload of an empty table writes no LOAD
+"""Reconcile repair of a table the source left EMPTY: DMS's reload of an empty table writes no LOAD
 file, so no reload ever reaches the lake; the reconcile empties the clean table itself, as a reload with no
 rows would (a floor placed at the check: older changes stay out, newer ones apply)."""
 

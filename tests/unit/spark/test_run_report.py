@@ -1,4 +1,4 @@
-"""Issue 29: the steps of a table's apply return their figures; one place composes the table's report from them
+"""The steps of a table's apply return their figures; one place composes the table's report from them
 (`run_report.table_report`) and `ApplyRun.run_tables` reports every table, a failed one with the figures of the
 steps it completed. Pure: no Spark session (`ApplyRun.run_tables` needs none)."""
 

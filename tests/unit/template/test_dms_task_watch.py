@@ -1,4 +1,4 @@
-"""DMS health during CDC (issue 25) and the full-load wait's history guard (issue 27), as the template and the
+"""DMS health during CDC and the full-load wait's history guard, as the template and the
 state machine promise them. The Lambda's side is tested in tests/unit/functions/test_dms_task_health.py."""
 
 from __future__ import annotations

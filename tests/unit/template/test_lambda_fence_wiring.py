@@ -1,4 +1,4 @@
-"""The template and both state machines wire the Lambdas' fence, alarms and permissions (issues 25, 27, 28)."""
+"""The template and both state machines wire the Lambdas' fence, alarms and permissions."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def test_the_acknowledge_gets_the_handed_out_version_and_the_execution_and_a_los
 
 
 def test_the_full_load_job_gets_the_reload_tables_as_the_reloads_function_writes_them(asl):
-    """--tables is the reloads function's `tables_argument` (a JSON array since issue 26)."""
+    """--tables is the reloads function's `tables_argument` (a JSON array)."""
     assert (
         asl["States"]["RunReload"]["Parameters"]["Arguments"]["--tables.$"]
         == "$.reload.value.tables_argument"

@@ -1,4 +1,4 @@
-"""deploy.preflight (issue 28, item 6): a deploy with EnableLakeFormation or EnableQuickSight whose
+"""deploy.preflight: a deploy with EnableLakeFormation or EnableQuickSight whose
 prerequisites are missing is refused before anything is created, saying what to do."""
 
 from __future__ import annotations

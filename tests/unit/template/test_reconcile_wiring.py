@@ -1,4 +1,4 @@
-"""Issue 25 in production: the deployed stack runs the source <-> lake reconcile and the raw zone audit by
+"""Reconcile and raw zone audit in production: the deployed stack runs the source <-> lake reconcile and the raw zone audit by
 itself (the loop starts them when the history guard says they are due), with the permissions, the source
 connection and the alarms they need. The jobs' behaviour is tested in tests/unit/spark; the deployed loop on
 the local AWS in tests/integration/pipeline/test_pipeline_reconcile.py."""

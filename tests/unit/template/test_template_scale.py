@@ -1,4 +1,4 @@
-"""Scale and deploy blockers (issue 28, items 1 and 6): the jobs' parallelism reaches both engines, switching
+"""Scale and deploy blockers: the jobs' parallelism reaches both engines, switching
 SparkEngine on a stack cannot collide on a name, one Iceberg runtime on Glue (the one the tests run), the EMR
 application's architecture pinned with its image, a CsvNullValue the EMR definition cannot hold refused."""
 

@@ -1,4 +1,4 @@
-"""Safe to run unattended (issue 13): what the template and the state machine promise an operator.
+"""Safe to run unattended: what the template and the state machine promise an operator.
 
 Each test names the failure it rules out; the Lambdas' behaviour is tested on moto in tests/unit/functions.
 """
