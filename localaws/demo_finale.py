@@ -32,9 +32,9 @@ def finale(pipeline: LocalPipeline, app: AppHandles, started: float, workdir: Pa
     """Refine once more, one maintenance pass, the refined check, the BI queries and the dashboard."""
     from lakehouse.audit.freshness import describe
 
-    from tools.asl_engine import load_template
     from tools.bi import load_queries, run_query, spark_names, timestamp_as_of
     from tools.dashboard import collect_figures, run_metrics, write_dashboard
+    from tools.emr_serverless_asl import load_template
 
     executions = _wait_for_rollover(pipeline, timeout=45)
     step(

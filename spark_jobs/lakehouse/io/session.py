@@ -101,8 +101,8 @@ def iceberg_runtime_jar() -> str:
 
 def catalog_conf(config: LakeConfig) -> dict[str, str]:
     """Spark settings of the Iceberg catalog. Glue: GlueCatalog + S3FileIO; local: a hadoop warehouse.
-    On EMR Serverless the same settings also go on the spark-submit line (tools/asl_engine.py derives them
-    from this function), where the Iceberg extensions must be before the session exists."""
+    On EMR Serverless the same settings also go on the spark-submit line (tools/emr_serverless_asl.py derives
+    them from this function), where the Iceberg extensions must be before the session exists."""
     prefix = f"spark.sql.catalog.{config.catalog_name}"
     conf = {
         prefix: "org.apache.iceberg.spark.SparkCatalog",

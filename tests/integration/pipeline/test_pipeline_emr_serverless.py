@@ -21,7 +21,7 @@ def test_on_emr_serverless_the_full_load_and_cdc_batches_bring_the_clean_zone_to
     make_pipeline,
 ) -> None:
     """Given the stack deployed with SparkEngine=emr-serverless (an EMR Serverless application, its job role
-    and the state machine tools/asl_engine.py derives from the Glue one),
+    and the state machine tools/emr_serverless_asl.py derives from the Glue one),
     When DMS loads the source and a workload of inserts, updates and deletes follows,
     Then the full load and the CDC batches run as job runs of the application (named after the Glue jobs,
     all SUCCESS; the Glue jobs never run), and every clean table equals its source."""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.functions.conftest import FUNCTIONS, REPO
-from tools.asl_engine import load_template
+from tools.emr_serverless_asl import load_template
 
 SHARED = FUNCTIONS / "shared"
 CONTRACTS = SHARED / "lake_contracts"

@@ -12,7 +12,7 @@ import boto3
 import pytest
 
 from tests.unit.functions.conftest import FakeContext
-from tools.asl_engine import load_template
+from tools.emr_serverless_asl import load_template
 
 ARTIFACTS = "dev-artifacts"
 KEY = "locks/pipeline-lease.json"

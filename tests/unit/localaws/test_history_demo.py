@@ -11,7 +11,7 @@ import pytest
 from lakehouse.base.config import LakeConfig
 
 from localaws import history_demo
-from tools.asl_engine import load_template
+from tools.emr_serverless_asl import load_template
 
 LAKE = LakeConfig(catalog_name="local_glue", clean_database="demo_clean")
 NAMES = {"history_db": "local_glue.demo_clean_history", "SourceSchema": "public"}

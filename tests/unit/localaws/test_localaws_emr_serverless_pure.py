@@ -18,9 +18,9 @@ from localaws_plugin.emr_serverless_runs import (
     step_functions_error,
 )
 
-from tools import asl_engine
+from tools import emr_serverless_asl
 
-EMR_ASL = json.loads(asl_engine.EMR_ASL.read_text())
+EMR_ASL = json.loads(emr_serverless_asl.EMR_ASL.read_text())
 
 
 def test_spark_submit_parameters_name_the_libraries_jars_and_settings():
@@ -137,7 +137,7 @@ def test_the_api_shape_has_every_member_getjobrun_requires():
 
 def test_step_functions_names_api_errors_as_aws_does():
     assert step_functions_error("ValidationException") == "EMRServerless.ValidationException"
-    assert set(asl_engine.GLUE_TO_EMR_ERRORS.values()) == {
+    assert set(emr_serverless_asl.GLUE_TO_EMR_ERRORS.values()) == {
         step_functions_error(code)
         for code in ("ConflictException", "ThrottlingException", "InternalServerException")
     }

@@ -21,8 +21,8 @@ from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
 from tests.support import DmsWriter, manifest, rows_of, snapshot_count
 from tests.unit.spark.test_history_rules import T0, Change, current_rows, history_order, oracle_history
-from tools.asl_engine import load_template
 from tools.dms_csv import write_dms_csv
+from tools.emr_serverless_asl import load_template
 
 pytestmark = pytest.mark.spark
 

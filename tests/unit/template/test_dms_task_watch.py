@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from tests.unit.template.test_template import _evaluate, _route
-from tools.asl_engine import REPO
+from tools.emr_serverless_asl import REPO
 
 STEP_FUNCTIONS_HISTORY_LIMIT = 25_000
 TASK_ARN = {"Fn::If": ["CreateDms", {"Ref": "DmsReplicationTask"}, {"Ref": "DmsReplicationTaskArn"}]}

@@ -1,6 +1,7 @@
 """SparkEngine: one template, two engines. With `glue` (the default) the stack is what it always was; with
 `emr-serverless` the same four jobs run as job runs of one EMR Serverless application, started by a state
-machine derived from the Glue one (tools/asl_engine.py), with the same arguments, data access and failures."""
+machine derived from the Glue one (tools/emr_serverless_asl.py), with the same arguments, data access and
+failures."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from typing import Any
 import pytest
 
 from tests.unit.template.test_template import ASL, TEMPLATE
-from tools import asl_engine
+from tools import emr_serverless_asl
 
-EMR_ASL = asl_engine.EMR_ASL
+EMR_ASL = emr_serverless_asl.EMR_ASL
 GLUE_SYNC = "arn:aws:states:::glue:startJobRun.sync"
 EMR_SYNC = "arn:aws:states:::emr-serverless:startJobRun.sync"
 JOB_TASKS = {
@@ -77,9 +78,10 @@ def _entry_point_arguments(spark_submit: dict[str, Any]) -> list[tuple[str, bool
 # ---------------------------------------------------------------- the derived definition
 def test_the_emr_definition_is_generated_from_the_glue_one_and_up_to_date():
     """Given pipeline.asl.json and template.yaml, Then the checked-in EMR Serverless definition is exactly what
-    tools/asl_engine.py derives from them (edit the Glue definition or the Glue jobs, then regenerate)."""
-    assert EMR_ASL.read_text() == asl_engine.generate(TEMPLATE, ASL), (
-        f"{EMR_ASL.name} is out of date: run `.venv/bin/{asl_engine.REGENERATE}`"
+    tools/emr_serverless_asl.py derives from them (edit the Glue definition or the Glue jobs, then
+    regenerate)."""
+    assert EMR_ASL.read_text() == emr_serverless_asl.generate(TEMPLATE, ASL), (
+        f"{EMR_ASL.name} is out of date: run `.venv/bin/{emr_serverless_asl.REGENERATE}`"
     )
 
 
@@ -103,7 +105,8 @@ def test_the_emr_definition_is_the_glue_one_with_its_job_runs_on_emr_serverless(
         for key in ("Next", "Catch", "ResultPath", "Comment", "Type"):
             assert emr_state.get(key) == glue_state.get(key), (name, key)
         assert [r["ErrorEquals"] for r in emr_state["Retry"]] == [
-            [asl_engine.GLUE_TO_EMR_ERRORS.get(e, e) for e in r["ErrorEquals"]] for r in glue_state["Retry"]
+            [emr_serverless_asl.GLUE_TO_EMR_ERRORS.get(e, e) for e in r["ErrorEquals"]]
+            for r in glue_state["Retry"]
         ]
         for glue_retrier, emr_retrier in zip(glue_state["Retry"], emr_state["Retry"], strict=True):
             assert {k: v for k, v in emr_retrier.items() if k != "ErrorEquals"} == {
@@ -114,7 +117,7 @@ def test_the_emr_definition_is_the_glue_one_with_its_job_runs_on_emr_serverless(
 def test_emr_refusals_to_start_a_run_are_retried_longer_than_a_failed_run(emr_asl):
     """As on Glue: EMR Serverless refusing to start a load or a CDC run (throttling, an internal error, an
     application not accepting runs) is retried for about 85 minutes without costing the batch a run."""
-    refusals = set(asl_engine.GLUE_TO_EMR_ERRORS.values())
+    refusals = set(emr_serverless_asl.GLUE_TO_EMR_ERRORS.values())
     for name in ("RunFullLoad", "RunCdc", "RunReload"):
         first, *rest = emr_asl["States"][name]["Retry"]
         assert set(first["ErrorEquals"]) == refusals and first["MaxAttempts"] == 12, name
@@ -347,7 +350,7 @@ def test_emr_serverless_needs_a_python_3_11_image_and_a_delimiter_the_definition
     image = template["Parameters"]["EmrImageUri"]
     assert re.fullmatch(image["AllowedPattern"], SAMPLE_IMAGE)
     assert not re.fullmatch(image["AllowedPattern"], "python:3.11")
-    dockerfile = (Path(asl_engine.REPO) / "deploy" / "emr-serverless" / "Dockerfile").read_text()
+    dockerfile = (Path(emr_serverless_asl.REPO) / "deploy" / "emr-serverless" / "Dockerfile").read_text()
     assert "FROM --platform=linux/amd64 public.ecr.aws/emr-serverless/spark/${EMR_RELEASE}:" in dockerfile
     assert f"ARG EMR_RELEASE={template['Parameters']['EmrReleaseLabel']['Default']}" in dockerfile
     assert "dnf install -y python3.11" in dockerfile and dockerfile.rstrip().endswith("USER hadoop:hadoop")

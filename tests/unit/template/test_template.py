@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tools.asl_engine import load_template
+from tools.emr_serverless_asl import load_template
 
 REPO = Path(__file__).resolve().parents[3]
 TEMPLATE = REPO / "template.yaml"

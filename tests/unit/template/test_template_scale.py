@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from lakehouse.base.config import GLUE_WORKER_VCPUS, executor_cores, shuffle_partitions_for
 
 from tests.unit.template.test_template import REPO
-from tools import asl_engine
+from tools import emr_serverless_asl
 
-EMR_ASL = asl_engine.EMR_ASL
+EMR_ASL = emr_serverless_asl.EMR_ASL
 ENGINES = ("glue", "emr-serverless")
 ENGINE_CONDITION = {"glue": "UseGlue", "emr-serverless": "UseEmrServerless"}
 
@@ -53,7 +53,7 @@ def test_the_emr_runs_carry_the_same_parallelism_and_no_constant(template):
     """Given the EMR definition, Then every run passes `--shuffle_partitions ${ShufflePartitions}` (a
     substitution of the EMR state machine) and no spark-submit line fixes spark.sql.shuffle.partitions."""
     emr = json.loads(EMR_ASL.read_text())
-    runs = [s for s in emr["States"].values() if s.get("Resource") == asl_engine.EMR_SYNC]
+    runs = [s for s in emr["States"].values() if s.get("Resource") == emr_serverless_asl.EMR_SYNC]
     assert len(runs) >= 4
     for run in runs:
         submit = run["Parameters"]["JobDriver"]["SparkSubmit"]
@@ -220,7 +220,7 @@ def test_glue_runs_one_iceberg_the_pinned_runtime_the_tests_run_on(template):
         )
     emr = json.loads(EMR_ASL.read_text())
     for state in emr["States"].values():
-        if state.get("Resource") == asl_engine.EMR_SYNC:
+        if state.get("Resource") == emr_serverless_asl.EMR_SYNC:
             submit = state["Parameters"]["JobDriver"]["SparkSubmit"]["SparkSubmitParameters"]
             assert f"--jars s3://${{ArtifactsBucket}}/{iceberg_jar_key()}" in submit
 
@@ -301,7 +301,7 @@ def _definition_with(value: str) -> str:
 def _null_values_passed(definition: str) -> list[str]:
     values = []
     for state in json.loads(definition)["States"].values():
-        if state.get("Resource") != asl_engine.EMR_SYNC:
+        if state.get("Resource") != emr_serverless_asl.EMR_SYNC:
             continue
         submit = state["Parameters"]["JobDriver"]["SparkSubmit"]
         items = submit.get("EntryPointArguments") or _intrinsic_items(submit["EntryPointArguments.$"])

@@ -1,8 +1,8 @@
 """Derive the EMR Serverless state machine from the Glue one (`statemachine/pipeline.asl.json` stays the
 single source of truth):
 
-    python -m tools.asl_engine            # writes statemachine/pipeline.emr-serverless.asl.json
-    python -m tools.asl_engine --check    # exit 1 when the checked-in file is out of date
+    python -m tools.emr_serverless_asl            # writes statemachine/pipeline.emr-serverless.asl.json
+    python -m tools.emr_serverless_asl --check    # exit 1 when the checked-in file is out of date
 
 Every `glue:startJobRun.sync` task becomes an `emr-serverless:startJobRun.sync` task that runs the same entry
 script with the same arguments:
@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 TEMPLATE = REPO / "template.yaml"
 GLUE_ASL = REPO / "statemachine" / "pipeline.asl.json"
 EMR_ASL = REPO / "statemachine" / "pipeline.emr-serverless.asl.json"
-REGENERATE = "python -m tools.asl_engine"
+REGENERATE = "python -m tools.emr_serverless_asl"
 
 GLUE_SYNC = "arn:aws:states:::glue:startJobRun.sync"
 EMR_SYNC = "arn:aws:states:::emr-serverless:startJobRun.sync"
