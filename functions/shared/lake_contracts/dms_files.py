@@ -9,7 +9,7 @@ CDC: `<prefix>/<schema>/<table>/[<date folders>/]<YYYYMMDD-HHMMSS…>.csv`, orde
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -88,12 +88,24 @@ def trailing_date_folders(folders: Sequence[str]) -> int:
     return dated
 
 
-def parse_dms_key(uri: str, size: int = 0, known: Callable[[str, str], bool] | None = None) -> DmsFile:
+KnownTable = Callable[[str, str], bool]  # (schema, table) -> whether the schema file has `schema.table`
+
+
+def known_tables(qualified_names: Iterable[str]) -> KnownTable:
+    """The `known` rule of `parse_dms_key` for the tables a schema file names (`schema.table`, any case: the
+    schema file's own lookup ignores case)."""
+    names = {name.lower() for name in qualified_names}
+    return lambda schema, table: f"{schema}.{table}".lower() in names
+
+
+def parse_dms_key(uri: str, size: int = 0, known: KnownTable | None = None) -> DmsFile:
     """Classify `…/<schema>/<table>/[<date folders>/]<LOADxxxxxxxx|YYYYMMDD-HHMMSS…>.<csv[.gz]|parquet>`.
 
     A table may be named like a date folder (`sales/2024_01/`): the key alone can't tell. With `known`
     (whether the schema file has `schema.table`), the reading with the most date folders whose table is
-    known wins; without it, or when none is known, every folder shaped like a date is a date folder."""
+    known wins; without it, or when none is known, every folder shaped like a date is a date folder. Every
+    reader of a key passes the same rule (`known_tables` of the schema file), so a key names one table
+    everywhere: in the CDC run, its ledger, the raw audit, the reconcile and the consistent points."""
     parts = uri.rstrip("/").split("/")
     name, folders = parts[-1], parts[:-1]
     load = LOAD_FILE.match(name)

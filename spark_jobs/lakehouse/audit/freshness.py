@@ -198,7 +198,7 @@ def unapplied_by_table(
     in the raw zone then, lakehouse.audit.consistent), so the ledger is asked about the recent files only."""
     files = [
         f
-        for f in raw_zone.list_raw_files(raw_path, config.s3_endpoint_url)
+        for f in raw_zone.list_raw_files(raw_path, config.s3_endpoint_url, raw_zone.known_of(schema))
         if after is None or f.written_at > after
     ]
     view = raw_zone.read_lake_view(spark, config, files, schema)

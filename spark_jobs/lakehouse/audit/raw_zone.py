@@ -24,213 +24,30 @@ load reads them by listing. Keys that are no DMS file are not the pipeline's.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
-import uuid
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
-from urllib.parse import quote, urlparse
+from typing import Any
 
-from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
+from lake_contracts.dms_files import KnownTable, known_tables
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.audit.raw_files import STATUSES, RawFile, classify, list_raw_files
+from lakehouse.audit.resend_event import recovery_message, recovery_round
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.frames import literal_frame
 from lakehouse.io.iceberg import LOAD_ENDED, LOAD_STARTED, table_exists, table_properties
-from lakehouse.io.storage import is_missing, list_objects, read_json, split_s3
+from lakehouse.io.storage import is_missing, list_objects, read_json
 
 log = logging.getLogger(__name__)
 
-Status = Literal["applied", "quarantined", "superseded", "pending", "moved_aside", "young", "lost"]
-STATUSES: tuple[Status, ...] = (
-    "applied",
-    "quarantined",
-    "superseded",
-    "pending",
-    "moved_aside",
-    "young",
-    "lost",
-)
-# The EventBridge rule's SqsParameters (template.yaml, CdcFileCreatedRule): one group, arrival order.
-MESSAGE_GROUP_ID = "dms-cdc-files"
 METRICS_NAMESPACE = "DmsIcebergLake"
 METRICS_SERVICE = "raw-audit"
 SAMPLE_SIZE = 20
-
-
-@dataclass(frozen=True)
-class RawFile:
-    """A CDC file of the raw zone, as its key and its listing tell it."""
-
-    uri: str
-    table: str  # `<schema>.<table>` as DMS spells its folders
-    name: str
-    written_at: datetime  # UTC, naive: the time in its name (DMS's clock)
-    size: int = 0
-    landed_at: datetime | None = None  # UTC, naive: S3's LastModified
-
-    @property
-    def table_key(self) -> str:
-        return self.table.lower()
-
-    @property
-    def age_from(self) -> datetime:
-        """When the file can last have been announced: the later of its name's time and its landing."""
-        return max(self.written_at, self.landed_at) if self.landed_at else self.written_at
-
-
-def raw_cdc_files(objects: Iterable[tuple[str, int, datetime | None]]) -> list[RawFile]:
-    """The CDC files among listed objects (uri, size, last modified): LOAD files and keys that are not DMS
-    files are left out."""
-    found = []
-    for uri, size, modified in objects:
-        try:
-            file = parse_dms_key(uri, size)
-        except NotADmsFileError:
-            continue
-        if file.is_full_load or file.written_at is None:
-            continue
-        found.append(RawFile(uri, file.qualified_table, file.name, file.written_at, size, modified))
-    return sorted(found, key=lambda f: (f.written_at, f.uri))
-
-
-def classify(
-    raw_files: Sequence[RawFile],
-    applied: Collection[tuple[str, str]],
-    pending: Collection[str],
-    moved_aside: Collection[str],
-    quarantined: Collection[str],
-    loaded_at: Mapping[str, datetime],
-    now: datetime,
-    grace: timedelta,
-) -> list[tuple[RawFile, Status]]:
-    """Each file with its status (module docstring), the first that holds in that order.
-
-    `applied`: (lower-case `<schema>.<table>`, file name) of the ledger; `pending`, `moved_aside`,
-    `quarantined`: file URIs; `loaded_at`: lower-case table -> when DMS had written its last (re)load;
-    `now`: UTC (naive or aware)."""
-    moment = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now
-    ledger = {(table.lower(), name) for table, name in applied}
-    sorted_out: list[tuple[RawFile, Status]] = []
-    for file in raw_files:
-        status: Status
-        reloaded = loaded_at.get(file.table_key)
-        if (file.table_key, file.name) in ledger:
-            status = "applied"
-        elif file.uri in quarantined:
-            status = "quarantined"
-        elif reloaded is not None and file.written_at <= reloaded:
-            status = "superseded"
-        elif file.uri in pending:
-            status = "pending"
-        elif file.uri in moved_aside:
-            status = "moved_aside"
-        elif moment - file.age_from < grace:
-            status = "young"
-        else:
-            status = "lost"
-        sorted_out.append((file, status))
-    return sorted_out
-
-
-def unapplied_files(
-    raw_files: Sequence[RawFile],
-    applied: Collection[tuple[str, str]],
-    pending: Collection[str],
-    now: datetime,
-    grace: timedelta,
-    *,
-    moved_aside: Collection[str] = (),
-    quarantined: Collection[str] = (),
-    loaded_at: Mapping[str, datetime] | None = None,
-) -> list[RawFile]:
-    """The CDC files older than `grace` that nothing will apply: in no ledger, pending or moved-aside
-    manifest, not quarantined, not superseded by a reload."""
-    verdicts = classify(raw_files, applied, pending, moved_aside, quarantined, loaded_at or {}, now, grace)
-    return [file for file, status in verdicts if status == "lost"]
-
-
-# ------------------------------------------------------------------------------------- the re-sent event
-
-
-def encode_key(key: str) -> str:
-    """An object key as S3 event notifications carry it: URL-encoded. Every byte but unreserved characters
-    and `/` is percent-escaped (a space is `%20`, never `+`), so both form decoding (`+` as space) and plain
-    percent decoding give the key back."""
-    return quote(key, safe="/")
-
-
-def file_event(
-    bucket: str,
-    key: str,
-    size: int,
-    created: datetime,
-    account: str = "000000000000",
-    region: str = "us-east-1",
-) -> dict[str, Any]:
-    """The "Object Created" event EventBridge delivers for a new object (the FIFO queue's message body)."""
-    moment = created.astimezone(UTC) if created.tzinfo else created.replace(tzinfo=UTC)
-    identity = uuid.uuid5(uuid.NAMESPACE_URL, f"s3://{bucket}/{key}")
-    return {
-        "version": "0",
-        "id": str(identity),
-        "detail-type": "Object Created",
-        "source": "aws.s3",
-        "account": account,
-        "time": moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "region": region,
-        "resources": [f"arn:aws:s3:::{bucket}"],
-        "detail": {
-            "version": "0",
-            "bucket": {"name": bucket},
-            "object": {"key": encode_key(key), "size": size, "etag": "", "sequencer": ""},
-            "request-id": "raw-audit",
-            "requester": account,
-            "reason": "PutObject",
-        },
-    }
-
-
-def deduplication_id(uri: str, recovery_round: int) -> str:
-    """The same file in the same recovery round is one message (an audit retried within SQS's five-minute
-    deduplication window sends it once); the next round may send it again."""
-    return hashlib.sha256(f"{uri}#{recovery_round}".encode()).hexdigest()
-
-
-def recovery_round(now: datetime, grace: timedelta) -> int:
-    """Rounds are grace periods since the epoch: a lost file is re-sent at most once per round."""
-    moment = now if now.tzinfo else now.replace(tzinfo=UTC)
-    return int(moment.timestamp() // max(grace.total_seconds(), 1))
-
-
-def recovery_message(
-    file: RawFile, queue_url: str, recovery: int, region: str = "us-east-1"
-) -> dict[str, Any]:
-    """`sqs.send_message` arguments that re-enqueue a lost file as its EventBridge event."""
-    if not file.uri.startswith("s3://"):
-        raise ValueError(f"{file.uri}: only an S3 object has an S3 event to re-send")
-    bucket, key = split_s3(file.uri)
-    account = _account_of(queue_url)
-    event = file_event(bucket, key, file.size, file.landed_at or file.written_at, account, region)
-    return {
-        "QueueUrl": queue_url,
-        "MessageBody": json.dumps(event),
-        "MessageGroupId": MESSAGE_GROUP_ID,
-        "MessageDeduplicationId": deduplication_id(file.uri, recovery),
-        "MessageAttributes": {"recovered_by": {"DataType": "String", "StringValue": METRICS_SERVICE}},
-    }
-
-
-def _account_of(queue_url: str) -> str:
-    """https://sqs.<region>.amazonaws.com/<account>/<name> (LocalStack's URLs have the same path)."""
-    parts = [p for p in urlparse(queue_url).path.split("/") if p]
-    return parts[0] if len(parts) == 2 and parts[0].isdigit() else "000000000000"
 
 
 # ------------------------------------------------------------------------------------------------ I/O
@@ -280,10 +97,6 @@ class LakeView:
     applied: set[tuple[str, str]]
     quarantined: set[str]
     loaded_at: dict[str, datetime]
-
-
-def list_raw_files(raw_path: str, endpoint_url: str | None = None) -> list[RawFile]:
-    return raw_cdc_files((o.uri, o.size, o.last_modified) for o in list_objects(raw_path, endpoint_url))
 
 
 def manifest_files(prefix_uri: str, endpoint_url: str | None = None) -> set[str]:
@@ -356,6 +169,12 @@ def _schema(config: LakeConfig) -> SchemaFile | None:
     return SchemaFile.from_dict(read_json(config.schema_file, config.s3_endpoint_url))
 
 
+def known_of(schema: SchemaFile | None) -> KnownTable | None:
+    """How every reader of a DMS key tells a table named like a date folder from a date folder: by the
+    schema file's tables (`dms_files.known_tables`), as the CDC run reads the keys it applies."""
+    return known_tables(schema.tables) if schema is not None else None
+
+
 def _client(service: str, config: LakeConfig) -> Any:
     import boto3
 
@@ -384,11 +203,12 @@ def audit_raw_zone(
 
     begun = time.monotonic()
     moment = now or datetime.now(UTC)
-    files = list_raw_files(raw_path, config.s3_endpoint_url)
+    schema = _schema(config)
+    files = list_raw_files(raw_path, config.s3_endpoint_url, known_of(schema))
     prefix = manifest_prefix_uri.rstrip("/")
     pending = manifest_files(f"{prefix}/pending/", config.s3_endpoint_url)
     failed = manifest_files(f"{prefix}/failed/", config.s3_endpoint_url)
-    view = read_lake_view(spark, config, files, _schema(config))
+    view = read_lake_view(spark, config, files, schema)
     verdicts = classify(files, view.applied, pending, failed, view.quarantined, view.loaded_at, moment, grace)
     report = RawAuditReport(listed=len(files), recovery_round=recovery_round(moment, grace))
     report.counts |= Counter(status for _, status in verdicts)
@@ -462,12 +282,15 @@ def applied_everything_before(
 ) -> bool:
     """True when every CDC file DMS wrote before `moment` (by the time in its name, UTC) is applied,
     quarantined as a whole file, or superseded by a reload of its table. A pending or moved-aside file, a
-    file of a table the schema file lacks, or a file nothing knows makes it False."""
+    file of a table the schema file lacks, or a file nothing knows makes it False. Keys are read with the
+    schema file's tables (`known_of`), as the CDC run wrote them into the ledger."""
     cutoff = moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
-    files = [f for f in list_raw_files(raw_path, config.s3_endpoint_url) if f.written_at < cutoff]
+    schema = _schema(config)
+    listed = list_raw_files(raw_path, config.s3_endpoint_url, known_of(schema))
+    files = [f for f in listed if f.written_at < cutoff]
     if not files:
         return True
-    view = read_lake_view(spark, config, files, _schema(config))
+    view = read_lake_view(spark, config, files, schema)
     verdicts = classify(files, view.applied, (), (), view.quarantined, view.loaded_at, cutoff, timedelta(0))
     waiting = [f for f, status in verdicts if status not in ("applied", "quarantined", "superseded")]
     if waiting:

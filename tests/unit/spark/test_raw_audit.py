@@ -25,18 +25,14 @@ from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.ledger import LedgerEntry, StateTables
 from lakehouse.apply.quarantine import FileProblem, file_rejections, write_quarantine
-from lakehouse.audit.raw_zone import (
-    MESSAGE_GROUP_ID,
-    RawFile,
-    applied_everything_before,
-    audit_raw_zone,
-    encode_key,
-    file_event,
-    recovery_message,
-    unapplied_files,
-)
+from lakehouse.audit.consistent import Commit, complete_before, exact_intervals, latest_common_moment
+from lakehouse.audit.freshness import unapplied_by_table
+from lakehouse.audit.raw_files import RawFile, unapplied_files
+from lakehouse.audit.raw_zone import applied_everything_before, audit_raw_zone
+from lakehouse.audit.resend_event import MESSAGE_GROUP_ID, encode_key, file_event, recovery_message
 from lakehouse.io import storage
 from lakehouse.io.iceberg import LOAD_ENDED, create_table
+from lakehouse.reconcile.bisect import raw_caught_up
 from pyspark.sql import types as T
 
 from tests.offline_aws import offline_aws
@@ -462,3 +458,94 @@ def test_the_job_re_enqueues_reports_and_publishes(spark, config, aws, monkeypat
         lost.split("/", 3)[3]
     ]
     assert metric_sum("FilesRecovered") == 1
+
+
+# Tables named like DMS date folders (each in the schema file), with and without date folders below them; a
+# known table with a date-shaped date folder; and a date-shaped table the schema file does not know.
+DATE_NAMED = schema_of(
+    {
+        name: (["id"], [("id", "int"), ("name", "varchar(40)")])
+        for name in ("sales.2024_01", "sales.2024", "sales.01", "sales.2024_01_31", "2024.01", "sales.orders")
+    }
+)
+DATE_NAMED_KEYS = {  # key below the raw path -> the table the CDC run reads it as (its ledger's name)
+    "sales/2024_01/20261122-100001000.csv": "sales.2024_01",
+    "sales/2024/2026/11/22/20261122-100002000.csv": "sales.2024",
+    "sales/01/20261122-100003000.csv": "sales.01",
+    "sales/2024_01_31/2026-11-22/20261122-100004000.csv": "sales.2024_01_31",
+    "2024/01/20261122-100005000.csv": "2024.01",
+    "sales/orders/2024_01/20261122-100006000.csv": "sales.orders",
+}
+UNKNOWN_DATE_NAMED = "sales/2025_02/20261122-100007000.csv"  # not in the schema file
+
+
+@pytest.fixture
+def date_named(config, tmp_path):
+    schema_file = tmp_path / "date_named_schema.json"
+    schema_file.write_text(json.dumps(DATE_NAMED.to_dict()))
+    return replace(config, schema_file=str(schema_file))
+
+
+def record_applied(spark, config, uris_by_table: dict[str, str]) -> None:
+    state = StateTables(spark, config)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.catalog_name}.{config.clean_database}")
+    state.ensure()
+    state.record(
+        [
+            LedgerEntry(table, uri.rsplit("/", 1)[1], uri, "run-1", n)
+            for n, (uri, table) in enumerate(sorted(uris_by_table.items()), 1)
+        ]
+    )
+
+
+def test_a_table_named_like_a_date_folder_is_never_lost_and_is_caught_up(spark, date_named, aws):
+    """Given tables named like date folders (`2024_01`, `2024` with date folders below it, `01`, `2024_01_31`,
+    a schema `2024` with a table `01`) and a known table with a date-shaped date folder, every file applied
+    (the ledger names each as the CDC run reads it, by the schema file), and a file of a date-shaped table the
+    schema file does not know,
+    When the raw zone is audited and the reconcile asks whether each table has caught up,
+    Then no applied file counts as lost or is re-sent (only the unknown table's file is, as any file of a table
+    the schema file lacks: its CDC run stops that table), and every known table is caught up."""
+    s3, sqs, queue, _ = aws
+    applied = {put(s3, f"dms/{key}"): table for key, table in DATE_NAMED_KEYS.items()}
+    unknown = put(s3, f"dms/{UNKNOWN_DATE_NAMED}")
+    record_applied(spark, date_named, applied)
+    now = datetime.now(UTC) + timedelta(hours=2)  # every object landed well over the grace ago
+
+    report = audit(spark, date_named, queue, sqs, timedelta(minutes=30), now)
+
+    assert (report.listed, report.applied, report.recovered, report.recovered_keys) == (7, 6, 1, [unknown])
+    caught_up = raw_caught_up(spark, date_named, f"s3://{RAW}/dms")
+    assert {
+        spec.qualified_name: caught_up(spec, now) for spec in DATE_NAMED.tables.values()
+    } == dict.fromkeys(sorted(DATE_NAMED.tables), True)
+
+
+def test_a_consistent_point_waits_for_a_table_named_like_a_date_folder(spark, date_named, aws):
+    """Given a source transaction at 10:00:30 writing `sales.orders` and `sales.2024_01` (a table named like a
+    date folder): the orders file applied, the `2024_01` file (named 10:01) not yet, both tables loaded at 09:59,
+    When the consistent point is computed from the raw zone's listing (settle 60 s, listed at 11:00),
+    Then the `2024_01` table waits for its file, so the point is before the transaction: it never holds half
+    of it."""
+    s3, _, _, _ = aws
+    orders = put(s3, "dms/sales/orders/2026/11/22/20261122-100100000.csv")
+    put(s3, "dms/sales/2024_01/20261122-100100000.csv")
+    record_applied(spark, date_named, {orders: "sales.orders"})
+    listed_at, settle = datetime(2026, 11, 22, 11), timedelta(seconds=60)
+    loaded, transaction = datetime(2026, 11, 22, 9, 59), datetime(2026, 11, 22, 10, 0, 30)
+
+    waiting = unapplied_by_table(spark, date_named, DATE_NAMED, f"s3://{RAW}/dms", listed_at)
+
+    assert waiting == {"sales.2024_01": [datetime(2026, 11, 22, 10, 1)]}
+    lineages = {
+        "sales.orders": [Commit(1, loaded, datetime.min), Commit(2, transaction, transaction)],
+        "sales.2024_01": [Commit(3, loaded, datetime.min)],  # its half of the transaction is not applied
+    }
+    point = latest_common_moment(
+        {
+            table: exact_intervals(lineage, complete_before(waiting.get(table, []), listed_at, settle))
+            for table, lineage in lineages.items()
+        }
+    )
+    assert point is not None and point.at < transaction
+    assert point.snapshots == {"sales.orders": 1, "sales.2024_01": 3}
