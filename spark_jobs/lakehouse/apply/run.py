@@ -277,6 +277,10 @@ class ApplyRun:
             error=error,
         )
 
+    def job_group(self, spec: TableSpec) -> str:
+        """The Spark job group of a table's jobs in this run (the Spark UI and the counting test group by it)."""
+        return f"{self.job} {self.run_id} {spec.qualified_name}"
+
     def run_tables(
         self, items: list[tuple[TableSpec, Any]], apply: Callable[[TableSpec, Any, Record], None]
     ) -> list[TableReport]:
@@ -288,6 +292,7 @@ class ApplyRun:
             steps: list[StepFigures] = []
             error = None
             begun = time.monotonic()
+            self.spark.sparkContext.setJobGroup(self.job_group(spec), f"{self.job} of {spec.qualified_name}")
             try:
                 apply(spec, payload, steps.append)
             except LeaseLostError:
