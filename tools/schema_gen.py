@@ -61,7 +61,12 @@ def reflect_schema(url: str, schemas: Sequence[str], tables: Sequence[str] = ())
                 primary_key = (
                     inspector.get_pk_constraint(table, schema=reflect_from).get("constrained_columns") or []
                 )
-                document["tables"][f"{schema}.{table}"] = {"primary_key": primary_key, "columns": columns}
+                # a name holding a "." says its parts: the key alone splits at its last "."
+                parts = {"schema": schema, "table": table} if "." in table else {}
+                document["tables"][f"{schema}.{table}"] = parts | {
+                    "primary_key": primary_key,
+                    "columns": columns,
+                }
         return document
     finally:
         engine.dispose()

@@ -120,6 +120,18 @@ def _misplaced(base: str, spec: TableSpec, config: LakeConfig) -> str | None:
     """Why a table without LOAD files has none when DMS wrote them to a folder whose name differs from the
     schema file's only in case (`sales/orders/` for `Sales.Orders`): the folder that exists, named. None
     when there is no such folder (DMS writes none for an empty table)."""
+    split_otherwise = _other_splits(spec)
+    if split_otherwise:
+        elsewhere = [table_folder(base, *pair) for pair in split_otherwise]
+        holding = [folder for folder in elsewhere if list_objects(folder, config.s3_endpoint_url)]
+        if holding:
+            return (
+                f"{spec.qualified_name}: no LOAD files under {table_folder(base, spec.source_schema, spec.name)}, "
+                f"but {', '.join(holding)} holds files: the schema file's name splits at its last '.' (schema "
+                f"{spec.source_schema!r}, table {spec.name!r}) and DMS's folders split it elsewhere. Say the "
+                'parts in its entry ("schema": ..., "table": ...; tools.schema_gen writes them); the table is '
+                "not loaded until then."
+            )
     schemas = [
         s for s in list_folders(base, config.s3_endpoint_url) if s.lower() == spec.source_schema.lower()
     ]
@@ -137,6 +149,15 @@ def _misplaced(base: str, spec: TableSpec, config: LakeConfig) -> str | None:
         "(S3 keys are case-sensitive). Regenerate the schema file from the source catalog (python -m "
         "tools.schema_gen) so that it names the table as DMS does; the table is not loaded until then."
     )
+
+
+def _other_splits(spec: TableSpec) -> list[tuple[str, str]]:
+    """The other (schema, table) readings of a qualified name holding more than one `.`."""
+    name = spec.qualified_name
+    readings = [(name[:i], name[i + 1 :]) for i, character in enumerate(name) if character == "."]
+    return [
+        (schema, table) for schema, table in readings if (schema, table) != (spec.source_schema, spec.name)
+    ]
 
 
 def _refuse_misplaced(problem: str | None) -> None:

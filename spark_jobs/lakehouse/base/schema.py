@@ -126,6 +126,7 @@ class SchemaFile:
             "dialect": self.dialect,
             "tables": {
                 qualified: {
+                    **({"schema": spec.source_schema, "table": spec.name} if "." in spec.name else {}),
                     "primary_key": list(spec.primary_key),
                     "columns": [
                         {"name": c.name, "type": c.source_type, "nullable": c.nullable} for c in spec.columns
@@ -231,9 +232,28 @@ def target_file_size(name: str, value: Any) -> int | None:
     return value
 
 
+def _schema_and_table(name: str, body: Any) -> tuple[str, str]:
+    """`schema.table` split at its last `.`, unless the entry says both (`"schema"`, `"table"`: a table
+    name holding a `.`, which the key alone can't tell from a schema name holding one)."""
+    if isinstance(body, dict) and ("schema" in body or "table" in body):
+        source_schema, table = body.get("schema"), body.get("table")
+        if (
+            not isinstance(source_schema, str)
+            or not isinstance(table, str)
+            or f"{source_schema}.{table}" != name
+        ):
+            raise ValueError(
+                f"schema file: {name!r}: its 'schema' {source_schema!r} and 'table' {table!r} must both be given "
+                "and spell its name as schema.table"
+            )
+        return source_schema, table
+    source_schema, _, table = name.rpartition(".")
+    return source_schema, table
+
+
 def _table_spec(name: str, body: Any, dialect: str) -> TableSpec:
     """One entry of the schema file, checked; a ValueError names the table."""
-    source_schema, _, table = name.rpartition(".")
+    source_schema, table = _schema_and_table(name, body)
     if not source_schema:
         raise ValueError(f"schema file: table {name!r} must be named schema.table")
     try:

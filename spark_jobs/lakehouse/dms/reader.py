@@ -15,9 +15,10 @@ import csv
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import reduce
 
 from lake_contracts.dms_files import DmsFile
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -45,6 +46,9 @@ NEVER_NULL = "\u0000never-null\u0000"
 CORRUPT = "_dms_corrupt_record"
 SPARK_PATH = "_dms_spark_path"
 MISSING = "the object does not exist"
+# The files named, exactly: never a glob (`[x]`, `*`, `{a,b}`, `\\` in a table name), never a partition
+# column read from a folder's name (`k=v` in a table name); `_each_file_once` does the rest.
+EXACT_FILES = LITERAL_PATHS | {"recursiveFileLookup": "true"}
 
 
 @dataclass(frozen=True)
@@ -270,7 +274,7 @@ def _read_group(
     # (see changes.typed_changes). Spark can't tell an unquoted empty field from null, so we read
     # with a value that never occurs and map the marker ourselves.
     null_value = NEVER_NULL if options.csv_null_value is not None else ""
-    frame = (
+    reader = (
         spark.read.format("csv")
         .schema(schema)
         .options(
@@ -287,17 +291,38 @@ def _read_group(
             ignoreLeadingWhiteSpace="false",
             ignoreTrailingWhiteSpace="false",
             encoding="UTF-8",
-            **LITERAL_PATHS,  # a path is a name, never a glob (`[x]`, `*`, `{a,b}`, `\\` in a table name)
+            **EXACT_FILES,
         )
-        .load(paths)
     )
-    return frame.select(
-        *[F.col(quote(name)).alias(name.lower()) for name in header],
-        F.col(CORRUPT),
-        # A file is never split and its records are read in order: ids rise within a file.
-        F.monotonically_increasing_id().alias(POSITION),
-        F.expr("_metadata.file_path").alias(SPARK_PATH),
-    )
+
+    def load(some: list[str]) -> DataFrame:
+        return reader.load(some).select(
+            *[F.col(quote(name)).alias(name.lower()) for name in header],
+            F.col(CORRUPT),
+            F.expr("_metadata.file_path").alias(SPARK_PATH),
+        )
+
+    # A file is never split and its records are read in order: ids rise within a file.
+    return _each_file_once(paths, load).withColumn(POSITION, F.monotonically_increasing_id())
+
+
+def _looks_like_glob(path: str) -> bool:
+    """Whether Spark takes `path` for a glob pattern (SparkHadoopUtil.isGlobPath), globbing off or not."""
+    return any(character in _GLOB_CHARACTERS for character in path)
+
+
+_GLOB_CHARACTERS = frozenset("{}[]*?\\")
+
+
+def _each_file_once(paths: list[str], load: Callable[[list[str]], DataFrame]) -> DataFrame:
+    """`load` of every path, each file read once. With globbing off, Spark 3.5 still expands every path
+    that looks like a glob (`*?[]{}` or `\\` in a table's name) into ALL the paths of the read: k such
+    files were read k times each. Those are read one a load (Spark then has only that path to give back)
+    and the loads unioned; the other paths share one load."""
+    literal = [path for path in paths if not _looks_like_glob(path)]
+    frames = [load(literal)] if literal else []
+    frames += [load([path]) for path in paths if _looks_like_glob(path)]
+    return reduce(DataFrame.unionByName, frames)
 
 
 def _union(frames: list[DataFrame]) -> DataFrame:
@@ -335,13 +360,20 @@ def _read_parquet_group(
     spark: SparkSession, header: list[str], paths: list[str], options: ReaderOptions
 ) -> DataFrame:
     """Parquet files of one schema, their types kept; a record's position is its row index in its file."""
-    frame = spark.read.options(**LITERAL_PATHS).parquet(*paths)
-    return frame.select(
-        *[F.col(quote(name)).alias(name.lower()) for name in header],
-        F.lit(None).cast("string").alias(CORRUPT),
-        F.col("_metadata.row_index").alias(POSITION),
-        F.col("_metadata.file_path").alias(SPARK_PATH),
-    )
+
+    def load(some: list[str]) -> DataFrame:
+        return (
+            spark.read.options(**EXACT_FILES)
+            .parquet(*some)
+            .select(
+                *[F.col(quote(name)).alias(name.lower()) for name in header],
+                F.lit(None).cast("string").alias(CORRUPT),
+                F.col("_metadata.row_index").alias(POSITION),
+                F.col("_metadata.file_path").alias(SPARK_PATH),
+            )
+        )
+
+    return _each_file_once(paths, load)
 
 
 def _normalise_column(path: Column) -> Column:
