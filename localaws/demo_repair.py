@@ -114,7 +114,7 @@ def reconcile_and_repair(
 def _divergence_rows(pipeline: LocalPipeline, run_id: str) -> dict[str, int]:
     """The run's `dms_divergence` rows per table (none when nothing diverged: the table may not exist)."""
     spark = pipeline.spark()
-    table = pipeline.lake_config().clean_table("dms_divergence")
+    table = pipeline.lake_config().divergence
     if not spark.catalog.tableExists(table):
         return {}
     rows = spark.table(table).where(f"run_id = '{run_id}'").groupBy("source_table").count().collect()

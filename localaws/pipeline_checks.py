@@ -106,11 +106,11 @@ class LakeChecks:
         return sorted(reports, key=lambda r: r.get("run_id", ""))
 
     def quarantined(self) -> list[dict[str, Any]]:
-        """Rows of the clean zone's quarantine table (file + line + reason of what was set aside)."""
+        """Rows of the pipeline's quarantine table (file + line + reason of what was set aside)."""
         assert self.app is not None
         if self._spark is None:
             self.verify()
-        table = f"{VERIFY_CATALOG}.{self.app.clean_database}.dms_quarantine"
+        table = self.lake_config().quarantine
         if not self._spark.catalog.tableExists(table):
             return []
         return [row.asDict() for row in self._spark.table(table).collect()]

@@ -136,7 +136,8 @@ class LocalPipeline:
         this environment (same names in the local warehouse) are removed, or their rows, applied files and
         tombstones would be mistaken for the new task's."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for zone in ("clean", "clean_history", "refined"):  # clean_history: lakehouse.apply.history
+        # clean_history: lakehouse.apply.history; clean_records: the pipeline's own (base.names.records_database)
+        for zone in ("clean", "clean_history", "clean_records", "refined"):
             shutil.rmtree(Path(self.stack.warehouse) / f"{self.settings.name}_{zone}", ignore_errors=True)
         return self.sources.create(self.settings.scale, self.settings.seed)
 
@@ -232,7 +233,7 @@ class LocalPipeline:
             if snapshot.execution_status in ("FAILED", "TIMED_OUT", "ABORTED"):
                 raise RuntimeError(f"execution {snapshot.execution_status}: {self.execution_failure()}")
             done = {name for name, state in snapshot.clean.items() if state.full_load_done}
-            # the replicas only: the clean database also holds tables the jobs derive (lake_freshness, …)
+            # the replicas only (a table someone else made in the clean database is no replica to wait for)
             loaded = wanted and wanted <= done
             if loaded and not snapshot.pending and snapshot.dms_status in ("running", "stopped"):
                 return snapshot

@@ -67,10 +67,8 @@ def read_clean_zone(warehouse: Path, database: str) -> dict[str, CleanTableState
     folder = warehouse / database
     if not folder.is_dir():
         return {}
-    # dms_quarantine, dms_applied_files, dms_tombstones are the pipeline's own, not replicas
-    states = (
-        read_clean_table(d) for d in sorted(folder.iterdir()) if d.is_dir() and not d.name.startswith("dms_")
-    )
+    # the pipeline's own records live in a namespace of their own (lakehouse.base.names.records_database)
+    states = (read_clean_table(d) for d in sorted(folder.iterdir()) if d.is_dir())
     return {s.name: s for s in states if s is not None}
 
 

@@ -2,13 +2,13 @@
 
 - Applied files. Every CDC commit names the files it applied in its own snapshot summary
   (`dms.applied-files`): that is the atomic record. Right after the commit the same names are copied into
-  the ledger table `<clean_db>.dms_applied_files` (source table, file, run, snapshot id), where compaction
+  the ledger table `<clean_db>_records.dms_applied_files` (source table, file, run, snapshot id), where compaction
   and snapshot expiry can't reach them. A file counts as applied when an ancestor of the table's current
   snapshot names it, or when the ledger does and its snapshot is an ancestor or no longer held (expired).
   A ledger entry whose snapshot the table still holds but no longer descends from (a rollback) doesn't
   count, and is forgotten. A copy lost to a crash between the two commits is made again by the next run
   that meets one of its files (and by table maintenance before it expires snapshots).
-- Tombstones. The delete of a key leaves `(table, key, change sequence)` in `<clean_db>.dms_tombstones`,
+- Tombstones. The delete of a key leaves `(table, key, change sequence)` in `<clean_db>_records.dms_tombstones`,
   written before the MERGE that deletes the row. An insert or update older than a key's tombstone is
   ignored, so a late or replayed file can't bring a deleted row back. Tombstones are appended (a retry may
   add one twice; the newest per key counts) and expire with table maintenance.
@@ -35,6 +35,7 @@ from lakehouse.io.iceberg import (
     REPLACED_SNAPSHOT,
     create_table,
     current_snapshot_id,
+    ensure_namespace,
     fenced_writer,
     table_exists,
     with_commit_properties,
@@ -99,11 +100,13 @@ class StateTables:
 
     def __init__(self, spark: SparkSession, config: LakeConfig) -> None:
         self.spark = spark
-        self.ledger = config.clean_table(config.applied_files_table)
-        self.tombstones = config.clean_table(config.tombstone_table)
+        self.namespace = (config.catalog_name, config.records_database)
+        self.ledger = config.ledger
+        self.tombstones = config.tombstones
 
     def ensure(self) -> None:
         """Create both tables (once per run, before tables are applied in parallel)."""
+        ensure_namespace(self.spark, *self.namespace)
         for table, schema, comment in (
             (self.ledger, LEDGER_SCHEMA, "CDC files applied to each clean table (exactly once)"),
             (self.tombstones, TOMBSTONE_SCHEMA, "Deleted keys and the change sequence of their delete"),

@@ -4,7 +4,7 @@ A source transaction touching two tables lands in two DMS files (files are per t
 by different batches, in any order. A reader joining the tables' current snapshots may then see half of it.
 This module finds, after each CDC run, the newest source moment T at which every clean table has a
 snapshot that is *exact*: it holds every change committed at or before T and none committed after. The
-snapshot ids at T are a consistent point (table `<clean_db>.consistent_points`); the refine job reads
+snapshot ids at T are a consistent point (table `<clean_db>_records.consistent_points`); the refine job reads
 every clean table at one.
 
 Facts it works from:
@@ -57,7 +57,6 @@ log = logging.getLogger(__name__)
 
 SOURCE_TS_MAX = "lake.source-commit-ts-max"  # summary: the newest source commit time the table holds
 SOURCE_TS_MIN = "lake.source-commit-ts-min"  # summary: the oldest source commit time this commit applied
-POINTS_TABLE = "consistent_points"
 POINT_AT = "refine.consistent-point"  # summary of a refine commit: the moment it read its inputs at
 MICROSECOND = timedelta(microseconds=1)
 LINEAGE_LIMIT = 1000  # snapshots read back from the current one (older ones can't be the newest point)
@@ -238,7 +237,7 @@ def newest_by_metrics(spark: SparkSession, table: str) -> datetime | None:
 
 
 def points_table(config: LakeConfig) -> str:
-    return config.clean_table(POINTS_TABLE)
+    return config.consistent_points
 
 
 def last_point(spark: SparkSession, config: LakeConfig) -> Point | None:

@@ -5,9 +5,9 @@
   (`lake.source-commit-ts-max`, a running maximum) and the oldest one it applied (`...-min`), next to the
   batch id every commit of the batch shares (`dms.run-id`): `commit_properties` makes them.
 - After the run, `measure` reads each clean table's lineage and the raw zone's listing, and writes in one
-  commit the table `<clean_db>.lake_freshness` (one row per table: its newest source commit time and
+  commit the table `<clean_db>_records.lake_freshness` (one row per table: its newest source commit time and
   lag, the moment up to which it has applied every change, its last batch and commit), and, when the
-  tables have a newer consistent moment, its snapshots to `<clean_db>.consistent_points`
+  tables have a newer consistent moment, its snapshots to `<clean_db>_records.consistent_points`
   (lakehouse.audit.consistent). The run report carries both.
 """
 
@@ -49,7 +49,6 @@ from lakehouse.io.iceberg import RUN_ID, create_table, fenced_writer, snapshot_p
 
 log = logging.getLogger(__name__)
 
-FRESHNESS_TABLE = "lake_freshness"
 DEFAULT_SETTLE_SECONDS = 300
 FRESHNESS_SCHEMA = T.StructType(
     [
@@ -258,7 +257,7 @@ def measure(
 
 
 def freshness_table(config: LakeConfig) -> str:
-    return config.clean_table(FRESHNESS_TABLE)
+    return config.freshness
 
 
 def write_freshness(

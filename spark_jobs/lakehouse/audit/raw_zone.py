@@ -4,7 +4,7 @@ EventBridge delivery is not guaranteed, and queue and dead-letter retention end:
 never reached the FIFO queue (or expired in it) would otherwise stay in the raw zone, applied never. The
 audit lists the raw prefix and sorts every CDC file into exactly one of:
 
-- `applied`: the ledger (`<clean_db>.dms_applied_files`) names it for its table (whole files the CDC run
+- `applied`: the ledger (`<clean_db>_records.dms_applied_files`) names it for its table (whole files the CDC run
   quarantined as unreadable are in the ledger too: processed, not lost);
 - `quarantined`: the quarantine table holds it as a whole file (not in the ledger, already alarmed);
 - `superseded`: written before its table's last (re)load had been written by DMS (`dms.load.ended-at`):
@@ -120,7 +120,7 @@ def read_lake_view(
 ) -> LakeView:
     """Which of `files` the ledger names, which the quarantine holds as whole files, and when each table
     (of the schema file) was last (re)loaded."""
-    ledger = config.clean_table(config.applied_files_table)
+    ledger = config.ledger
     applied: set[tuple[str, str]] = set()
     if files and table_exists(spark, ledger):
         wanted = literal_frame(

@@ -1,4 +1,5 @@
-"""Job configuration: where the catalog and zones are. Configuration, not code."""
+"""Job configuration: where the catalog and zones are, and where each of the pipeline's own records is.
+Configuration, not code."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
+
+from lakehouse.base.names import lake_namespaces, records_database
 
 CatalogType = Literal["glue", "hadoop"]
 
@@ -22,9 +25,13 @@ class LakeConfig:
     clean_database: str = "clean"
     refined_database: str = "refined"
     schema_file: str | None = None
+    # The pipeline's own records, each in the records namespace (records_database), never beside the replicas.
     quarantine_table: str = "dms_quarantine"
     applied_files_table: str = "dms_applied_files"
     tombstone_table: str = "dms_tombstones"
+    freshness_table: str = "lake_freshness"
+    points_table: str = "consistent_points"
+    divergence_table: str = "dms_divergence"
     s3_endpoint_url: str | None = None
     staging_dir: str = "var/staging"
     shuffle_partitions: int = 0  # 0: derived from the cluster (shuffle_partitions_for)
@@ -39,8 +46,48 @@ class LakeConfig:
         return self.table(self.clean_database, name)
 
     @property
+    def records_database(self) -> str:
+        return records_database(self.clean_database)
+
+    def record_table(self, name: str) -> str:
+        """One of the pipeline's own tables: in the records namespace, out of any source name's reach."""
+        return self.table(self.records_database, name)
+
+    @property
+    def record_names(self) -> tuple[str, ...]:
+        """The names of every table the pipeline keeps for itself (each in the records namespace)."""
+        return (
+            self.applied_files_table,
+            self.tombstone_table,
+            self.quarantine_table,
+            self.freshness_table,
+            self.points_table,
+            self.divergence_table,
+        )
+
+    @property
+    def ledger(self) -> str:
+        return self.record_table(self.applied_files_table)
+
+    @property
+    def tombstones(self) -> str:
+        return self.record_table(self.tombstone_table)
+
+    @property
     def quarantine(self) -> str:
-        return self.clean_table(self.quarantine_table)
+        return self.record_table(self.quarantine_table)
+
+    @property
+    def freshness(self) -> str:
+        return self.record_table(self.freshness_table)
+
+    @property
+    def consistent_points(self) -> str:
+        return self.record_table(self.points_table)
+
+    @property
+    def divergence(self) -> str:
+        return self.record_table(self.divergence_table)
 
 
 # Glue passes its own job parameters to the script too (`--JOB_ID`, `--TempDir`, `--job-bookmark-option`,
@@ -107,6 +154,12 @@ def parse_job_arguments(
             parser.error(
                 f"--{name} {getattr(args, name)!r}: lower-case letters, digits and _ only (Glue, Athena)"
             )
+    namespaces = lake_namespaces(args.clean_database, args.refined_database)
+    if len(set(namespaces.values())) < len(namespaces):
+        parser.error(
+            f"--refined_database {args.refined_database!r}: the lake's namespaces must differ "
+            f"({', '.join(f'{role}: {name}' for role, name in namespaces.items())})"
+        )
     config = LakeConfig(
         catalog_type=args.catalog_type,
         catalog_name=args.catalog_name,

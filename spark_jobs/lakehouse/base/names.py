@@ -17,7 +17,9 @@ through this module; nothing else builds SQL text from a name or a value.
 
 The clean-zone table of `schema.table` is `table_name` (lower case, [a-z0-9_]); the source's own name
 travels unchanged in properties, comments, ledger, tombstone and quarantine rows and reports. Its row
-history (lakehouse.apply.history) has the same name in its own namespace, `history_database`.
+history (lakehouse.apply.history) has the same name in its own namespace, `history_database`; the
+pipeline's own records (ledger, tombstones, quarantine, freshness, consistent points, divergence) live in
+theirs, `records_database`, where no source table's name can reach.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ OP = "_dms_op"  # the column a typed change carries its DMS Op (I, U, D) in, up 
 RESERVED_COLUMNS = (COMMIT_TS_COLUMN, CHANGE_SEQ_COLUMN)
 # The row histories' namespace is the clean one's name with this suffix (history_database).
 HISTORY_DATABASE_SUFFIX = "_history"
+# The pipeline's own records' namespace is the clean one's name with this suffix (records_database).
+RECORDS_DATABASE_SUFFIX = "_records"
 # Glue's longest table name, and the longest file name of a local disk (the Hadoop catalog's folders).
 MAX_CLEAN_NAME = 255
 # A schema or table name is one folder of an S3 key (at most 1024 bytes in all) and of a local path.
@@ -98,6 +102,24 @@ def history_database(clean_database: str) -> str:
     is some source table's clean name (`table_name`), so a history named `<table>_history` (or any other
     affix) beside the clean tables would be another source table's clean table."""
     return f"{clean_database}{HISTORY_DATABASE_SUFFIX}"
+
+
+def records_database(clean_database: str) -> str:
+    """The namespace of the pipeline's own records (ledger, tombstones, quarantine, freshness, consistent
+    points, divergence), `<clean database>_records`. Not the clean namespace, for the reason
+    `history_database` gives: a source table `dms.applied_files` is the clean table `dms_applied_files`. A
+    source table's rows only ever go to its clean name in the clean namespace, so none can reach a record."""
+    return f"{clean_database}{RECORDS_DATABASE_SUFFIX}"
+
+
+def lake_namespaces(clean_database: str, refined_database: str) -> dict[str, str]:
+    """Every namespace the jobs write, by role (no two may be one: the job arguments refuse it)."""
+    return {
+        "clean": clean_database,
+        "history": history_database(clean_database),
+        "records": records_database(clean_database),
+        "refined": refined_database,
+    }
 
 
 def tables_argument(tables: Sequence[str]) -> str:

@@ -3,7 +3,7 @@ orphan-file removal, tombstone expiry — without losing what exactly-once needs
 
 Every CDC batch commits a merge-on-read snapshot with new position-delete files; nothing else ever
 compacts or expires them, so reads slow down and metadata grows without bound. A maintenance pass, per
-clean and refined table (the pipeline's own tables included):
+clean, history and refined table and each of the pipeline's own records:
 
 1. **Ledger first.** Every applied-file name that only a snapshot summary holds is copied into the ledger
    (`dms_applied_files`), and ledger rows of rolled-back commits are dropped, *before* any snapshot is
@@ -118,7 +118,7 @@ def maintain(
     run_id: str = "maintenance",
     now: datetime | None = None,
 ) -> MaintenanceReport:
-    """One maintenance pass over every table of the clean, histories' and refined namespaces."""
+    """One maintenance pass over every table of the clean, histories', refined and records' namespaces."""
     if options.remove_orphans and options.orphan_file_age_hours < 24:
         raise ValueError(
             "orphan files younger than 24 hours may belong to a write in progress: "
@@ -128,15 +128,14 @@ def maintain(
     moment = now or datetime.now(UTC).replace(tzinfo=None)
     report = MaintenanceReport(run_id)
     state = StateTables(spark, config)
-    clean = _tables(spark, config, config.clean_database)
+    replicas = _tables(spark, config, config.clean_database)
     refined = _tables(spark, config, config.refined_database)
     histories = _tables(spark, config, history_database(config.clean_database))  # lakehouse.apply.history
+    own = _tables(spark, config, config.records_database)  # the pipeline's records: never a replica
     consumed = _consumed_snapshots(spark, refined) | _consistent_point_snapshots(spark, config)
-    own = {state.ledger, state.tombstones, config.quarantine}
-    replicas = [t for t in clean if t not in own]
     # 1. the ledger learns every applied file a summary holds before any summary can be expired
     copied = _reconcile_ledger(spark, state, replicas) if table_exists(spark, state.ledger) else {}
-    for table in [*replicas, *histories, *refined, *sorted(t for t in own if t in clean)]:
+    for table in [*replicas, *histories, *refined, *own]:
         entry = TableMaintenance(table, ledger_entries_copied=copied.get(table, 0))
         begun = time.monotonic()
         try:

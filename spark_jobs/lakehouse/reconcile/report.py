@@ -1,5 +1,5 @@
 """What a reconcile run reports: per table (TableResult) and as a whole, and the keys it keeps in
-`<clean_db>.dms_divergence`."""
+`<clean_db>_records.dms_divergence`."""
 
 from __future__ import annotations
 
@@ -111,12 +111,12 @@ def canonical_json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def divergence_table(config: LakeConfig, name: str = "dms_divergence") -> str:
-    return config.clean_table(name)
+def divergence_table(config: LakeConfig) -> str:
+    return config.divergence
 
 
 def write_divergence(spark: SparkSession, config: LakeConfig, report: ReconcileReport, at: datetime) -> int:
-    """Append the sample keys of every diverged table to `<clean_db>.dms_divergence`; returns the rows."""
+    """Append the sample keys of every diverged table to `<clean_db>_records.dms_divergence`; returns the rows."""
     rows = [
         {
             "run_id": report.run_id,
@@ -132,7 +132,7 @@ def write_divergence(spark: SparkSession, config: LakeConfig, report: ReconcileR
     if not rows:
         return 0
     table = divergence_table(config)
-    ensure_namespace(spark, config.catalog_name, config.clean_database)
+    ensure_namespace(spark, config.catalog_name, config.records_database)
     if not table_exists(spark, table):
         create_table(spark, table, DIVERGENCE_SCHEMA, "Keys where a clean table differs from its source")
     append_rows(

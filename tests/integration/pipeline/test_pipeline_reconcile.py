@@ -265,7 +265,7 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     for table, key in ((TRUNCATED, "t_time_sk"), (RENUMBERED, "ca_address_sk")):
         assert lake_keys(pipeline, table, key) == source_keys(pipeline, table, key), table
 
-    divergence = pipeline.spark().table(f"local_glue.{pipeline.app.clean_database}.dms_divergence")
+    divergence = pipeline.spark().table(pipeline.lake_config().divergence)
     finding_run = {f"public.{name}": report["run_id"] for name, report in found.items()}
     rows = [
         (r["source_table"], r["kind"], json.loads(r["key"]))

@@ -190,14 +190,13 @@ def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(s
         assert properties["comment"] == f"DMS replica of {_qualified(pair)}"
         assert LOAD_FLOOR not in properties or int(properties[LOAD_FLOOR]) < 10**20
         assert not properties.get("location", "").startswith("/tmp/victim")
-    state = lake_config.clean_table
-    ledger = spark.table(state("dms_applied_files")).select("source_table", "file_name").collect()
+    ledger = spark.table(lake_config.ledger).select("source_table", "file_name").collect()
     assert sorted((r[0], r[1]) for r in ledger) == sorted(
         [(_qualified(INJECTED_FLOOR), _cdc_name(BASE))] + [(_qualified(p), _cdc_name(cdc_time)) for p in good]
     )
-    tombstones = spark.table(state("dms_tombstones")).select("source_table", "key").collect()
+    tombstones = spark.table(lake_config.tombstones).select("source_table", "key").collect()
     assert sorted((r[0], r[1]) for r in tombstones) == sorted((_qualified(p), '{"id":2}') for p in good)
-    quarantined = spark.table(state("dms_quarantine")).select("source_table", "reason").collect()
+    quarantined = spark.table(lake_config.quarantine).select("source_table", "reason").collect()
     assert sorted((r[0], r[1]) for r in quarantined) == sorted((_qualified(p), "invalid Op X") for p in good)
 
 

@@ -51,8 +51,8 @@ def hold(path: Path, holder: str, epoch: int) -> None:
 def whole_state(spark, config) -> dict[str, list[tuple]]:
     """The replica, the ledger and the tombstones, every column, ordered; and the replica's commit count."""
     replica = config.clean_table("shop_orders")
-    ledger = config.clean_table(config.applied_files_table)
-    tombstones = config.clean_table(config.tombstone_table)
+    ledger = config.ledger
+    tombstones = config.tombstones
     return {
         "rows": rows_of(spark, replica, [c for c in spark.table(replica).columns]),
         "ledger": rows_of(spark, ledger, ["source_table", "file_name", "run_id", "snapshot_id"]),
@@ -124,8 +124,8 @@ def test_with_the_lease_held_every_commit_names_the_holder_and_epoch(spark, lake
     dms.load(ORDERS, COLUMNS, [(1, "a30", 100)], snapshot_seq=30)
     assert full_load(spark, lake_config, SCHEMA, str(dms.root), reload=True, run_id="reload").ok
 
-    for name in ("shop_orders", lake_config.applied_files_table, lake_config.tombstone_table):
-        summaries = list(snapshot_properties(spark, lake_config.clean_table(name)))
+    for name in (lake_config.clean_table("shop_orders"), lake_config.ledger, lake_config.tombstones):
+        summaries = list(snapshot_properties(spark, name))
         assert summaries and all(
             (s.get(LEASE_HOLDER), s.get(LEASE_EPOCH)) == (OLD, "7") for s in summaries
         ), (name, summaries)

@@ -89,7 +89,7 @@ def test_a_lost_ledger_copy_is_made_by_maintenance_before_the_summary_expires(sp
     full_load(spark, lake_config, SCHEMA, str(dms.root))
     batch = dms.cdc(ITEMS, COLUMNS, [("I", (2, "b", 2))])
     applied(spark, lake_config, batch, run_id="b1")
-    ledger = lake_config.clean_table(lake_config.applied_files_table)
+    ledger = lake_config.ledger
     spark.sql(f"DELETE FROM {ledger}")
     applied(spark, lake_config, dms.cdc(ITEMS, COLUMNS, [("U", (2, "b2", 20))]), run_id="b2")
     spark.sql(f"DELETE FROM {ledger}")
@@ -135,7 +135,7 @@ def test_tombstones_expire_after_their_retention_only(spark, lake_config, dms):
         dms.cdc(ITEMS, COLUMNS, [("D", (1, None, None)), ("D", (2, None, None))]),
         run_id="b1",
     )
-    tombstones = lake_config.clean_table(lake_config.tombstone_table)
+    tombstones = lake_config.tombstones
     keep = MaintenanceOptions(tombstone_retention_days=35, remove_orphans=False)
 
     maintain(spark, lake_config, keep)

@@ -152,7 +152,7 @@ def test_a_header_without_the_primary_key_stops_the_table_and_quarantines_nothin
         assert run.totals()["quarantined_files"] == 0
     assert not spark.catalog.tableExists(lake_config.quarantine)
     assert customers(spark, lake_config) == []
-    ledger = rows_of(spark, lake_config.clean_table(lake_config.applied_files_table), ["file_name"])
+    ledger = rows_of(spark, lake_config.ledger, ["file_name"])
     assert ledger == [(good.rsplit("/", 1)[-1],)]
     assert items(spark, lake_config) == [("A-1", d("9.99"))]
 

@@ -114,7 +114,7 @@ def _as_dms(value):
 def divergence_rows(spark, lake_config) -> list[tuple]:
     return [
         (r["run_id"], r["source_table"], r["key"], r["kind"])
-        for r in spark.table(lake_config.clean_table("dms_divergence"))
+        for r in spark.table(lake_config.divergence)
         .orderBy("run_id", "source_table", "kind", "key")
         .collect()
     ]
