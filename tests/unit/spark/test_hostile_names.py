@@ -53,7 +53,16 @@ HOSTILE = [
     ("sales", "2024_01"),  # shaped like a DMS date folder (DatePartitionSequence YYYYMM, '_')
     ("sales", "L" * 120 + "ü"),
     ("o'hara\\db", "a:b"),
+    # Dots (a table name holding one says its parts in the schema file), quotes before '=' (partition-like
+    # folders), SQL text with a glob, a backslash and quotes, '%' and unicode, a long name with a dot.
+    ("my.db", "t.x"),
+    ("o'x=y", "it's=1"),
+    ("sales", "select * from t where 'a'='a' \\"),
+    ("sales", "50%25 表 ünï.cødé"),
+    ("sales", "long name." + "n" * 180),
 ]
+# A name holding more than one '.' that its schema-file entry does not split: DMS's folder is elsewhere.
+UNSPLIT = ("sales", "c.d")
 PLAIN = ("sales", "plain")
 EMPTY = ("sales", "empty")  # DMS writes no folder for an empty source table
 BASE = datetime(2026, 11, 22, 10, 0, 0)
@@ -61,6 +70,17 @@ BASE = datetime(2026, 11, 22, 10, 0, 0)
 
 def _qualified(pair: tuple[str, str]) -> str:
     return f"{pair[0]}.{pair[1]}"
+
+
+def _entry(pair: tuple[str, str]) -> dict:
+    """The schema file's entry of a table: its parts said when its name holds a '.' (as schema_gen does)."""
+    return {"schema": pair[0], "table": pair[1]} | TABLE_BODY if "." in pair[1] else TABLE_BODY
+
+
+def _write_all(
+    root: Path, pair: tuple[str, str], files: dict[str, list[tuple]], moment: datetime
+) -> list[str]:
+    return [_write(root, pair, name, rows, moment) for name, rows in files.items()]
 
 
 def _write(root: Path, pair: tuple[str, str], name: str, rows: list[tuple], moment: datetime) -> str:
@@ -84,17 +104,19 @@ def _run(main, arguments: list[str], report: Path) -> tuple[int, dict]:
 
 def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(spark, lake_config, tmp_path):
     """Given a schema file whose tables carry hostile names (SQL quotes and comments, backslashes, glob and
-    URL characters, spaces at the ends, unicode, a keyword, a long name, a hostile schema), names the lake
-    can't hold (`/`, a control character, two names that fold to one clean table), a table whose DMS folder
-    differs in case, and an empty table,
-    When the full load, a CDC batch (I/U/D and a bad record), a reload of the hostile tables (a JSON
-    --tables list) and a maintenance pass run through the job entry points,
-    Then every hostile table equals its source, its property, comment, ledger, tombstone and quarantine rows
-    hold its exact name, the unholdable and misplaced tables fail alone with a message naming them, and the
-    empty table is loaded empty."""
+    URL characters, dots, quotes before '=', '%', spaces, unicode, a keyword, long names, hostile schemas),
+    names the lake can't hold (`/`, a control character, two names that fold to one clean table), a table
+    whose DMS folder differs in case, a dotted name whose entry does not split it, and an empty table,
+    When the full load (three LOAD files a table), a CDC batch (three files a table: I/U/D and a bad
+    record), a reload of the hostile tables (two LOAD files each, a JSON --tables list) and a maintenance
+    pass run through the job entry points,
+    Then each read finds exactly its files and records, every hostile table equals its source, its
+    property, comment, ledger, tombstone and quarantine rows hold its exact name, the unholdable,
+    misplaced and unsplit tables fail alone with a message naming them, and the empty table is loaded
+    empty."""
     raw = tmp_path / "raw"
     good = [INJECTED_FLOOR, *HOSTILE, PLAIN]
-    tables = {_qualified(p): TABLE_BODY for p in [*good, EMPTY]}
+    tables = {_qualified(p): _entry(p) for p in [*good, EMPTY]} | {_qualified(UNSPLIT): TABLE_BODY}
     refused = {
         "sales.bad/slash": TABLE_BODY,
         "sales.tab\tchar": TABLE_BODY,
@@ -121,15 +143,15 @@ def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(s
     code, report = _run(cdc_main, [*common, "--manifest", str(first)], tmp_path / "r1.json")
     assert code == 0, report
 
+    # Several LOAD files a table (the hex counter's 9 then A): a read of one file must be that file only.
     load_time = BASE + timedelta(minutes=1)
-    for pair in [*HOSTILE, PLAIN]:
-        _write(
-            raw,
-            pair,
-            load_file_name(1),
-            [("I", None, (1, "a")), ("I", None, (2, "b")), ("I", None, (3, "c"))],
-            load_time,
-        )
+    loads = {
+        load_file_name(1): [("I", None, (1, "a"))],
+        load_file_name(9): [("I", None, (2, "b"))],
+        load_file_name(10): [("I", None, (3, "c"))],
+    }
+    for pair in [*HOSTILE, PLAIN, UNSPLIT]:
+        _write_all(raw, pair, loads, load_time)
     _write(raw, ("sales2", "orders"), load_file_name(1), [("I", None, (1, "a"))], load_time)
     _write(raw, ("LOWER", "Case"), load_file_name(1), [("I", None, (1, "a"))], load_time)
     _write(raw, ("sales", "bad"), load_file_name(1), [("I", None, (1, "a"))], load_time)
@@ -138,7 +160,10 @@ def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(s
 
     errors = {t["table"]: t["error"] for t in report["tables"]}
     assert code == 1  # the refused and misplaced tables fail; every other table is loaded
-    assert {t for t, e in errors.items() if e} == {*refused, "Sales2.Orders", "lower.case"}
+    assert {t for t, e in errors.items() if e} == {*refused, "Sales2.Orders", "lower.case", "sales.c.d"}
+    assert f"{raw}/sales/c.d/ holds files" in errors["sales.c.d"] and '"schema"' in errors["sales.c.d"]
+    read = {t["table"]: (t["files"], t["records"]) for t in report["tables"]}
+    assert all(read[_qualified(p)] == (3, 3) for p in [*HOSTILE, PLAIN]), read
     assert "'/' can't be part of a DMS folder name" in errors["sales.bad/slash"]
     assert "control characters" in errors["sales.tab\tchar"]
     assert "'sales.Order Details' and 'sales.order_details' would both be" in errors["sales.Order Details"]
@@ -150,27 +175,41 @@ def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(s
     assert table_properties(spark, empty)[SOURCE_TABLE] == _qualified(EMPTY)
 
     cdc_time = BASE + timedelta(minutes=2)
-    changes = [("U", 10, (1, "A")), ("D", 11, (2, None)), ("I", 12, (4, "d")), ("X", 13, (9, "bad"))]
-    batch = [_write(raw, pair, _cdc_name(cdc_time), changes, cdc_time) for pair in good]
+    cdc_times = [cdc_time + timedelta(seconds=n) for n in range(3)]
+    changes = [
+        [("U", 10, (1, "A"))],
+        [("D", 11, (2, None)), ("I", 12, (4, "d"))],
+        [("X", 13, (9, "bad"))],
+    ]
+    batch = [
+        _write(raw, pair, _cdc_name(moment), part, moment)
+        for pair in good
+        for moment, part in zip(cdc_times, changes, strict=True)
+    ]
     second = tmp_path / "m2.json"
     second.write_text(json.dumps(manifest(*batch, run_id="cdc-2").to_dict()))
     code, report = _run(cdc_main, [*common, "--manifest", str(second)], tmp_path / "r3.json")
     assert code == 0, report
     assert sorted(t["table"] for t in report["tables"]) == sorted(_qualified(p) for p in good)
     assert all(t["inserted_or_updated"] == 2 and t["deleted"] == 1 for t in report["tables"]), report
+    assert all((t["files"], t["records"]) == (3, 4) for t in report["tables"]), report
 
     # DMS reloads the hostile tables: it empties their folders, then writes the LOAD files of the reload.
     reload_time = BASE + timedelta(minutes=3)
     for pair in HOSTILE:
         for old in (raw / pair[0] / pair[1]).iterdir():
             old.unlink()
-        rows = [(1, "A"), (3, "c"), (4, "d"), (5, "e")]
-        _write(raw, pair, load_file_name(1), [("I", 20, r) for r in rows], reload_time)
+        reloads = {
+            load_file_name(1): [("I", 20, (1, "A")), ("I", 20, (3, "c"))],
+            load_file_name(2): [("I", 20, (4, "d")), ("I", 20, (5, "e"))],
+        }
+        _write_all(raw, pair, reloads, reload_time)
     arguments = ["--raw_path", str(raw), "--reload", "true", "--run_id", "reload"]
     names = tables_argument([_qualified(p) for p in HOSTILE])
     code, report = _run(full_load_main, [*common, *arguments, "--tables", names], tmp_path / "r4.json")
     assert code == 0, report
     assert sorted(t["table"] for t in report["tables"]) == sorted(_qualified(p) for p in HOSTILE)
+    assert all((t["files"], t["records"]) == (2, 4) for t in report["tables"]), report
 
     # A table someone else made in the clean namespace, under a name the jobs would never give one.
     odd = f"{lake_config.catalog_name}.{lake_config.clean_database}.`hand made-table`"
@@ -192,7 +231,8 @@ def test_hostile_names_round_trip_through_full_load_cdc_reload_and_maintenance(s
         assert not properties.get("location", "").startswith("/tmp/victim")
     ledger = spark.table(lake_config.ledger).select("source_table", "file_name").collect()
     assert sorted((r[0], r[1]) for r in ledger) == sorted(
-        [(_qualified(INJECTED_FLOOR), _cdc_name(BASE))] + [(_qualified(p), _cdc_name(cdc_time)) for p in good]
+        [(_qualified(INJECTED_FLOOR), _cdc_name(BASE))]
+        + [(_qualified(p), _cdc_name(moment)) for p in good for moment in cdc_times]
     )
     tombstones = spark.table(lake_config.tombstones).select("source_table", "key").collect()
     assert sorted((r[0], r[1]) for r in tombstones) == sorted((_qualified(p), '{"id":2}') for p in good)
