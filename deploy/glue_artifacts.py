@@ -29,6 +29,7 @@ SHARED_CONTRACTS = (
     "documents.py",
     "layout.py",
     "names.py",
+    "resend_horizon.py",
     "run_report.py",
     "times.py",
 )

@@ -9,10 +9,13 @@ A requeued batch goes back to `manifests/pending/` with its attempts reset: the 
 any new file, and it gets `MaxManifestAttempts` runs again. Its files are applied exactly once whatever was
 applied of them before (the ledger), and in any order relative to what came since.
 
-A batch drained `TombstoneRetentionDays` ago or longer (the stack's parameter; its run id says when) is refused:
-the maintenance job has dropped the tombstones of rows deleted since, so the batch's older changes would bring
-those deleted rows back. The alarm `moved-aside-batch-aging` fires at half that age. A refused batch's changes
-need a reload of its tables (DMS ReloadTables) instead.
+A batch is judged by its OLDEST file, by the time in the file's name (when DMS wrote it; a batch without a
+timestamp-named file, by when it was drained): one written `TombstoneRetentionDays` ago or longer (the stack's
+parameter) is refused with an error naming that file and the horizon (lake_contracts.resend_horizon): the
+maintenance job may have dropped the tombstones of rows deleted since, so the batch's older changes would bring
+those deleted rows back. A batch drained yesterday can hold files written months ago (an outage, a re-send).
+The alarm `moved-aside-batch-aging` fires at half the retention after the drain. A refused batch's changes need
+a reload of its tables (DMS ReloadTables) instead.
 """
 
 from __future__ import annotations
@@ -21,12 +24,18 @@ import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
+
+from lake_contracts.resend_horizon import (
+    MIN_TOMBSTONE_RETENTION_DAYS,
+    beyond_retention,
+    oldest_cdc_file,
+    resend_horizon,
+)
 
 FAILED = "manifests/failed/"
 PENDING = "manifests/pending/"
-MIN_TOMBSTONE_RETENTION_DAYS = 29  # the template's lowest TombstoneRetentionDays: the safe default
 
 
 class TooOldToRequeueError(ValueError):
@@ -47,6 +56,18 @@ class FailedBatch:
     run_id: str
     files: int
     reason: str
+    oldest_file: str | None = None  # its file with the oldest name time
+    oldest_written_at: datetime | None = None  # UTC, naive: that file's time
+
+
+def batch_age_from(document: dict[str, Any], run_id: str) -> tuple[str, datetime] | None:
+    """What a batch's age is judged by: its oldest timestamp-named file (URI, name time, UTC naive); without
+    one, when it was drained (`run id`, its time); None when neither is known."""
+    oldest = oldest_cdc_file(str(f["uri"]) for f in document.get("files", []) if isinstance(f, dict))
+    if oldest is not None:
+        return oldest
+    drained = drained_at(run_id)
+    return (f"(drained as {run_id})", drained.replace(tzinfo=None)) if drained is not None else None
 
 
 def failed_batches(s3: Any, bucket: str) -> list[FailedBatch]:
@@ -58,9 +79,11 @@ def failed_batches(s3: Any, bucket: str) -> list[FailedBatch]:
             try:
                 document = json.loads(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
                 run_id, files = str(document["run_id"]), len(document["files"])
-            except (ValueError, KeyError, TypeError):
-                run_id, files = "", -1  # corrupt: listed, never requeued
-            found.append(FailedBatch(item["Key"], run_id, files, reason))
+                age_from = batch_age_from(document, run_id)
+            except (ValueError, KeyError, TypeError, AttributeError):
+                run_id, files, age_from = "", -1, None  # corrupt: listed, never requeued
+            oldest, written = age_from if age_from else (None, None)
+            found.append(FailedBatch(item["Key"], run_id, files, reason, oldest, written))
     return sorted(found, key=lambda b: b.key)
 
 
@@ -72,18 +95,23 @@ def requeue(
     now: datetime | None = None,
 ) -> str:
     """Move one failed batch back to pending with its attempts reset; returns the pending key. Refused when
-    corrupt, or drained `tombstone_retention_days` ago or longer (TooOldToRequeueError)."""
+    corrupt, or when its oldest file (by its name's time; without one, the batch by its drain time) was
+    written before the re-send horizon, `tombstone_retention_days` before `now` (TooOldToRequeueError naming
+    that file and the horizon). The manifest is read again: what is moved is what was judged."""
     if batch.files < 0:
         raise ValueError(f"{batch.key} is not a manifest (corrupt): inspect it, it cannot be requeued")
-    drained = drained_at(batch.run_id)
-    moment = now or datetime.now(UTC)
-    if drained is None or moment - drained >= timedelta(days=tombstone_retention_days):
-        raise TooOldToRequeueError(
-            f"{batch.key}: drained {drained or 'at an unknown time'}, TombstoneRetentionDays is"
-            f" {tombstone_retention_days}: its deletes' tombstones may be gone, so its older changes would bring"
-            " deleted rows back. Not requeued: reload its tables instead (DMS ReloadTables)."
-        )
     document = json.loads(s3.get_object(Bucket=bucket, Key=batch.key)["Body"].read())
+    moment = now or datetime.now(UTC)
+    horizon = resend_horizon(moment, tombstone_retention_days)
+    age_from = batch_age_from(document, batch.run_id)
+    if age_from is None or beyond_retention(age_from[1], moment, tombstone_retention_days):
+        oldest, written = age_from if age_from else ("(no file time, no drain time)", None)
+        raise TooOldToRequeueError(
+            f"{batch.key}: its oldest file {oldest} was written {written or 'at an unknown time'}, before the"
+            f" re-send horizon {horizon} (TombstoneRetentionDays is {tombstone_retention_days}): its deletes'"
+            " tombstones may be gone, so its older changes would bring deleted rows back. Not requeued: reload"
+            " its tables instead (DMS ReloadTables)."
+        )
     document["attempts"] = 0
     target = PENDING + batch.key.removeprefix(FAILED)
     s3.put_object(
@@ -112,7 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     batches = failed_batches(s3, bucket)
     if not args.all and not args.run_id:
         for batch in batches:
-            print(f"{batch.run_id or '(corrupt)'}  {batch.files} files  {batch.reason}")
+            oldest = f"oldest file {batch.oldest_written_at} {batch.oldest_file}" if batch.oldest_file else ""
+            print(f"{batch.run_id or '(corrupt)'}  {batch.files} files  {oldest}  {batch.reason}")
         return 0
     wanted = [b for b in batches if args.all or b.run_id in args.run_id]
     unknown = set(args.run_id) - {b.run_id for b in batches}

@@ -16,6 +16,7 @@ for the local DMS.
   function checks, retires and counts failed runs on (corrupt ones kept aside under `reloads-failed/`).
 - `s3`: the error codes S3 answers ("object missing", "condition failed"), the conditional delete, the lease.
 - `times`: the ISO-8601 form every document carries.
+- `resend_horizon`: how old a CDC file may be and still be re-sent (the raw audit, a requeued batch).
 - `config`: a function's environment as a typed model, validated at cold start.
 
 `lakehouse.zip` carries only modules without third-party imports (`config` needs pydantic, `s3` botocore).

@@ -9,10 +9,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from lake_contracts.dms_files import KnownTable, NotADmsFileError, parse_dms_key
+from lake_contracts.resend_horizon import beyond_retention
 
 from lakehouse.io.storage import list_objects
 
-Status = Literal["applied", "quarantined", "superseded", "pending", "moved_aside", "young", "lost"]
+Status = Literal[
+    "applied", "quarantined", "superseded", "pending", "moved_aside", "young", "lost", "beyond_retention"
+]
 STATUSES: tuple[Status, ...] = (
     "applied",
     "quarantined",
@@ -21,6 +24,7 @@ STATUSES: tuple[Status, ...] = (
     "moved_aside",
     "young",
     "lost",
+    "beyond_retention",
 )
 
 
@@ -72,12 +76,15 @@ def classify(
     loaded_at: Mapping[str, datetime],
     now: datetime,
     grace: timedelta,
+    retention_days: float | None = None,
 ) -> list[tuple[RawFile, Status]]:
-    """Each file with its status (module docstring), the first that holds in that order.
+    """Each file with its status (lakehouse.audit.raw_zone's docstring), the first that holds in that order.
 
     `applied`: (lower-case `<schema>.<table>`, file name) of the ledger; `pending`, `moved_aside`,
     `quarantined`: file URIs; `loaded_at`: lower-case table -> when DMS had written its last (re)load;
-    `now`: UTC (naive or aware)."""
+    `now`: UTC (naive or aware). With `retention_days` (TombstoneRetentionDays), a file nothing knows that
+    is named at or before the re-send horizon (lake_contracts.resend_horizon) is `beyond_retention`, not `lost`:
+    re-sent, it could bring rows deleted since back."""
     moment = now.astimezone(UTC).replace(tzinfo=None) if now.tzinfo else now
     ledger = {(table.lower(), name) for table, name in applied}
     sorted_out: list[tuple[RawFile, Status]] = []
@@ -96,6 +103,8 @@ def classify(
             status = "moved_aside"
         elif moment - file.age_from < grace:
             status = "young"
+        elif retention_days is not None and beyond_retention(file.written_at, moment, retention_days):
+            status = "beyond_retention"
         else:
             status = "lost"
         sorted_out.append((file, status))

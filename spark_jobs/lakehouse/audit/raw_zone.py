@@ -13,9 +13,15 @@ audit lists the raw prefix and sorts every CDC file into exactly one of:
 - `moved_aside`: named by a manifest moved to `<manifests>/failed/` (alarmed when it was moved: counted,
   never re-enqueued, `tools.requeue_batch` re-sends it);
 - `young`: it landed less than the grace period ago (its event may still be on its way or in the queue);
+- `beyond_retention`: none of these, and named before the re-send horizon (now less
+  `TombstoneRetentionDays`, lake_contracts.resend_horizon: judged by the time in its name, when DMS wrote
+  it): never re-sent, because a delete after its changes may have lost its tombstone and the row would come
+  back. Counted (`FilesBeyondTombstoneRetention`, alarmed) and logged with what to do: reload its table (DMS
+  ReloadTables) or let the reconcile repair it;
 - `lost`: none of these. It is re-enqueued on the FIFO queue as the very message the EventBridge rule
   would have delivered, counted (`FilesRecovered`) and alarmed. Exactly once makes that safe: a file that
-  was applied after all, or is still queued too, is skipped by the CDC run.
+  was applied after all, or is still queued too, is skipped by the CDC run; the horizon keeps it from
+  outliving the tombstones that guard it.
 
 A file of a table the schema file does not know is judged the same way: re-enqueued, its CDC run stops that
 table with what to do (SchemaOutOfDateError), as when its event had arrived. LOAD files are not CDC: a full
@@ -32,6 +38,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lake_contracts.dms_files import KnownTable, known_tables
+from lake_contracts.resend_horizon import MIN_TOMBSTONE_RETENTION_DAYS, resend_horizon
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -59,6 +66,8 @@ class RawAuditReport:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(STATUSES, 0))
     recovered_keys: list[str] = field(default_factory=list)  # a sample of the re-enqueued URIs
     moved_aside_keys: list[str] = field(default_factory=list)  # a sample
+    beyond_retention_keys: list[str] = field(default_factory=list)  # a sample of the lost files not re-sent
+    resend_horizon: str | None = None  # files named before it are not re-sent (UTC)
     recovery_round: int = 0
     seconds: float = 0.0
 
@@ -78,6 +87,10 @@ class RawAuditReport:
     def recovered(self) -> int:
         return self.counts["lost"]
 
+    @property
+    def beyond_retention(self) -> int:
+        return self.counts["beyond_retention"]
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "listed": self.listed,
@@ -85,6 +98,8 @@ class RawAuditReport:
             "recovered": self.recovered,
             "recovered_keys": self.recovered_keys,
             "moved_aside_keys": self.moved_aside_keys,
+            "beyond_retention_keys": self.beyond_retention_keys,
+            "resend_horizon": self.resend_horizon,
             "recovery_round": self.recovery_round,
             "seconds": self.seconds,
         }
@@ -195,10 +210,13 @@ def audit_raw_zone(
     *,
     cloudwatch_client: Any = None,
     metrics_namespace: str | None = METRICS_NAMESPACE,
+    tombstone_retention_days: float = MIN_TOMBSTONE_RETENTION_DAYS,
 ) -> RawAuditReport:
-    """List the raw zone, re-enqueue every lost CDC file (module docstring) and publish `FilesRecovered`
-    (namespace `metrics_namespace`, dimension service=raw-audit; None: not published). A file that can't
-    be re-sent fails the audit (the job fails: alarmed) after the others were sent."""
+    """List the raw zone, re-enqueue every lost CDC file named at or after the re-send horizon (module
+    docstring: `tombstone_retention_days` is the deployment's TombstoneRetentionDays) and publish
+    `FilesRecovered` and `FilesBeyondTombstoneRetention` (namespace `metrics_namespace`, dimension
+    service=raw-audit; None: not published). A file that can't be re-sent fails the audit (the job fails:
+    alarmed) after the others were sent."""
     import time
 
     begun = time.monotonic()
@@ -209,12 +227,37 @@ def audit_raw_zone(
     pending = manifest_files(f"{prefix}/pending/", config.s3_endpoint_url)
     failed = manifest_files(f"{prefix}/failed/", config.s3_endpoint_url)
     view = read_lake_view(spark, config, files, schema)
-    verdicts = classify(files, view.applied, pending, failed, view.quarantined, view.loaded_at, moment, grace)
+    verdicts = classify(
+        files,
+        view.applied,
+        pending,
+        failed,
+        view.quarantined,
+        view.loaded_at,
+        moment,
+        grace,
+        tombstone_retention_days,
+    )
+    horizon = resend_horizon(moment, tombstone_retention_days)
     report = RawAuditReport(listed=len(files), recovery_round=recovery_round(moment, grace))
+    report.resend_horizon = horizon.isoformat()
     report.counts |= Counter(status for _, status in verdicts)
     lost = [file for file, status in verdicts if status == "lost"]
+    too_old = [file for file, status in verdicts if status == "beyond_retention"]
     report.moved_aside_keys = [f.uri for f, status in verdicts if status == "moved_aside"][:SAMPLE_SIZE]
     report.recovered_keys = [f.uri for f in lost[:SAMPLE_SIZE]]
+    report.beyond_retention_keys = [f.uri for f in too_old[:SAMPLE_SIZE]]
+    if too_old:
+        log.error(
+            "%d CDC file(s) of the raw zone are in no ledger, manifest or queue and were written before %s "
+            "(TombstoneRetentionDays %s ago): NOT re-sent, a delete after their changes may have lost its "
+            "tombstone and the row would come back. Reload their tables (DMS ReloadTables) or let the "
+            "reconcile repair them, e.g. %s",
+            len(too_old),
+            horizon,
+            tombstone_retention_days,
+            too_old[0].uri,
+        )
     if lost:
         log.error(
             "%d CDC file(s) of the raw zone older than %s are in no ledger, manifest or queue: re-enqueued "
@@ -260,12 +303,13 @@ def _re_enqueue(
 
 
 def publish_metrics(report: RawAuditReport, cloudwatch: Any, namespace: str = METRICS_NAMESPACE) -> None:
-    """`FilesRecovered` (alarmed) and the audit's other counts, dimension service=raw-audit. Published on
+    """`FilesRecovered` and `FilesBeyondTombstoneRetention` (both alarmed) and the audit's other counts, dimension service=raw-audit. Published on
     every audit, zero included, so the dashboard shows the audit runs."""
     dimensions = [{"Name": "service", "Value": METRICS_SERVICE}]
     figures = {
         "FilesRecovered": report.recovered,
         "FilesPendingInFailedManifests": report.moved_aside,
+        "FilesBeyondTombstoneRetention": report.beyond_retention,
         "RawFilesListed": report.listed,
     }
     cloudwatch.put_metric_data(

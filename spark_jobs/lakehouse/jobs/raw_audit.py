@@ -1,12 +1,14 @@
 """The raw zone <-> ledger audit job (`spark_jobs/raw_audit_job.py`, and a local command): list the raw prefix,
-re-enqueue every CDC file older than the grace period that no ledger, manifest or quarantine knows, and
-publish FilesRecovered. The reconcile job runs the same audit every ReconcileEveryMinutes; this job runs it
+re-enqueue every CDC file older than the grace period that no ledger, manifest or quarantine knows (unless
+it was written before TombstoneRetentionDays ago: reported, never re-sent), and publish FilesRecovered. The reconcile job runs the same audit every ReconcileEveryMinutes; this job runs it
 before (or without) that job. It commits nothing to the lake, so it takes no lease arguments."""
 
 from __future__ import annotations
 
 import argparse
 from datetime import timedelta
+
+from lake_contracts.resend_horizon import MIN_TOMBSTONE_RETENTION_DAYS
 
 from lakehouse.audit.raw_zone import METRICS_NAMESPACE, audit_raw_zone
 from lakehouse.base.config import LakeConfig
@@ -29,6 +31,14 @@ def parser() -> argparse.ArgumentParser:
         "QueueAgeAlarmMinutes' default, beyond which a queued event is alarmed as waiting)",
     )
     parsed.add_argument(
+        "--tombstone_retention_days",
+        type=float,
+        default=float(MIN_TOMBSTONE_RETENTION_DAYS),
+        help="the deployment's TombstoneRetentionDays: a lost file written longer ago than this is reported "
+        "(FilesBeyondTombstoneRetention), never re-sent (its later deletes' tombstones may be gone). Default "
+        f"{MIN_TOMBSTONE_RETENTION_DAYS}, the template's lowest: the safe side",
+    )
+    parsed.add_argument(
         "--metrics_namespace",
         default=METRICS_NAMESPACE,
         help="CloudWatch namespace of FilesRecovered ('' publishes nothing: local runs without AWS)",
@@ -40,6 +50,8 @@ def parser() -> argparse.ArgumentParser:
 def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if args.grace_minutes < 0:
         raise SystemExit("--grace_minutes must not be negative")
+    if args.tombstone_retention_days <= 0:
+        raise SystemExit("--tombstone_retention_days must be positive")
     spark = build_session(config, "dms-raw-audit")
     report = audit_raw_zone(
         spark,
@@ -49,6 +61,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         args.queue_url,
         timedelta(minutes=args.grace_minutes),
         metrics_namespace=args.metrics_namespace or None,
+        tombstone_retention_days=args.tombstone_retention_days,
     )
     publish_report(report.to_dict(), args.report_uri, config)
     return 0

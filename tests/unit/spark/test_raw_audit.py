@@ -19,7 +19,7 @@ from types import ModuleType, SimpleNamespace
 
 import boto3
 import pytest
-from lake_contracts.dms_files import change_seq
+from lake_contracts.dms_files import cdc_file_name, change_seq
 from lake_contracts.documents import Manifest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
@@ -152,8 +152,11 @@ def queued(sqs, queue: str) -> list[dict]:
     return messages
 
 
-def audit(spark, config, queue: str, sqs, grace: timedelta, now: datetime):
-    """The audit of the raw zone, its SQS and CloudWatch clients moto's (the config's endpoint is not AWS)."""
+def audit(
+    spark, config, queue: str, sqs, grace: timedelta, now: datetime, tombstone_retention_days: float = 36500
+):
+    """The audit of the raw zone, its SQS and CloudWatch clients moto's (the config's endpoint is not AWS); a
+    retention of a century unless a test is about it (the files' names are fixed days)."""
     return audit_raw_zone(
         spark,
         config,
@@ -164,6 +167,7 @@ def audit(spark, config, queue: str, sqs, grace: timedelta, now: datetime):
         sqs,
         now,
         cloudwatch_client=boto3.client("cloudwatch"),
+        tombstone_retention_days=tombstone_retention_days,
     )
 
 
@@ -232,8 +236,11 @@ def test_only_the_lost_files_are_re_enqueued_as_the_events_the_drain_reads(spark
         "moved_aside": 1,
         "young": 1,
         "recovered": 5,
+        "beyond_retention": 0,
         "recovered_keys": sorted(lost, key=lambda u: (u.rsplit("/", 1)[1], u)),
         "moved_aside_keys": [moved_aside],
+        "beyond_retention_keys": [],
+        "resend_horizon": report.resend_horizon,
         "recovery_round": report.recovery_round,
         "seconds": 0,
     }
@@ -448,6 +455,7 @@ def test_the_job_re_enqueues_reports_and_publishes(spark, config, aws, monkeypat
             *("--schema_file", config.schema_file, "--s3_endpoint_url", "http://moto.invalid"),
             *("--raw_path", f"s3://{RAW}/dms", "--manifest_prefix", MANIFESTS, "--queue_url", queue),
             *("--grace_minutes", "0", "--report_uri", str(report_file), "--JOB_ID", "j_1"),
+            *("--tombstone_retention_days", "36500"),
         ]
     )
 
@@ -549,3 +557,33 @@ def test_a_consistent_point_waits_for_a_table_named_like_a_date_folder(spark, da
     )
     assert point is not None and point.at < transaction
     assert point.snapshots == {"sales.orders": 1, "sales.2024_01": 3}
+
+
+def test_a_lost_file_older_than_the_tombstones_is_reported_never_re_sent(spark, config, aws):
+    """Given lost CDC files (nothing knows them) that all landed in the raw zone just now, named (by DMS, when
+    it wrote them) 34 days 23 hours ago, exactly 35 days ago, 35 days and a minute ago and 90 days ago, and one
+    of yesterday,
+    When the raw zone is audited with TombstoneRetentionDays 35,
+    Then only the two named after the horizon are re-sent; the three at or before it are counted and named as
+    beyond the retention (FilesBeyondTombstoneRetention 3), judged by their names' time, not their landing;
+    the report says the horizon."""
+    s3, sqs, queue, _ = aws
+    now = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    named = now.replace(tzinfo=None)
+
+    def lost_file(age: timedelta) -> str:
+        return put(s3, f"dms/sales/customer/{cdc_file_name(named - age)}")
+
+    inside = [lost_file(timedelta(days=34, hours=23)), lost_file(timedelta(days=1))]
+    outside = [lost_file(timedelta(days=d)) for d in (90, 35)] + [lost_file(timedelta(days=35, minutes=1))]
+
+    report = audit(spark, config, queue, sqs, timedelta(minutes=30), now, tombstone_retention_days=35)
+
+    assert (report.recovered, report.beyond_retention) == (2, 3)
+    assert report.recovered_keys == inside
+    assert report.beyond_retention_keys == sorted(outside, key=lambda uri: uri.rsplit("/", 1)[1])
+    assert report.to_dict()["resend_horizon"] == (named - timedelta(days=35)).isoformat()
+    sent = [json.loads(m["Body"])["detail"]["object"]["key"] for m in queued(sqs, queue)]
+    assert sorted(sent) == sorted(uri.split("/", 3)[3] for uri in inside)
+    assert metric_sum("FilesBeyondTombstoneRetention") == 3
+    assert metric_sum("FilesRecovered") == 2

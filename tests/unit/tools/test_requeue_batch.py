@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
+from lake_contracts.dms_files import cdc_file_name
 
 from tests.offline_aws import offline_aws
 from tools import requeue_batch
@@ -58,3 +59,60 @@ def test_a_failed_batch_goes_back_to_pending_with_its_attempts_reset_and_a_corru
     assert pending == manifest | {"attempts": 0}
     left = [o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="manifests/failed/")["Contents"]]
     assert left == ["manifests/failed/broken.json"]
+
+
+NOW = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+RETENTION_DAYS = 35
+
+
+def cdc_uri(age: timedelta, table: str = "customer") -> str:
+    """A CDC file of `sales.<table>` named (by DMS, at its writing) `age` before NOW."""
+    return f"s3://raw/dms/sales/{table}/{cdc_file_name((NOW - age).replace(tzinfo=None))}"
+
+
+def put_failed(s3, run_id: str, uris: list[str]) -> None:
+    manifest = {"version": 1, "run_id": run_id, "created_at": "x", "attempts": 3}
+    body = manifest | {"files": [{"uri": uri, "size": 1} for uri in uris]}
+    s3.put_object(Bucket=BUCKET, Key=f"manifests/failed/{run_id}.json", Body=json.dumps(body).encode())
+
+
+def test_a_batch_is_judged_by_its_oldest_file_not_by_when_it_was_drained(s3) -> None:
+    """Given batches all drained an hour before now (TombstoneRetentionDays 35): one whose files were all
+    written just inside the retention (34 days 23 hours ago), one mixing recent files with one written 35 days
+    and an hour ago, one whose oldest file was written exactly 35 days ago, and one of a LOAD file only (no
+    file time: judged by its drain),
+    When the operator requeues each,
+    Then the batches with a file at or past the horizon are refused with an error naming that file and the
+    horizon and stay moved aside; the others go back to pending. The listing shows each batch's oldest file."""
+    drained = (NOW - timedelta(hours=1)).strftime("%Y%m%dT%H%M%S%fZ")
+    inside = [cdc_uri(timedelta(days=34, hours=23)), cdc_uri(timedelta(days=1))]
+    too_old = cdc_uri(timedelta(days=35, hours=1), "orders")
+    mixed = [cdc_uri(timedelta(days=2)), too_old, cdc_uri(timedelta(minutes=5))]
+    at_horizon = cdc_uri(timedelta(days=35))
+    load_only = ["s3://raw/dms/sales/customer/LOAD00000001.csv"]
+    batches = {"inside": inside, "mixed": mixed, "at-horizon": [at_horizon], "load-only": load_only}
+    run_ids = {f"{drained}-{n:08x}": name for n, name in enumerate(batches)}
+    for run_id, name in run_ids.items():
+        put_failed(s3, run_id, batches[name])
+
+    listed = {run_ids[b.run_id]: b for b in requeue_batch.failed_batches(s3, BUCKET)}
+    assert {name: b.oldest_file for name, b in listed.items()} == {
+        "inside": inside[0],
+        "mixed": too_old,
+        "at-horizon": at_horizon,
+        "load-only": f"(drained as {listed['load-only'].run_id})",
+    }
+    outcomes = {}
+    for name, batch in listed.items():
+        try:
+            requeue_batch.requeue(s3, BUCKET, batch, RETENTION_DAYS, now=NOW)
+            outcomes[name] = "requeued"
+        except requeue_batch.TooOldToRequeueError as error:
+            outcomes[name] = str(error)
+
+    horizon = "re-send horizon 2026-10-21 12:00:00 (TombstoneRetentionDays is 35)"
+    assert outcomes["inside"] == outcomes["load-only"] == "requeued"
+    assert too_old in outcomes["mixed"] and horizon in outcomes["mixed"]
+    assert at_horizon in outcomes["at-horizon"] and horizon in outcomes["at-horizon"]
+    left = sorted(o["Key"] for o in s3.list_objects_v2(Bucket=BUCKET, Prefix="manifests/failed/")["Contents"])
+    assert left == sorted(listed[name].key for name in ("mixed", "at-horizon"))
