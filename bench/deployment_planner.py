@@ -1,20 +1,26 @@
 """Deployment planner: a deployment's billed compute per day on Glue and on EMR Serverless, from the
-per-run costs measured in bench/RESULTS.md, and whether the state machine's loop keeps up with the day.
+per-run costs the benches measured, whether the state machine's loop keeps up with the day, and each file's
+freshness (landed -> applied).
 
     .venv/bin/python bench/cost_model.py deployment          # --rows --tables --changes-per-day --max-files-per-run …
+    .venv/bin/python bench/cost_model.py deployment --many-tables bench/results/many-tables-<time>.json --search
 
 A day of the loop for N tables of R rows and C changes a day: CDC runs, a refine run every few batches, a
-maintenance run every few more; each run's seconds from `Measured`, billed as each engine bills a run of
-`RunSize` workers (the prices and the 1-minute minimum of bench/cost_model.py). Also a lower bound of the
-full load's compute at the template's defaults.
+maintenance pass every few more, sized to what the changes made due and bounded by its budget (a slice); each
+run's seconds from `Measured` (constants with their source, or the benches' JSON), billed as each engine bills
+a run of `RunSize` workers (the prices and the 1-minute minimum of bench/cost_model.py). `--search`: when the
+settings miss the goal (keep up, freshness p95 at most 5 minutes, on both engines), the cheapest setting of a
+grid that meets it. Also a lower bound of the full load's compute at the template's defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
 
 if __package__:  # imported as bench.deployment_planner (the tests)
     from bench.cost_model import MINIMUM_BILLED_SECONDS, PRICES
@@ -43,28 +49,49 @@ class Deployment:
         return self.rows / self.tables
 
 
+GIB = 1024**3
+# The mix of bench/generate.py's batches (10 % deletes, 15 % inserts, 75 % updates): the share of changes that
+# delete a row of an older data file (updates and deletes) and the share that write a new row (inserts, updates).
+DELETING_SHARE, WRITING_SHARE = 0.85, 0.90
+
+
 @dataclass(frozen=True)
 class Measured:
-    """Per-run costs measured on this repository's benchmark machine (bench/RESULTS.md; 2 local cores stand in
-    for one run's workers, as in the engine table):
-    - a run's fixed cost and the apply's throughput: the line of section 4 (39.2 s + 40,254 changes/s, a 10M-row
-      table, CSV); the fixed cost holds the MERGE of one table;
-    - each further table a batch touches: 1.30 s (section 1, perfile-session: a few changes into a 1M-row
-      table, the changes' own time taken out) + 0.026 s per million rows (bench/RESULTS.md, "Cost growth": a
-      batch of 1,000 changes into 10M and 100M rows, medians 2.8 and 5.1 s warm; the MERGE reads the key
-      column of every row through a Bloom filter of the batch's keys). Before the apply jobs stopped
-      broadcasting it was 0.654 s per million rows (section 1): a small batch's MERGE shuffled every key;
-    - a maintenance pass: 13-16 s for one 1M-row table with its ledger and tombstones (section 6), taken as
-      15 s per million rows of every table (a MERGE-on-read batch leaves deletes on every data file, so
-      compaction rewrites each table whole);
-    - a refine run: its fixed cost only (the refine job's own work depends on the refined model; not measured)."""
+    """Per-run costs measured on this repository's benchmark machine, 2 local cores standing in for one run's
+    workers (as in the engine table); each figure's source beside it, `from_results` replaces them with a
+    newer bench's JSON.
+    - a run's fixed cost and the apply's throughput: the line of bench/RESULTS.md section 4 (39.2 s + 40,254
+      changes/s, a 10M-row table, CSV; `bench/cost_model.py --results …20261123T154339Z.json`); the fixed cost
+      holds the process, the session and the MERGE of one table;
+    - each further table a batch touches: `table_fixed_seconds`, the slope of `bench/many_tables.py` (one warm
+      session, batches touching 1 to 100 small tables), plus `table_seconds_per_million_rows` (0.026 s:
+      "Cost growth", `bench/scale.py`, 2026-11-26: 1,000 changes into 10M and 100M rows, 2.8 and 5.1 s; the MERGE
+      reads the key column of each table it touches through a Bloom filter of the batch's keys);
+    - a maintenance pass, sized to the changes and bounded: a run's fixed cost, `maintenance_table_seconds` for
+      each table it inspects (clean, history and the records: `maintained_tables_per_table` a source table),
+      and the bytes it rewrites at `rewrite_bytes_per_second`, at most `rewrite_budget_bytes` a pass (the
+      slice; lakehouse.maintenance.options: 4 GiB), the rest due again next pass. What is due follows the
+      changes: a change that deletes a row of an older file brings that file 1/rows closer to the rewrite
+      threshold (`delete_ratio_threshold` of its rows deleted: 0.2), so each such change makes
+      `bytes_per_row / threshold` bytes due, and each written row `bytes_per_row` of small files to compact
+      (`bytes_due_per_change`); `bytes_per_row` 20.1: the narrow bench table, 201 MB for 10M rows of zstd
+      Parquet ("Cost growth");
+    - once a day, expiry and orphan removal: `expiry_seconds_per_table` for each table it visits;
+    - a refine run: its fixed cost only (the refine job's own work depends on the refined model: not measured)."""
 
     overhead_seconds: float = 39.2
     changes_per_second: float = 40_254.0
-    table_fixed_seconds: float = 1.30
+    table_fixed_seconds: float = 1.30  # section 1, perfile-session (before bench/many_tables.py)
     table_seconds_per_million_rows: float = 0.026
-    maintenance_seconds_per_million_rows: float = 15.0
+    maintenance_table_seconds: float = 0.2  # the goal for an untouched table (not measured yet)
+    maintained_tables_per_table: float = 2.0  # the clean table and its history (the records are few)
+    rewrite_bytes_per_second: float = 10.5e6  # the full load's write rate: 2.0 GB in 190.6 s ("Cost growth")
+    rewrite_budget_bytes: float = 4 * GIB
+    delete_ratio_threshold: float = 0.2
+    bytes_per_row: float = 20.1
+    expiry_seconds_per_table: float = 1.0  # an assumption: not measured
     refine_seconds: float = 0.0
+    sources: tuple[str, ...] = ()
 
     def table_seconds(self, rows: float) -> float:
         return self.table_fixed_seconds + self.table_seconds_per_million_rows * rows / 1e6
@@ -76,8 +103,36 @@ class Measured:
             + changes / self.changes_per_second
         )
 
-    def maintenance_seconds(self, rows: float) -> float:
-        return self.overhead_seconds + self.maintenance_seconds_per_million_rows * rows / 1e6
+    @property
+    def bytes_due_per_change(self) -> float:
+        return self.bytes_per_row * (DELETING_SHARE / self.delete_ratio_threshold + WRITING_SHARE)
+
+    def maintenance_seconds(self, tables: int, rewrite_bytes: float, expiry: bool = False) -> float:
+        """One pass over `tables` source tables that rewrites `rewrite_bytes` (within its budget) and, once a
+        day, expires snapshots and removes orphans."""
+        visited = tables * self.maintained_tables_per_table
+        return (
+            self.overhead_seconds
+            + visited * (self.maintenance_table_seconds + (self.expiry_seconds_per_table if expiry else 0.0))
+            + min(rewrite_bytes, self.rewrite_budget_bytes) / self.rewrite_bytes_per_second
+        )
+
+    @classmethod
+    def from_results(cls, many_tables: Path | None = None, maintenance: Path | None = None) -> Measured:
+        """These defaults, with the per-table cost from a `bench/many_tables.py` JSON and the maintenance
+        figures from a `bench/maintenance.py` JSON (its `planner` block) where given."""
+        figures: dict[str, float] = {}
+        sources: list[str] = []
+        if many_tables is not None:
+            summary = json.loads(many_tables.read_text())["summary"]
+            figures["table_fixed_seconds"] = float(summary["seconds_per_table"])
+            sources.append(many_tables.name)
+        if maintenance is not None:
+            planner = json.loads(maintenance.read_text()).get("planner", {})
+            known = {f.name for f in fields(cls)} - {"sources"}
+            figures |= {name: float(value) for name, value in planner.items() if name in known}
+            sources.append(maintenance.name)
+        return replace(cls(), **figures, sources=tuple(sources))
 
 
 @dataclass(frozen=True)
@@ -107,6 +162,10 @@ class DeploymentDay:
     emr_gb_hours: float
     freshness_p50: float
     freshness_p95: float
+    cdc_hours: float = 0.0  # of busy_hours: CDC runs, start-ups included
+    maintenance_hours: float = 0.0  # of busy_hours: maintenance passes, start-ups included
+    rewritten_gb: float = 0.0  # what the day's passes rewrote
+    due_gb_left: float = 0.0  # due at the day's end, beyond the passes' budgets
 
     def keeps_up(self, hours: float = 24.0) -> bool:
         """The day's changes are applied within the day (plus an hour: the last runs' own time)."""
@@ -126,17 +185,20 @@ class DeploymentDay:
 def deployment_day(
     plan: Deployment, measured: Measured, size: RunSize, engine: str = "glue"
 ) -> DeploymentDay:
-    """A day of the state machine's loop for `plan` (one thing at a time: CDC runs, a refine run after every
-    `refine_every` batches, a maintenance run after every `maintenance_every`), its runs' durations on `engine`
-    (its start-up before each run) and what both engines would bill for them: Glue `dpus x max(60 s, start +
-    run)` per run; EMR Serverless `workers x max(60 s, run)` per run (start-up unbilled), in vCPU- and
-    GB-hours. Files land round-robin over the tables, so a batch of n files touches min(n, tables) tables."""
+    """A day of the state machine's loop for `plan`, one thing at a time: a CDC run per batch (a batch: the
+    files landed so far, at most `max_files_per_run`; `loop_wait` when none has), a refine run after every
+    `refine_every` batches, a maintenance pass after every `maintenance_every` (a slice: what the changes made
+    due since, within its budget; the first pass after each day's start also expires and removes orphans);
+    each run after its engine's start-up. Billed: Glue `dpus x max(60 s, start + run)` per run; EMR Serverless
+    `workers x max(60 s, run)` per run (start-up unbilled), in vCPU- and GB-hours. Files land round-robin
+    over the tables, so a batch of n files touches min(n, tables) tables; each file's freshness is the end of
+    the run that applied it less its landing."""
     start = size.glue_start_seconds if engine == "glue" else size.emr_start_seconds
     horizon = plan.hours * 3600
     spacing = plan.file_interval / plan.tables
     changes_per_file = plan.changes_per_day * plan.file_interval / (plan.tables * 86_400)
     files = int(horizon / spacing)
-    clock, next_file, batches = 0.0, 0, 0
+    clock, next_file, batches, due, rewritten, expired_days = 0.0, 0, 0, 0.0, 0.0, 0
     runs: list[tuple[str, float]] = []
     fresh: list[float] = []
     while next_file < files:
@@ -148,35 +210,42 @@ def deployment_day(
         touched = min(count, plan.tables)
         seconds = measured.cdc_seconds(count * changes_per_file, touched, plan.rows_per_table)
         clock += start + seconds
-        first_landed = (next_file + 1) * spacing
-        last_landed = (next_file + count) * spacing
-        fresh += [clock - first_landed, clock - (first_landed + last_landed) / 2, clock - last_landed]
+        fresh += [clock - (next_file + i + 1) * spacing for i in range(count)]
         next_file += count
+        due += count * changes_per_file * measured.bytes_due_per_change
         batches += 1
-        runs.append(("cdc", seconds))
+        runs.append(("cdc", start + seconds))
         if batches % plan.refine_every == 0:
             seconds = measured.overhead_seconds + measured.refine_seconds
             clock += start + seconds
-            runs.append(("refine", seconds))
+            runs.append(("refine", start + seconds))
         if batches % plan.maintenance_every == 0:
-            seconds = measured.maintenance_seconds(plan.rows)
+            expiry = int(clock // 86_400) >= expired_days
+            expired_days += expiry
+            slice_bytes = min(due, measured.rewrite_budget_bytes)
+            seconds = measured.maintenance_seconds(plan.tables, slice_bytes, expiry)
+            due, rewritten = due - slice_bytes, rewritten + slice_bytes
             clock += start + seconds
-            runs.append(("maintenance", seconds))
-    glue_seconds = sum(max(MINIMUM_BILLED_SECONDS, size.glue_start_seconds + s) for _, s in runs)
-    emr_seconds = sum(max(MINIMUM_BILLED_SECONDS, s) for _, s in runs) * size.emr_workers
+            runs.append(("maintenance", start + seconds))
+    glue_seconds = sum(max(MINIMUM_BILLED_SECONDS, s - start + size.glue_start_seconds) for _, s in runs)
+    emr_seconds = sum(max(MINIMUM_BILLED_SECONDS, s - start) for _, s in runs) * size.emr_workers
     quantiles = statistics.quantiles(fresh, n=20, method="inclusive")
     return DeploymentDay(
         cdc_runs=sum(kind == "cdc" for kind, _ in runs),
         refine_runs=sum(kind == "refine" for kind, _ in runs),
         maintenance_runs=sum(kind == "maintenance" for kind, _ in runs),
         changes=next_file * changes_per_file,
-        busy_hours=sum(start + s for _, s in runs) / 3600,
+        busy_hours=sum(s for _, s in runs) / 3600,
         end_hours=clock / 3600,
         glue_dpu_hours=glue_seconds * size.glue_dpus / 3600,
         emr_vcpu_hours=emr_seconds * size.emr_vcpu / 3600,
         emr_gb_hours=emr_seconds * size.emr_memory_gb / 3600,
         freshness_p50=statistics.median(fresh),
         freshness_p95=quantiles[18],
+        cdc_hours=sum(s for kind, s in runs if kind == "cdc") / 3600,
+        maintenance_hours=sum(s for kind, s in runs if kind == "maintenance") / 3600,
+        rewritten_gb=rewritten / 1e9,
+        due_gb_left=due / 1e9,
     )
 
 
@@ -192,11 +261,18 @@ def full_load_hours(
     return (rows / (rows_per_second_per_core * cores) + overhead_seconds) / 3600
 
 
+def meets_goal(day: DeploymentDay, hours: float = 24.0, p95_seconds: float = 300.0) -> bool:
+    """Keeps up with the day, and a file's freshness p95 is at most `p95_seconds`."""
+    return day.keeps_up(hours) and day.freshness_p95 <= p95_seconds
+
+
 def deployment_markdown(plan: Deployment, glue: DeploymentDay, emr: DeploymentDay) -> str:
     rows = [
         ("CDC / refine / maintenance runs per day", lambda d: f"{d.cdc_runs:,} / {d.refine_runs:,} / {d.maintenance_runs:,}"),
         ("changes applied per day", lambda d: f"{d.changes / 1e6:,.1f}M"),
         ("hours in runs (start-ups included) / last file applied at", lambda d: f"{d.busy_hours:.1f} h / {d.end_hours:.1f} h"),
+        ("of which CDC / maintenance", lambda d: f"{d.cdc_hours:.1f} h / {d.maintenance_hours:.2f} h"),
+        ("maintenance: rewritten / still due at the end", lambda d: f"{d.rewritten_gb:.1f} / {d.due_gb_left:.1f} GB"),
         ("keeps up with the day", lambda d: "yes" if d.keeps_up(plan.hours) else "**no**"),
         ("freshness p50 / p95 (landed -> applied)", lambda d: f"{d.freshness_p50 / 60:.1f} / {d.freshness_p95 / 60:.1f} min"),
     ]  # fmt: skip
@@ -208,49 +284,85 @@ def deployment_markdown(plan: Deployment, glue: DeploymentDay, emr: DeploymentDa
     return "\n".join(lines)
 
 
+def loop_settings(plan: Deployment) -> str:
+    return (
+        f"MaxFilesPerRun={plan.max_files_per_run}, LoopWaitSeconds={plan.loop_wait:g}, "
+        f"RefineEveryNBatches={plan.refine_every}, MaintenanceEveryNBatches={plan.maintenance_every}"
+    )
+
+
+def cheapest_meeting_goal(
+    plan: Deployment, measured: Measured, size: RunSize, p95_seconds: float = 300.0
+) -> tuple[Deployment, DeploymentDay, DeploymentDay] | None:
+    """Of a grid of loop settings around `plan`, the one that keeps up with p95 at most `p95_seconds` on both
+    engines at the lowest Glue bill (then EMR Serverless's), or None."""
+    best: tuple[float, float, Deployment, DeploymentDay, DeploymentDay] | None = None
+    for files in sorted({plan.max_files_per_run, 1000, 3000}):
+        for refine in sorted({plan.refine_every, 5, 10, 20, 50}):
+            for maintain in sorted({plan.maintenance_every, 10, 50, 100, 200}):
+                candidate = replace(
+                    plan, max_files_per_run=files, refine_every=refine, maintenance_every=maintain
+                )
+                glue = deployment_day(candidate, measured, size, "glue")
+                if not meets_goal(glue, plan.hours, p95_seconds):
+                    continue
+                emr = deployment_day(candidate, measured, size, "emr")
+                if meets_goal(emr, plan.hours, p95_seconds):
+                    key = (round(glue.glue_usd(), 2), round(emr.emr_usd(), 2))
+                    if best is None or key < best[:2]:
+                        best = (*key, candidate, glue, emr)
+    return None if best is None else best[2:]
+
+
 def deployment_main(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(description="A deployment's billed compute per day")
     parser.add_argument("--rows", type=float, default=1e9, help="rows in the clean zone, all tables")
     parser.add_argument("--tables", type=int, default=100)
     parser.add_argument("--changes-per-day", type=float, default=50e6)
+    parser.add_argument("--file-interval", type=float, default=60, help="DMS CdcMaxBatchInterval, s")
     parser.add_argument("--loop-wait-seconds", type=float, default=60, help="template LoopWaitSeconds")
     parser.add_argument("--max-files-per-run", type=int, default=500, help="template MaxFilesPerRun")
-    parser.add_argument(
-        "--try-max-files",
-        type=int,
-        nargs="*",
-        default=[1000, 1500, 2000, 3000, 5000, 10000],
-        help="when the default falls behind: larger MaxFilesPerRun to try, the first that keeps up printed",
-    )
     parser.add_argument("--refine-every", type=int, default=5, help="template RefineEveryNBatches")
     parser.add_argument("--maintenance-every", type=int, default=50, help="template MaintenanceEveryNBatches")
+    parser.add_argument("--many-tables", type=Path, help="a bench/many_tables.py JSON: the per-table cost")
+    parser.add_argument("--maintenance", type=Path, help="a bench/maintenance.py JSON with a planner block")
+    parser.add_argument("--table-seconds", type=float, help="instead: the cost of each further table, s")
+    parser.add_argument("--p95-minutes", type=float, default=5.0, help="the freshness goal")
     parser.add_argument(
-        "--table-seconds-per-million-rows", type=float, default=Measured.table_seconds_per_million_rows
+        "--search",
+        action="store_true",
+        help="when the settings miss the goal: the cheapest grid setting that meets it",
     )
-    parser.add_argument("--maintenance-seconds-per-million-rows", type=float,
-                        default=Measured.maintenance_seconds_per_million_rows)  # fmt: skip
     args = parser.parse_args(argv)
     plan = Deployment(
-        args.rows, args.tables, args.changes_per_day, loop_wait=args.loop_wait_seconds,
-        max_files_per_run=args.max_files_per_run, refine_every=args.refine_every,
-        maintenance_every=args.maintenance_every,
+        args.rows, args.tables, args.changes_per_day, file_interval=args.file_interval,
+        loop_wait=args.loop_wait_seconds, max_files_per_run=args.max_files_per_run,
+        refine_every=args.refine_every, maintenance_every=args.maintenance_every,
     )  # fmt: skip
-    measured = Measured(
-        table_seconds_per_million_rows=args.table_seconds_per_million_rows,
-        maintenance_seconds_per_million_rows=args.maintenance_seconds_per_million_rows,
-    )
+    measured = Measured.from_results(args.many_tables, args.maintenance)
+    if args.table_seconds is not None:
+        measured = replace(measured, table_fixed_seconds=args.table_seconds)
     size = RunSize()
     print(
         f"{plan.rows:,.0f} rows in {plan.tables} tables, {plan.changes_per_day:,.0f} changes/day; {measured}"
     )
-    for files in [plan.max_files_per_run, *(n for n in args.try_max_files if n > plan.max_files_per_run)]:
-        candidate = replace(plan, max_files_per_run=files)
-        glue = deployment_day(candidate, measured, size, "glue")
-        emr = deployment_day(candidate, measured, size, "emr")
-        print(f"\nMaxFilesPerRun={files}:")
-        print(deployment_markdown(candidate, glue, emr))
-        if glue.keeps_up(plan.hours) and emr.keeps_up(plan.hours):
-            break
+    glue = deployment_day(plan, measured, size, "glue")
+    emr = deployment_day(plan, measured, size, "emr")
+    print(f"\n{loop_settings(plan)}:")
+    print(deployment_markdown(plan, glue, emr))
+    goal = args.p95_minutes * 60
+    met = meets_goal(glue, plan.hours, goal) and meets_goal(emr, plan.hours, goal)
+    print(
+        f"goal (keeps up, freshness p95 <= {args.p95_minutes:g} min) on both engines: {'met' if met else 'missed'}"
+    )
+    if not met and args.search:
+        found = cheapest_meeting_goal(plan, measured, size, goal)
+        if found is None:
+            print("no setting of the grid meets it")
+        else:
+            candidate, glue, emr = found
+            print(f"\ncheapest that meets it: {loop_settings(candidate)}:")
+            print(deployment_markdown(candidate, glue, emr))
     # Once: the full load at the defaults (Glue FullLoadNumberOfWorkers=10 of G.2X: 20 DPU, 9 executors of 8
     # cores; EMR Serverless EmrMaximumVcpu=64: 15 executors of 4 vCPU and a driver), at the per-core rates of
     # bench/RESULTS.md section 7 (2 local cores: CSV 162k rows/s, Parquet 475k rows/s), scaling linearly.

@@ -1,20 +1,73 @@
-"""bench/cost_model.py, a deployment to plan: the state machine's day for N tables of R rows
-and C changes a day, each engine's billed compute, and whether the loop keeps up."""
+"""bench/cost_model.py, a deployment to plan (bench/deployment_planner.py): the state machine's day for N
+tables of R rows and C changes a day, maintenance in bounded slices sized to the changes, each engine's billed
+compute, and whether the loop keeps up with freshness p95 within the goal."""
 
 from __future__ import annotations
+
+import json
+import statistics
 
 import pytest
 
 from bench.cost_model import MINIMUM_BILLED_SECONDS
-from bench.deployment_planner import Deployment, Measured, RunSize, deployment_day, deployment_main
+from bench.deployment_planner import (
+    Deployment,
+    Measured,
+    RunSize,
+    cheapest_meeting_goal,
+    deployment_day,
+    deployment_main,
+    meets_goal,
+)
 
 FREE = Measured(  # runs cost only their fixed part: the schedule alone decides
     overhead_seconds=20.0,
     changes_per_second=1e12,
     table_fixed_seconds=0.0,
     table_seconds_per_million_rows=0.0,
-    maintenance_seconds_per_million_rows=0.0,
+    maintenance_table_seconds=0.0,
+    expiry_seconds_per_table=0.0,
 )
+
+# Two tables, a file each every 60 s (one every 30 s in all), 100 changes a file, for 6 minutes: 12 files.
+TINY = Deployment(rows=2e6, tables=2, changes_per_day=100 * 2 * 1440, hours=0.1, refine_every=1000)
+TINY_COSTS = Measured(  # a run 20 s, each further table 5 s; a pass 20 s + 0.2 s a table + 1 kB/s rewritten
+    overhead_seconds=20.0,
+    changes_per_second=1e12,
+    table_fixed_seconds=5.0,
+    table_seconds_per_million_rows=0.0,
+    maintenance_table_seconds=0.2,
+    maintained_tables_per_table=2.0,
+    rewrite_bytes_per_second=1000.0,
+    rewrite_budget_bytes=1e9,
+    delete_ratio_threshold=0.2,
+    bytes_per_row=20.0,
+    expiry_seconds_per_table=0.0,
+)
+
+
+def test_a_tiny_deployment_computed_by_hand():
+    """Given 2 tables writing a file every 60 s each (landing at 30, 60, 90 … 360 s), a loop wait of 60 s,
+    Glue's 10 s start, runs of 20 s + 5 s for the second table, and a maintenance pass after 5 batches,
+    When the 6 minutes are simulated, Then, by hand: the first drain at 60 s takes files 0-1 (ends 95 s), then
+    one file a run (ends 125, 155, 185, 215 s); the pass rewrites the 6 files' 600 changes x 103 bytes due
+    (20 B x (0.85 / 0.2 + 0.9)) = 61,800 B at 1 kB/s, with 20 s + 4 tables x 0.2 s: 82.6 s (ends 307.6 s);
+    then files 6-9 in one run (ends 342.6), file 10 (372.6), file 11 (402.6). Freshness: 65, 35 x 5, 132.6,
+    102.6, 72.6, 42.6 x 3 s. Glue bills 8 CDC runs the 60 s minimum and the pass 92.6 s, 2 DPU each."""
+    plan = Deployment(**{**TINY.__dict__, "maintenance_every": 5})
+    assert TINY_COSTS.bytes_due_per_change == pytest.approx(103.0)
+    assert TINY_COSTS.maintenance_seconds(2, 61_800) == pytest.approx(82.6)
+    day = deployment_day(plan, TINY_COSTS, RunSize(), "glue")
+    assert (day.cdc_runs, day.refine_runs, day.maintenance_runs) == (8, 0, 1)
+    assert day.end_hours * 3600 == pytest.approx(402.6)
+    fresh = [65.0] + [35.0] * 5 + [132.6, 102.6, 72.6] + [42.6] * 3
+    assert day.freshness_p50 == pytest.approx(statistics.median(fresh)) == pytest.approx(42.6)
+    assert day.freshness_p95 == pytest.approx(102.6 + 0.45 * 30)
+    assert day.glue_dpu_hours == pytest.approx((8 * 60 + 92.6) * 2 / 3600)
+    assert day.rewritten_gb * 1e9 == pytest.approx(61_800)
+    assert day.due_gb_left * 1e9 == pytest.approx(61_800)  # files 6-11, after the only pass
+    assert day.maintenance_hours * 3600 == pytest.approx(92.6)
+    assert day.changes == pytest.approx(1200)
 
 
 def test_a_quiet_small_deployment_pays_the_minimum_per_run_on_both_engines():
@@ -41,10 +94,8 @@ def test_refine_and_maintenance_follow_their_batch_counts():
 
 def test_a_batch_pays_a_merge_per_table_it_touches():
     """Given the same changes over 1 or 50 tables of 10M rows, Then the 50-table batches cost 49 table scans more
-    each (the MERGE reads every key of each table it touches): the loop is busier, the day costs more, and the
-    changes wait longer (fewer, longer runs)."""
-    # a MERGE that shuffles every key (0.654 s per million rows, before the Bloom filter reached small batches)
-    measured = Measured(maintenance_seconds_per_million_rows=0.0, table_seconds_per_million_rows=0.654)
+    each: the loop is busier, the day costs more, and the changes wait longer (fewer, longer runs)."""
+    measured = Measured(table_seconds_per_million_rows=0.654, table_fixed_seconds=1.30)
     one = deployment_day(Deployment(rows=10e6, tables=1, changes_per_day=5e6, hours=2.0), measured, RunSize())
     many = deployment_day(
         Deployment(rows=500e6, tables=50, changes_per_day=5e6, hours=2.0), measured, RunSize()
@@ -57,28 +108,55 @@ def test_a_batch_pays_a_merge_per_table_it_touches():
     assert one.changes == pytest.approx(many.changes)
 
 
-def test_the_planning_case_falls_behind_at_the_default_batch_size_and_keeps_up_with_larger_batches():
-    """1B rows in 100 tables, 50M changes a day, the template's defaults: a batch of 500 files touches all 100
-    tables and lasts ~4 minutes (a run's fixed cost and 99 more tables' MERGEs) for 5 minutes of files, and
-    with the refine and maintenance runs between batches the day's changes take 43 hours; 3,000 files a
-    batch keep up, the loop busy all day (2 DPU x 24 h and the maintenance)."""
-    plan = Deployment()
-    measured, size = Measured(), RunSize()
-    default = deployment_day(plan, measured, size, "glue")
-    assert not default.keeps_up() and default.end_hours > 40
-    larger = deployment_day(Deployment(max_files_per_run=3000), measured, size, "glue")
-    assert larger.keeps_up()
-    assert 40 < larger.glue_dpu_hours < 60
-    assert larger.changes == pytest.approx(50e6)
-    emr = deployment_day(Deployment(max_files_per_run=3000), measured, size, "emr")
-    assert emr.keeps_up()
-    assert emr.emr_gb_hours == pytest.approx(4 * emr.emr_vcpu_hours)
+def test_a_pass_rewrites_at_most_its_budget_and_leaves_the_rest_due():
+    """Given a budget of 10 kB a pass and changes that make far more due, Then every pass rewrites exactly the
+    budget (its seconds bounded whatever the backlog) and the rest is still due at the day's end."""
+    measured = Measured(**{**TINY_COSTS.__dict__, "rewrite_budget_bytes": 10_000.0})
+    plan = Deployment(**{**TINY.__dict__, "maintenance_every": 2, "hours": 1.0})
+    day = deployment_day(plan, measured, RunSize(), "glue")
+    assert day.maintenance_runs >= 5
+    assert day.rewritten_gb * 1e9 == pytest.approx(day.maintenance_runs * 10_000)
+    assert day.due_gb_left * 1e9 == pytest.approx(day.changes * 103.0 - day.maintenance_runs * 10_000)
+    assert measured.maintenance_seconds(2, 1e9) == measured.maintenance_seconds(2, 10_000)
 
 
-def test_the_command_prints_the_default_and_the_first_batch_size_that_keeps_up(capsys):
+def test_the_first_pass_of_each_day_also_expires():
+    measured = Measured(**{**TINY_COSTS.__dict__, "expiry_seconds_per_table": 3.0})
+    assert measured.maintenance_seconds(2, 0, expiry=True) - measured.maintenance_seconds(
+        2, 0
+    ) == pytest.approx(12.0)
+
+
+def test_the_figures_come_from_the_benches_json(tmp_path):
+    """Given a many-tables result (0.42 s a further table) and a maintenance result with a planner block, Then
+    Measured takes those and keeps its other figures, naming the files it read."""
+    many = tmp_path / "many-tables-x.json"
+    many.write_text(json.dumps({"summary": {"seconds_per_table": 0.42}}))
+    maintenance = tmp_path / "maintenance-y.json"
+    maintenance.write_text(json.dumps({"planner": {"rewrite_bytes_per_second": 2e7, "unknown": 1}}))
+    measured = Measured.from_results(many, maintenance)
+    assert (measured.table_fixed_seconds, measured.rewrite_bytes_per_second) == (0.42, 2e7)
+    assert measured.overhead_seconds == Measured().overhead_seconds
+    assert measured.sources == ("many-tables-x.json", "maintenance-y.json")
+
+
+def test_the_search_finds_a_cheaper_setting_that_meets_the_freshness_goal():
+    """Given a deployment whose refine run after every batch pushes EMR Serverless's p95 past 5 minutes, Then
+    the search finds a setting that meets the goal on both engines, refining less often."""
+    plan = Deployment(rows=1e6, tables=10, changes_per_day=1e6, hours=2.0, refine_every=1, loop_wait=60)
+    measured = Measured(overhead_seconds=40.0, table_fixed_seconds=1.0)
+    assert not meets_goal(deployment_day(plan, measured, RunSize(), "emr"), 2.0)
+    found = cheapest_meeting_goal(plan, measured, RunSize())
+    assert found is not None
+    candidate, glue, emr = found
+    assert candidate.refine_every > 1 and meets_goal(glue, 2.0) and meets_goal(emr, 2.0)
+
+
+def test_the_command_prints_the_day_at_the_settings_and_whether_it_meets_the_goal(capsys):
     assert deployment_main([]) == 0
     out = capsys.readouterr().out
     assert (
-        "MaxFilesPerRun=500:" in out and "MaxFilesPerRun=3000:" in out and "MaxFilesPerRun=5000:" not in out
+        "MaxFilesPerRun=500, LoopWaitSeconds=60, RefineEveryNBatches=5, MaintenanceEveryNBatches=50:" in out
     )
+    assert "goal (keeps up, freshness p95 <= 5 min) on both engines:" in out
     assert "DPU-hours" in out and "vCPU-hours" in out and "full load once, Parquet" in out
