@@ -153,17 +153,25 @@ def sequence_at(moment: datetime) -> Decimal:
     return Decimal(moment.strftime("%Y%m%d%H%M%S") + f"{moment.microsecond // 10000:02d}" + "0" * 19)
 
 
-def check_sequences_comparable(spark: SparkSession, table: str, spec: TableSpec, placed: Decimal) -> None:
-    """A reload placed by time compares DMS-shaped sequences: the table's must be such too."""
+def highest_sequence_unless_time_shaped(spark: SparkSession, table: str) -> Decimal | None:
+    """The table's highest change sequence if it is not AWS DMS's timestamp-prefixed AR_H_CHANGE_SEQ (None:
+    it is, or the table holds none), so a placement by time can't order it."""
     highest = one_row(spark.table(table).agg(F.max(CHANGE_SEQ_COLUMN)))[0]
     if highest is None:
-        return
+        return None
     text = str(highest)
     try:
         shaped = len(text) == 35 and datetime.strptime(text[:14], "%Y%m%d%H%M%S").year >= 1990
     except ValueError:
         shaped = False
-    if not shaped:
+    return None if shaped else Decimal(highest)
+
+
+def check_sequences_comparable(spark: SparkSession, table: str, spec: TableSpec, placed: Decimal) -> None:
+    """A reload placed by time compares DMS-shaped sequences: the table's must be such too."""
+    highest = highest_sequence_unless_time_shaped(spark, table)
+    if highest is not None:
+        text = str(highest)
         raise ValueError(
             f"{spec.qualified_name}: its rows' change sequences (e.g. {text}) are not AWS DMS's timestamp-"
             "prefixed AR_H_CHANGE_SEQ and its LOAD files carry none, so the reload can't be ordered against "

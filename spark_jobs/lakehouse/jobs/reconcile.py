@@ -7,10 +7,11 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from datetime import datetime
 from typing import Any
 
 from lakehouse.base.config import LakeConfig
-from lakehouse.io.fence import installed
+from lakehouse.io.fence import check_before_commit, installed
 from lakehouse.io.session import build_session
 from lakehouse.io.storage import is_missing, read_json, write_text
 from lakehouse.jobs.arguments import load_schema
@@ -80,6 +81,13 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--repair_mode", choices=["alarm", "reload"], default="alarm")
     parser.add_argument(
+        "--compare_mysql_float",
+        choices=["true", "false"],
+        default="false",
+        help="true: compare MySQL FLOAT columns (only where DMS carries them exactly, as the local DMS does;"
+        " AWS DMS does not, so by default they are left out of the comparison and named in the report)",
+    )
+    parser.add_argument(
         "--dms_task_arn", default="", help="--repair_mode reload: the DMS task to reload from"
     )
     parser.add_argument(
@@ -138,6 +146,25 @@ def source_credentials(args: Any) -> tuple[str, dict[str, str]]:
     return url, properties
 
 
+def reload_requests_from(document: Any) -> dict[str, datetime]:
+    """The reloads asked of DMS an earlier run carried over; an unreadable entry is dropped (logged): its
+    table's reload may then be asked again, never lost."""
+    found: dict[str, datetime] = {}
+    for name, at in (document or {}).items() if isinstance(document, dict) else ():
+        try:
+            found[str(name)] = datetime.fromisoformat(str(at))
+        except ValueError:
+            log.warning("%s: the reload request carried over is unreadable (%r); dropped", name, at)
+    return found
+
+
+def write_state(uri: str, state: dict[str, Any], endpoint_url: str | None) -> None:
+    """The state the next run reads, written only by a run that still holds the pipeline lease (a run whose
+    execution lost it must not hand its rotation, sightings and reload requests to the holder's runs)."""
+    check_before_commit()
+    write_text(uri, json.dumps(state), endpoint_url)
+
+
 def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     if not config.schema_file:
         parser.error("--schema_file is required")
@@ -152,6 +179,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         settle_seconds=args.settle_seconds,
         recheck_wait_seconds=args.recheck_wait_seconds,
         repair_mode=args.repair_mode,
+        compare_mysql_float=args.compare_mysql_float == "true",
         empty_clean_tables=installed() is not None,
     )
     if options.repair_mode == "reload" and not args.dms_task_arn:
@@ -168,11 +196,12 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
     else:
         url, properties = source_credentials(args)
         source = PostgresJdbcSource(spark, url, properties, options.parallelism)
-    start_after, earlier = None, {}
+    start_after, earlier, reloads = None, {}, {}
     if args.state_uri:
         try:
             state = read_json(args.state_uri, config.s3_endpoint_url)
             start_after, earlier = state.get("last_table"), sightings_from(state.get("sightings"))
+            reloads = reload_requests_from(state.get("reload_requests"))
         except Exception as error:
             if not is_missing(error):
                 raise
@@ -193,6 +222,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         start_after=start_after,
         reload_tables=reloader,
         earlier=earlier,
+        reloads_requested=reloads,
     )
     publish_report(report.to_dict(), args.report_uri, config)
     if args.metrics_namespace:
@@ -203,8 +233,9 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         state = {
             "last_table": report.next_table or start_after,
             "sightings": sightings_document(report.sightings, options.max_sightings),
+            "reload_requests": {name: at.isoformat() for name, at in report.reload_requests.items()},
         }
-        write_text(args.state_uri, json.dumps(state), config.s3_endpoint_url)
+        write_state(args.state_uri, state, config.s3_endpoint_url)
     for table in report.failed:
         log.error("%s: reconcile failed: %s", table.table, table.error)
     if not report.ok:

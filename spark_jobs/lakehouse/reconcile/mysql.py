@@ -21,6 +21,7 @@ from lakehouse.reconcile.plan import (
     HASH_BITS,
     INTEGER_TYPES,
     NULL_TEXT,
+    SourceStatistics,
     TablePlan,
     aligned_segments,
 )
@@ -87,6 +88,10 @@ def my_text(column: str, data_type: T.DataType, source_type: str) -> str:
     if isinstance(data_type, T.BinaryType):
         return f"LOWER(HEX({c}))"
     return f"CAST({c} AS CHAR)"
+
+
+def my_literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
 
 
 def my_field(text_sql: str, nullable: bool = True) -> str:
@@ -175,4 +180,25 @@ class MysqlJdbcSource(JdbcSqlSource):
         return (
             f"SELECT (x >> {shift}) AS seg, COUNT(*) AS n, CAST(SUM(h) AS DECIMAL(38,0)) AS h FROM ({rows_sql}) s "
             "GROUP BY seg"
+        )
+
+    def statistics(self, plan: TablePlan) -> SourceStatistics:
+        """MySQL's own count of the table's rows, `information_schema.TABLES.TABLE_ROWS` (InnoDB: an estimate
+        from sampled pages, often off by tens of percent; a TRUNCATE sets it to 0; MySQL 8 caches it for
+        `information_schema_stats_expiry`, a day by default: 0 for the reconcile's user keeps it current). MySQL
+        has no row-level security; a view in the table's place may filter rows."""
+        rows = self._read(
+            [
+                "SELECT CAST(TABLE_ROWS AS SIGNED) AS estimate, TABLE_TYPE AS kind FROM information_schema.TABLES"
+                f" WHERE TABLE_SCHEMA = {my_literal(plan.spec.source_schema)}"
+                f" AND TABLE_NAME = {my_literal(plan.spec.name)}"
+            ]
+        )
+        if not rows:
+            return SourceStatistics(None, 0.5, None, "information_schema.TABLES.TABLE_ROWS")
+        kind = str(rows[0]["kind"] or "")
+        hidden = f"a {kind.lower()} in the table's place may filter rows" if kind.upper() == "VIEW" else None
+        estimate = rows[0]["estimate"]
+        return SourceStatistics(
+            None if estimate is None else int(estimate), 0.5, hidden, "information_schema.TABLES.TABLE_ROWS"
         )

@@ -43,6 +43,11 @@ class ReconcileOptions:
     recheck_poll_seconds: float = 5.0
     max_sightings: int = 100_000  # per table, carried to the next run (the oldest first)
     repair_mode: RepairMode = "alarm"
+    # a reload asked of DMS is not asked again until the table applied a load started after it, or this long
+    reload_patience_seconds: float = 6 * 3600.0
+    # True: the DMS in use carries a MySQL FLOAT exactly (the local DMS writes the shortest text that reads back
+    # as the same single), so it is compared; AWS DMS does not (`carried_lossily`): left out of the row hash
+    compare_mysql_float: bool = False
     cache_lake: bool = True  # keep the lake's (segment key, hash) between bisect levels
     # a run that may write a clean table (emptying one whose source is empty): only a run under the pipeline
     # lease (the loop's); a run started by hand is unfenced and left going beside the holder, so it only reports
@@ -173,22 +178,34 @@ class CompareColumn:
 
 @dataclass(frozen=True)
 class TablePlan:
-    """What is compared: the table's key columns and the source's columns, typed as the lake holds them."""
+    """What is compared: the table's key columns and the source's columns, typed as the lake holds them;
+    `not_compared`: the columns DMS carries lossily, left out of both sides' row hashes (`carried_lossily`)."""
 
     spec: TableSpec
     lake_table: str
     keys: tuple[CompareColumn, ...]
     columns: tuple[CompareColumn, ...]
+    not_compared: tuple[str, ...] = ()
 
     @property
     def integer_key(self) -> bool:
         return len(self.keys) == 1 and isinstance(self.keys[0].data_type, INTEGER_TYPES)
 
 
-def plan_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> TablePlan:
+def carried_lossily(spec: TableSpec, column: CompareColumn) -> bool:
+    """A column whose value DMS does not carry exactly: a MySQL FLOAT (REAL4) reaches the files as a decimal
+    text of fewer digits than the single-precision value holds (AWS DMS: "the migrated value of a FLOAT might
+    not match exactly the value in the source database"), so no canonical text of the lake's value equals the
+    source's. A key column is always compared."""
+    return spec.dialect == "mysql" and isinstance(column.data_type, T.FloatType)
+
+
+def plan_table(
+    spark: SparkSession, config: LakeConfig, spec: TableSpec, compare_lossy: bool = False
+) -> TablePlan:
     lake_table = config.clean_table(spec.iceberg_name)
     lake_types = {f.name.lower(): f.dataType for f in spark.table(lake_table).schema.fields}
-    columns = []
+    columns: list[CompareColumn] = []
     for column in spec.columns:
         if column.name.lower() in RESERVED_COLUMNS:
             continue
@@ -200,7 +217,13 @@ def plan_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> Tabl
         )
     by_name = {c.name.lower(): c for c in columns}
     keys = tuple(by_name[k.lower()] for k in spec.primary_key)
-    return TablePlan(spec, lake_table, keys, tuple(columns))
+    lossy = [c for c in columns if not compare_lossy and c not in keys and carried_lossily(spec, c)]
+    if lossy:
+        log.info(
+            "%s: not compared (DMS carries them lossily): %s", spec.qualified_name, [c.name for c in lossy]
+        )
+    compared = tuple(c for c in columns if c not in lossy)
+    return TablePlan(spec, lake_table, keys, compared, tuple(c.name for c in lossy))
 
 
 # A segment level: segment j holds the keys whose x (`k - lo`, or the key hash) is in [j << shift,
@@ -266,8 +289,23 @@ class SideCounters:
     queries: int = 0
 
 
+@dataclass(frozen=True)
+class SourceStatistics:
+    """What the source says of a table apart from its rows as the reconcile's reader sees them: a second,
+    independent signal a repair needs (lakehouse.reconcile.repair_checks).
+    `estimated_rows`: the source's own row statistics (None: it keeps none); `tolerance`: how far, as a share
+    of it, that estimate may be off; `hidden_by`: why the reader may not see every row (None: it sees all)."""
+
+    estimated_rows: int | None
+    tolerance: float
+    hidden_by: str | None = None
+    estimated_from: str = ""  # which statistics, named in a refusal
+
+
 class SourceSide(Protocol):
     counters: SideCounters
+
+    def statistics(self, plan: TablePlan) -> SourceStatistics: ...
 
     def bounds(self, plan: TablePlan) -> tuple[int, int] | None: ...
 

@@ -48,8 +48,13 @@ class TableResult:
     recheck: str = ""  # "confirmed" | "settling" | "lake behind" | "not needed" | "no raw path"
     samples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     repaired: bool = False
+    source_rows: int = 0  # the source's rows as the reconcile's reader saw them (the first level's sums)
     source_empty: bool = False  # the source held no row at the check (a TRUNCATE: DMS reloads write nothing)
     emptied: bool = False  # repaired by emptying the clean table here (a reload with no rows), not by DMS
+    reload_pending: bool = False  # a reload asked of DMS earlier is not applied yet: not asked again
+    repair_refused: str | None = None  # the check that refused the repair (lakehouse.reconcile.repair_checks)
+    # columns left out of the comparison: DMS carries them lossily (lakehouse.reconcile.plan.carried_lossily)
+    not_compared: list[str] = field(default_factory=list)
     seconds: float = 0.0
     error: str | None = None
 
@@ -72,6 +77,8 @@ class ReconcileReport:
     error: str | None = None
     # per table, the differences seen and not yet judged or still standing, for the next run (not reported)
     sightings: dict[str, Any] = field(default_factory=dict, repr=False)
+    # per table, when a reload still pending was asked of DMS, for the next run (not reported)
+    reload_requests: dict[str, datetime] = field(default_factory=dict, repr=False)
 
     @property
     def diverged(self) -> list[TableResult]:
@@ -102,7 +109,7 @@ class ReconcileReport:
 
     def to_dict(self) -> dict[str, Any]:
         document = asdict(replace(self, sightings={}))  # the sightings (up to 100,000 a table) are state
-        del document["sightings"]
+        del document["sightings"], document["reload_requests"]
         document["totals"] = self.totals()
         return document
 

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from pyspark.sql import SparkSession
@@ -39,7 +40,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.apply.clean_table import (
     aligned,
-    check_sequences_comparable,
+    highest_sequence_unless_time_shaped,
     load_floor,
     sequence_at,
     target_schema,
@@ -47,10 +48,11 @@ from lakehouse.apply.clean_table import (
 from lakehouse.apply.history import record_emptying
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.names import CHANGE_SEQ_COLUMN, quote
+from lakehouse.base.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, quote
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.dms.changes import SEQ_TYPE
 from lakehouse.io.fence import check_before_commit
+from lakehouse.io.frames import one_row
 from lakehouse.io.iceberg import (
     FULL_LOAD_DONE,
     LOAD_FLOOR,
@@ -71,6 +73,12 @@ from lakehouse.reconcile.plan import (
     SourceSide,
     TablePlan,
     plan_table,
+)
+from lakehouse.reconcile.repair_checks import (
+    RepairRefused,
+    pending_reloads,
+    refusal_to_empty,
+    refusal_to_reload,
 )
 from lakehouse.reconcile.report import KINDS, ReconcileReport, TableResult, canonical_json, write_divergence
 
@@ -112,9 +120,11 @@ def reconcile(
     start_after: str | None = None,
     reload_tables: Callable[[list[TableSpec]], None] | None = None,
     earlier: Mapping[str, Sightings] | None = None,
+    reloads_requested: Mapping[str, datetime] | None = None,
 ) -> ReconcileReport:
     """Compare each table (with a primary key, loaded in the lake) with its source; record what diverged.
-    `earlier`: the sightings an earlier run carried over (`report.sightings`), per table."""
+    `earlier`: the sightings an earlier run carried over (`report.sightings`), per table; `reloads_requested`:
+    the reloads earlier runs asked of DMS (`report.reload_requests`), not asked again while pending."""
     zone = spark.conf.get("spark.sql.session.timeZone")
     if (
         zone != "UTC"
@@ -136,7 +146,7 @@ def reconcile(
         spec = by_name[name]
         if not spec.has_primary_key or not table_exists(spark, config.clean_table(spec.iceberg_name)):
             continue
-        plan = plans[name] = plan_table(spark, config, spec)
+        plan = plans[name] = plan_table(spark, config, spec, options.compare_mysql_float)
         if budget is not None and report.tables:
             estimate = lake.estimated_rows(plan)
             if spent + estimate > budget:
@@ -148,32 +158,17 @@ def reconcile(
         report.tables.append(result)
         spent += result.source_rows_hashed
         report.next_table = name
+    pending = pending_reloads(
+        spark,
+        {name: plan.lake_table for name, plan in plans.items()},
+        reloads_requested or {},
+        t0,
+        timedelta(seconds=options.reload_patience_seconds),
+    )
+    report.reload_requests = dict(pending)
     if report.diverged and options.repair_mode == "reload" and reload_tables is not None:
         try:
-            # an empty source: DMS's reload writes no LOAD file, so the run empties the table itself
-            empty = {
-                t.table for t in report.diverged if t.source_empty and source_is_empty(plans[t.table], source)
-            }
-            if empty and not options.empty_clean_tables:
-                log.warning(
-                    "%s: the source is empty; a run without the pipeline lease never writes a clean table, so"
-                    " the loop's next reconcile (RepairMode=reload) empties it",
-                    sorted(empty),
-                )
-                unrepaired, empty = empty, set()
-            else:
-                unrepaired = set()
-            reloaded = [t for t in report.diverged if t.table not in empty | unrepaired]
-            if reloaded:
-                reload_tables([by_name[t.table] for t in reloaded])
-                for result in reloaded:
-                    result.repaired = True
-                report.repairs += len(reloaded)
-            for result in report.diverged:
-                if result.table in empty:
-                    empty_clean_table(spark, config, by_name[result.table], t0, run_id)
-                    result.emptied = result.repaired = True
-                    report.repairs += 1
+            _repair(spark, config, report, plans, source, options, reload_tables, t0)
         except Exception as error:  # the divergence stands recorded; the run fails, alarming
             log.exception("repairing %s failed", [t.table for t in report.diverged if not t.repaired])
             report.error = f"repair: {type(error).__name__}: {error}"[:2000]
@@ -182,6 +177,62 @@ def reconcile(
     report.sightings = {name: found for name, found in carried.items() if found and name not in repaired}
     report.seconds = round(time.monotonic() - started, 3)
     return report
+
+
+def _repair(
+    spark: SparkSession,
+    config: LakeConfig,
+    report: ReconcileReport,
+    plans: Mapping[str, TablePlan],
+    source: SourceSide,
+    options: ReconcileOptions,
+    reload_tables: Callable[[list[TableSpec]], None],
+    t0: datetime,
+) -> None:
+    """RepairMode=reload: each diverged table is reloaded by DMS, or emptied here when its source is empty
+    (DMS's reload of an empty table writes no LOAD file), once the source's own statistics agree with what
+    the reader saw (`repair_checks`); a reload still pending is not asked again. Raises RepairRefused naming
+    the checks that refused a repair, after the repairs that passed."""
+    refused: list[str] = []
+    reloaded: list[TableResult] = []
+    emptied: list[TableResult] = []
+    for result in report.diverged:
+        plan = plans[result.table]
+        if result.table in report.reload_requests:
+            result.reload_pending = True
+            log.warning("%s: diverged; its reload asked of DMS is still pending", result.table)
+            continue
+        rows_now = source_rows(plan, source) if result.source_empty else result.source_rows
+        if result.source_empty and rows_now == 0:
+            reason = refusal_to_empty(result.table, source.statistics(plan))
+            if reason is None and not options.empty_clean_tables:
+                log.warning(
+                    "%s: the source is empty; a run without the pipeline lease never writes a clean table, so"
+                    " the loop's next reconcile (RepairMode=reload) empties it",
+                    result.table,
+                )
+                continue
+            chosen = emptied
+        else:
+            reason = refusal_to_reload(result.table, rows_now, source.statistics(plan))
+            chosen = reloaded
+        if reason is not None:
+            result.repair_refused = reason
+            refused.append(reason)
+        else:
+            chosen.append(result)
+    if reloaded:
+        reload_tables([plans[t.table].spec for t in reloaded])
+        for result in reloaded:
+            result.repaired = True
+            report.reload_requests[result.table] = t0
+        report.repairs += len(reloaded)
+    for result in emptied:
+        empty_clean_table(spark, config, plans[result.table].spec, t0, report.run_id)
+        result.emptied = result.repaired = True
+        report.repairs += 1
+    if refused:
+        raise RepairRefused("; ".join(refused))
 
 
 def _reconcile_table(
@@ -208,7 +259,9 @@ def _reconcile_table(
             in_flight,
             what,
         )
+        result.source_rows = comparison.source_rows
         result.source_empty = comparison.source_rows == 0
+        result.not_compared = list(plan.not_compared)
         for kind in KINDS:
             keys = sorted((k for k, d in confirmed.items() if d[0] == kind), key=lambda k: _order(plan, k))
             setattr(result, kind, len(keys))
@@ -237,10 +290,15 @@ def _reconcile_table(
     return result, carried
 
 
-def source_is_empty(plan: TablePlan, source: SourceSide) -> bool:
-    """Asked again right before the repair: does the source table hold no row at all? (One segment sum over
-    the whole key space: an empty table returns no sums.)"""
-    return not source.segment_sums(plan, Level(HASH_BITS, 0, None))
+def epoch_micros(moment: datetime) -> int:
+    """A naive UTC moment as microseconds since 1970 (the lake's commit times, `F.unix_micros`)."""
+    return (moment - datetime(1970, 1, 1)) // timedelta(microseconds=1)
+
+
+def source_rows(plan: TablePlan, source: SourceSide) -> int:
+    """Asked again right before the repair: the source table's rows as the reader sees them (one segment sum
+    over the whole key space: an empty table returns no sums)."""
+    return sum(n for n, _ in source.segment_sums(plan, Level(HASH_BITS, 0, None)).values())
 
 
 def empty_clean_table(
@@ -255,7 +313,9 @@ def empty_clean_table(
     LOAD rows makes of it (lakehouse.apply.full_load `_replace_with_load` / `_reloaded`), read at `t0` and placed
     by time as such a reload is: the rows go, except a row holding a change newer than `t0` + the margin
     (made after the check, which its later changes follow); the table's floor becomes `t0` - the margin, so
-    a late change older than the check can't bring a row back and a newer one applies. One fenced REPLACE,
+    a late change older than the check can't bring a row back and a newer one applies. Sequences no time
+    maps onto (a log position, as the local DMS's) are placed by the rows' commit times instead, the floor
+    at the newest change removed. One fenced REPLACE,
     the history kept (time travel and rollback reach the rows before). DMS is not asked: its reload of an
     empty table writes no LOAD file and would remove the table's raw files (CDC not applied yet with them)."""
 
@@ -263,14 +323,22 @@ def empty_clean_table(
     margin = timedelta(
         seconds=ApplyOptions().reload_margin_seconds if margin_seconds is None else margin_seconds
     )
-    placed, settled = sequence_at(t0 - margin), sequence_at(t0 + margin)
-    check_sequences_comparable(spark, table, spec, placed)
-    floor = max(placed, load_floor(spark, table) or placed)
-    target = target_schema(spark, table, spec, {})
     seq = F.col(quote(CHANGE_SEQ_COLUMN))
-    kept = aligned(spark.table(table), target).where(
-        seq.isNotNull() & (seq > F.lit(str(settled)).cast(SEQ_TYPE))
-    )
+    rows = spark.table(table)
+    floors = [load_floor(spark, table)]
+    if highest_sequence_unless_time_shaped(spark, table) is None:
+        placed, settled = sequence_at(t0 - margin), sequence_at(t0 + margin)
+        newer = seq.isNotNull() & (seq > F.lit(str(settled)).cast(SEQ_TYPE))
+        floors.append(placed)
+    else:
+        # sequences of the source's own log (the local DMS's LSNs): no time maps onto them. The rows' commit
+        # times tell which are newer than the check; the floor is the newest change the repair removes.
+        commit = F.unix_micros(F.col(quote(COMMIT_TS_COLUMN)).cast("timestamp"))
+        newer = commit.isNotNull() & (commit > F.lit(epoch_micros(t0 + margin)))
+        floors.append(one_row(rows.where(~newer).agg(F.max(seq)))[0])
+    floor = max((Decimal(f) for f in floors if f is not None), default=Decimal(0))
+    target = target_schema(spark, table, spec, {})
+    kept = aligned(rows, target).where(newer)
     record_emptying(spark, config, spec, table, kept, floor, t0, run_id)  # its history closes what goes
     replace_table(
         spark,

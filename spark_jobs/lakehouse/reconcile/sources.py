@@ -21,6 +21,7 @@ from lakehouse.reconcile.plan import (
     SEPARATOR,
     Level,
     SideCounters,
+    SourceStatistics,
     TablePlan,
     aligned_segments,
     hash_sums,
@@ -202,6 +203,34 @@ class PostgresJdbcSource(JdbcSqlSource):
         key = pg_ident(plan.keys[0].name)
         return f"SELECT min({key})::bigint AS lo, max({key})::bigint AS hi FROM {self._table(plan)}"
 
+    def statistics(self, plan: TablePlan) -> SourceStatistics:
+        """PostgreSQL's own count of the table's rows, the larger of `pg_stat_all_tables.n_live_tup` (kept
+        as rows change; a TRUNCATE sets it to 0) and `pg_class.reltuples` (the last VACUUM/ANALYZE; -1: never),
+        neither filtered by what the reader may see; and whether row-level security filters the reader's rows
+        (`row_security_active`: policies on, the reader neither owner, superuser nor BYPASSRLS)."""
+        name = "'" + self._table(plan).replace("'", "''") + "'"
+        rows = self._read(
+            [
+                "SELECT greatest(coalesce(s.n_live_tup, 0), c.reltuples)::bigint AS estimate,"
+                " (s.n_live_tup IS NOT NULL OR c.reltuples >= 0) AS known,"
+                " row_security_active(c.oid) AS rls, current_user::text AS reader"
+                f" FROM pg_class c LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid WHERE c.oid = {name}::regclass"
+            ]
+        )
+        row = rows[0]
+        hidden = (
+            f"row-level security: the table's policies filter what {row['reader']} reads (it is not the"
+            " table's owner, a superuser or BYPASSRLS)"
+            if row["rls"]
+            else None
+        )
+        return SourceStatistics(
+            int(row["estimate"]) if row["known"] else None,
+            0.1,
+            hidden,
+            "pg_stat_all_tables.n_live_tup / pg_class.reltuples",
+        )
+
     def _segment_sums_sql(self, rows_sql: str, shift: int) -> str:
         return f"SELECT (x >> {shift}) AS seg, count(*) AS n, sum(h)::numeric(38,0) AS h FROM ({rows_sql}) s GROUP BY 1"
 
@@ -255,6 +284,14 @@ class SqliteReconcileSource:
                 f"SELECT min({key}), max({key}) FROM {pg_ident(plan.spec.source_schema)}.{pg_ident(plan.spec.name)}"
             ).fetchone()
         return None if lo is None else (int(lo), int(hi))
+
+    def statistics(self, plan: TablePlan) -> SourceStatistics:
+        """A test-only source: SQLite keeps no row statistics, its count(*) stands in (the same file)."""
+        with sqlite3.connect(self.path) as db:
+            (count,) = db.execute(
+                f"SELECT count(*) FROM {pg_ident(plan.spec.source_schema)}.{pg_ident(plan.spec.name)}"
+            ).fetchone()
+        return SourceStatistics(int(count), 0.0, None, "SQLite count(*)")
 
     def segment_sums(self, plan: TablePlan, level: Level) -> dict[int, tuple[int, int]]:
         rows = (
