@@ -24,6 +24,7 @@ from pyspark.sql import types as T
 from lakehouse.apply.clean_table import KEY, TOMB_SEQ, clean_schema, load_floor, with_metadata, with_tomb_seq
 from lakehouse.apply.history import keeps_history, record_changes
 from lakehouse.apply.ledger import LedgerEntry, RecordedFile, applied_files
+from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
 from lakehouse.apply.typed_batch import typed_batch
 from lakehouse.audit.freshness import commit_properties
@@ -152,6 +153,7 @@ def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> t
             spec.partition_by or (),
         )
         return table, LayoutFigures()
+    guard_recorded_source(spark, table, spec.qualified_name)
     changes = align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
     return table, LayoutFigures(tuple(changes))
 

@@ -37,6 +37,7 @@ from lakehouse.apply.clean_table import (
     with_tomb_seq,
 )
 from lakehouse.apply.history import keeps_history, record_load
+from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
 from lakehouse.apply.typed_batch import Batch, cached, typed_batch
 from lakehouse.audit.freshness import commit_properties
@@ -187,6 +188,8 @@ def _load_table(
     spark, config = run.spark, run.config
     table = config.clean_table(spec.iceberg_name)
     exists = table_exists(spark, table)
+    if exists:
+        guard_recorded_source(spark, table, spec.qualified_name)
     done = exists and (
         LOAD_DONE in table_properties(spark, table)
         or any(FULL_LOAD_DONE in s for s in snapshot_properties(spark, table))
