@@ -66,6 +66,28 @@ def _document(execution_arn: str, now: datetime, taken_from: str | None, epoch: 
     return json.dumps(body).encode()
 
 
+class CorruptLeaseError(RuntimeError):
+    """The lease object exists but is not a lease document: nobody provably holds the lease, nor is free."""
+
+
+def _lease_document(body: bytes, bucket: str, key: str) -> dict[str, Any]:
+    """The lease object's document; a body that is not a JSON object with a holder is a CorruptLeaseError
+    naming the object and what to do (taking it over could admit a second execution)."""
+    try:
+        document = json.loads(body)
+    except ValueError as error:
+        problem = f"not JSON ({error})"
+    else:
+        if isinstance(document, dict) and isinstance(document.get("holder"), str) and document["holder"]:
+            return document
+        problem = "not an object naming a holder"
+    raise CorruptLeaseError(
+        f"the pipeline lease s3://{bucket}/{key} is corrupt, {problem}: {body[:200]!r}. No execution can "
+        "tell who holds it. Make sure no execution of the pipeline is running, then delete the object: the "
+        "next execution takes the lease."
+    )
+
+
 def _epoch(document: dict[str, Any]) -> int:
     try:
         return int(document.get("epoch") or 0)
@@ -115,7 +137,7 @@ def acquire(
         if not is_conflict(error):
             raise
     current = s3.get_object(Bucket=bucket, Key=key)
-    document = json.loads(current["Body"].read())
+    document = _lease_document(current["Body"].read(), bucket, key)
     holder, epoch = str(document.get("holder", "")), _epoch(document)
     if holder == execution_arn:
         return LeaseDecision(
@@ -145,7 +167,7 @@ def acquire(
     except ClientError as error:
         if not is_conflict(error):
             raise
-        won = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        won = _lease_document(s3.get_object(Bucket=bucket, Key=key)["Body"].read(), bucket, key)
         winner = str(won.get("holder", ""))
         return LeaseDecision(
             winner == execution_arn, winner, f"another execution took the lease first: {winner}", _epoch(won)

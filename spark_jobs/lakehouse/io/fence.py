@@ -52,11 +52,17 @@ class LeaseFence:
         if self._lost is not None:
             raise self._lost
         try:
-            document: dict[str, Any] = json.loads(read_bytes(self.lease_uri, self.endpoint_url))
+            body = read_bytes(self.lease_uri, self.endpoint_url)
         except Exception as error:
             if not is_missing(error):
                 raise  # can't tell: fail closed, this commit does not happen (the batch stays pending)
-            document = {}
+            body = b"{}"
+        document = _lease_document(body)
+        if document is None:  # fail closed, naming the object: nobody provably holds the lease
+            raise LeaseLostError(
+                f"LeaseLost: the pipeline lease {self.lease_uri} is corrupt (not a JSON object): {body[:200]!r}; "
+                "this run commits nothing (its batch stays pending)"
+            )
         holder = str(document.get("holder") or "")
         epoch = document.get("epoch")
         if holder == self.holder and (self.epoch is None or (_as_int(epoch) or 0) == self.epoch):
@@ -78,6 +84,15 @@ class LeaseFence:
         if self.epoch is not None:
             found[LEASE_EPOCH] = str(self.epoch)
         return found
+
+
+def _lease_document(body: bytes) -> dict[str, Any] | None:
+    """The lease object's document, or None when it is not a JSON object (corrupt)."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    return document if isinstance(document, dict) else None
 
 
 def _as_int(value: Any) -> int | None:

@@ -207,3 +207,21 @@ def test_the_state_machine_names_its_successor_as_the_lease_expects():
     assert parameters["StateMachineArn.$"] == "$$.StateMachine.Id"
     assert parameters["Name.$"] == "States.Format('rollover-{}', States.Hash($$.Execution.Id, 'MD5'))"
     assert parameters["Input"]["previous_execution.$"] == "$$.Execution.Id"
+
+
+@pytest.mark.parametrize("body", [b"", b"{not json", b"[1, 2]", b'{"epoch": 3}', b'{"holder": 7}'])
+def test_a_corrupt_lease_object_is_an_error_naming_it_and_is_never_taken_over(machine, lease_app, body):
+    """Given a lease object that is not a lease document (empty, not JSON, not an object, no holder),
+    When an execution asks for the lease, Then it fails with an error naming the object and what to do
+    (never a bare JSON error), and the object is left as it was: nobody is admitted on a guess."""
+    boto3.client("s3").put_object(Bucket=ARTIFACTS, Key=KEY, Body=body)
+    execution = start(machine, "after-corruption")
+
+    with pytest.raises(Exception) as raised:
+        lease_app.handler({"execution_arn": execution}, FakeContext())
+
+    assert type(raised.value).__name__ == "CorruptLeaseError"
+    assert f"s3://{ARTIFACTS}/{KEY} is corrupt" in str(raised.value) and "delete the object" in str(
+        raised.value
+    )
+    assert boto3.client("s3").get_object(Bucket=ARTIFACTS, Key=KEY)["Body"].read() == body

@@ -163,3 +163,14 @@ def test_the_cdc_job_of_an_execution_that_lost_the_lease_exits_non_zero_without_
     assert str(exited.value.code).startswith("LeaseLost:") and NEW in str(exited.value.code)
     assert not report.exists()
     assert whole_state(spark, lake_config) == before
+
+
+@pytest.mark.parametrize("body", ["", "{not json", '["a list"]'])
+def test_a_corrupt_lease_object_stops_the_commit_with_an_error_naming_it(lease, body):
+    """Given a run fenced by the lease object, which someone overwrote with what is not a lease document,
+    When the run checks before a commit, Then it loses the lease with an error naming the object (never a
+    bare JSON error): nothing is committed."""
+    lease.write_text(body)
+
+    with pytest.raises(LeaseLostError, match=f"the pipeline lease {lease} is corrupt"):
+        LeaseFence(str(lease), OLD, 1).check()
