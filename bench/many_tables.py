@@ -1,7 +1,7 @@
 """What each further table of a CDC batch costs: one warm session, a lake of many small tables, and batches
 touching 1, 10, 50 and 100 of them (one DMS file of a few changes each: an update, an insert, a delete)
 through the real apply (`lakehouse.apply.cdc.apply_cdc`, as bench/run.py's cdc-session). For each batch: its
-wall seconds, the Spark JVM's CPU seconds, the Spark jobs it ran and the commits it made into the tables it
+wall seconds, the Spark JVM's CPU seconds, the Spark jobs it ran, the table metadata loads and the commits it made into the tables it
 touched and into the pipeline's own shared tables (the ledger, the tombstones, the quarantine, freshness).
 Then a least-squares line through (tables touched, seconds): its slope is the warm cost of each further
 table, its intercept what a batch pays whatever its width. Not a test: nothing here asserts a timing.
@@ -15,13 +15,14 @@ Writes bench/results/many-tables-<UTC time>.json (read by bench/deployment_plann
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -34,6 +35,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
 from lakehouse.apply.cdc import apply_cdc  # noqa: E402
 from lakehouse.apply.full_load import full_load  # noqa: E402
 from lakehouse.base.config import LakeConfig  # noqa: E402
+from lakehouse.io import iceberg  # noqa: E402
 from lakehouse.io.session import APPLY_TUNING, build_session  # noqa: E402
 
 from tests.support import DmsWriter, manifest, schema_of  # noqa: E402
@@ -110,6 +112,41 @@ def jobs_so_far(spark: Any) -> int:
     return int(next_id if isinstance(next_id, int) else next_id.get())
 
 
+@contextlib.contextmanager
+def counting_loads(spark: Any, loads: list[str]) -> Iterator[None]:
+    """Every table metadata load meanwhile appended to `loads`: the library's `iceberg_table` (a catalog load)
+    and the session catalog's `tableExists` and `refreshTable` (each a load of the table's metadata)."""
+    original = iceberg.iceberg_table
+    patched = [m for m in list(sys.modules.values()) if (m.__name__ or "").startswith("lakehouse")]
+    patched = [m for m in patched if getattr(m, "iceberg_table", None) is original]
+
+    def counted_load(session: Any, table: str) -> Any:
+        loads.append(table)
+        return original(session, table)
+
+    catalog = type(spark.catalog)
+    methods = {name: getattr(catalog, name) for name in ("tableExists", "refreshTable")}
+
+    def counted(method: Any) -> Any:
+        def call(self: Any, table: str, *rest: Any) -> Any:
+            loads.append(table)
+            return method(self, table, *rest)
+
+        return call
+
+    for module in patched:
+        module.iceberg_table = counted_load  # type: ignore[attr-defined]
+    for name, method in methods.items():
+        setattr(catalog, name, counted(method))
+    try:
+        yield
+    finally:
+        for module in patched:
+            module.iceberg_table = original  # type: ignore[attr-defined]
+        for name, method in methods.items():
+            setattr(catalog, name, method)
+
+
 @dataclass
 class Batch:
     tables: int
@@ -117,6 +154,7 @@ class Batch:
     wall_seconds: float
     jvm_cpu_seconds: float
     jobs: int
+    metadata_loads: int
     replica_commits: int
     shared_commits: dict[str, int]
     load_average: list[float]
@@ -166,7 +204,9 @@ class ManyTables:
         before_versions, before_jobs = metadata_versions(self.warehouse), jobs_so_far(spark)
         load = [round(x, 2) for x in os.getloadavg()]
         cpu, started = children_cpu_seconds(), time.perf_counter()
-        report = apply_cdc(spark, self.config, self.schema, manifest(*files, run_id=f"b{self.batches}"))
+        loads: list[str] = []
+        with counting_loads(spark, loads):
+            report = apply_cdc(spark, self.config, self.schema, manifest(*files, run_id=f"b{self.batches}"))
         wall, cpu = time.perf_counter() - started, children_cpu_seconds() - cpu
         if report.failed:
             raise RuntimeError(f"apply failed: {report.failed[0]}")
@@ -174,7 +214,7 @@ class ManyTables:
         replicas, shared = split_commits(commits, f"{self.config.clean_database}/{SOURCE_SCHEMA}_")
         return Batch(
             width, round_number, round(wall, 3), round(cpu, 2), jobs_so_far(spark) - before_jobs,
-            replicas, shared, load,
+            len(loads), replicas, shared, load,
         )  # fmt: skip
 
 
@@ -189,12 +229,14 @@ def summary(batches: Sequence[Batch]) -> dict[str, Any]:
             "median_wall_seconds": round(statistics.median(b.wall_seconds for b in these), 3),
             "median_jvm_cpu_seconds": round(statistics.median(b.jvm_cpu_seconds for b in these), 2),
             "median_jobs": statistics.median(b.jobs for b in these),
+            "median_metadata_loads": statistics.median(b.metadata_loads for b in these),
             "replica_commits": statistics.median(b.replica_commits for b in these),
             "shared_commits": statistics.median(sum(b.shared_commits.values()) for b in these),
         }
     wall = fit_line([(b.tables, b.wall_seconds) for b in batches])
     cpu = fit_line([(b.tables, b.jvm_cpu_seconds) for b in batches])
     jobs = fit_line([(b.tables, float(b.jobs)) for b in batches])
+    loads = fit_line([(b.tables, float(b.metadata_loads)) for b in batches])
     shared = fit_line([(b.tables, float(sum(b.shared_commits.values()))) for b in batches])
     return {
         "per_width": per_width,
@@ -203,6 +245,8 @@ def summary(batches: Sequence[Batch]) -> dict[str, Any]:
         "jvm_cpu_seconds_per_table": round(cpu.slope, 3),
         "jobs_per_table": round(jobs.slope, 2),
         "jobs_fixed": round(jobs.intercept, 1),
+        "metadata_loads_per_table": round(loads.slope, 2),
+        "metadata_loads_fixed": round(loads.intercept, 1),
         "shared_commits_per_table": round(shared.slope, 3),
         "shared_commits_fixed": round(shared.intercept, 2),
     }
@@ -210,18 +254,20 @@ def summary(batches: Sequence[Batch]) -> dict[str, Any]:
 
 def markdown(result: Mapping[str, Any]) -> str:
     lines = [
-        "| tables in the batch | batches | wall s (median) | JVM CPU s | Spark jobs | commits: replicas / shared |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| tables in the batch | batches | wall s (median) | JVM CPU s | Spark jobs | metadata loads | commits: replicas / shared |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for width, row in result["summary"]["per_width"].items():
         lines.append(
             f"| {width} | {row['batches']} | {row['median_wall_seconds']:.2f} | {row['median_jvm_cpu_seconds']:.2f} "
-            f"| {row['median_jobs']:g} | {row['replica_commits']:g} / {row['shared_commits']:g} |"
+            f"| {row['median_jobs']:g} | {row['median_metadata_loads']:g} "
+            f"| {row['replica_commits']:g} / {row['shared_commits']:g} |"
         )
     s = result["summary"]
     lines.append(
         f"\nEach further table: **{s['seconds_per_table']:.3f} s** wall ({s['jvm_cpu_seconds_per_table']:.3f} JVM "
-        f"CPU-s), {s['jobs_per_table']:.2f} Spark jobs, {s['shared_commits_per_table']:.3f} shared commits; "
+        f"CPU-s), {s['jobs_per_table']:.2f} Spark jobs, {s['metadata_loads_per_table']:.2f} metadata loads, "
+        f"{s['shared_commits_per_table']:.3f} shared commits; "
         f"a batch's fixed part {s['seconds_fixed']:.2f} s, {s['jobs_fixed']:.1f} jobs, "
         f"{s['shared_commits_fixed']:.2f} shared commits."
     )
@@ -256,6 +302,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 batches.append(batch)
                 print(
                     f"round {round_number}, {width} tables: {batch.wall_seconds:.2f}s, {batch.jobs} jobs, "
+                    f"{batch.metadata_loads} loads, "
                     f"commits {batch.replica_commits} + {batch.shared_commits} (load {batch.load_average[0]})",
                     flush=True,
                 )
