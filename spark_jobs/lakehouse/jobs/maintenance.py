@@ -1,5 +1,5 @@
-"""The maintenance job (`spark_jobs/maintenance_job.py`): compact, expire and clean the clean and refined
-tables between CDC runs."""
+"""The maintenance job (`spark_jobs/maintenance_job.py`): one bounded pass between CDC runs that compacts,
+expires and cleans what is due in the clean, history, refined and records tables (lakehouse.maintenance)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import logging
 from lakehouse.base.config import LakeConfig
 from lakehouse.io.session import build_session
 from lakehouse.jobs.shape import job_main, publish_report
-from lakehouse.maintenance.run import MaintenanceOptions, maintain
+from lakehouse.maintenance.options import MaintenanceOptions
+from lakehouse.maintenance.run import maintain
 
 log = logging.getLogger("lakehouse")
 
 
 def parser() -> argparse.ArgumentParser:
     defaults = MaintenanceOptions()
-    parser = argparse.ArgumentParser(description="Compact, expire and clean the clean and refined tables")
+    parser = argparse.ArgumentParser(description="Compact, expire and clean what is due in the lake's tables")
     parser.add_argument("--run_id", default="maintenance", help="names the run in the report")
     parser.add_argument(
         "--target_file_size_mb", type=int, default=defaults.target_file_size_mb, help="compacted file size"
@@ -32,6 +33,30 @@ def parser() -> argparse.ArgumentParser:
         type=int,
         default=defaults.delete_file_threshold,
         help="rewrite a data file (its deletes applied) once this many delete files point at it",
+    )
+    parser.add_argument(
+        "--delete_ratio_threshold",
+        type=float,
+        default=defaults.delete_ratio_threshold,
+        help="rewrite a data file (its deletes applied) once this share of its rows is deleted",
+    )
+    parser.add_argument(
+        "--rewrite_mb_per_pass",
+        type=float,
+        default=defaults.rewrite_mb_per_pass,
+        help="data a pass rewrites at most, over all tables (the slice a CDC run can wait for); the rest next pass",
+    )
+    parser.add_argument(
+        "--manifests_above",
+        type=int,
+        default=defaults.manifests_above,
+        help="rewrite a table's manifests once its current snapshot has more than this many",
+    )
+    parser.add_argument(
+        "--expire_every_hours",
+        type=float,
+        default=defaults.expire_every_hours,
+        help="expire snapshots and remove orphan files of a table once this much past the retention is expirable",
     )
     parser.add_argument(
         "--snapshot_retention_hours",
@@ -63,6 +88,10 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         target_file_size_mb=args.target_file_size_mb,
         min_input_files=args.min_input_files,
         delete_file_threshold=args.delete_file_threshold,
+        delete_ratio_threshold=args.delete_ratio_threshold,
+        rewrite_mb_per_pass=args.rewrite_mb_per_pass,
+        manifests_above=args.manifests_above,
+        expire_every_hours=args.expire_every_hours,
         snapshot_retention_hours=args.snapshot_retention_hours,
         retain_last=args.retain_last,
         orphan_file_age_hours=args.orphan_file_age_hours,

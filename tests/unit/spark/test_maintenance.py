@@ -22,6 +22,7 @@ SCHEMA = schema_of({ITEMS: (["id"], [("id", "int"), ("name", "varchar(20)"), ("p
 EXPIRE_ALL = MaintenanceOptions(
     snapshot_retention_hours=0,
     retain_last=1,
+    expire_every_hours=0,
     orphan_file_age_hours=0,
     remove_orphans=False,
     min_input_files=2,
