@@ -17,6 +17,7 @@ from pyspark.sql import types as T
 from lakehouse.base.names import OP, properties_sql, quote, sql_string
 from lakehouse.base.schema import parse_transform
 from lakehouse.base.types import can_widen
+from lakehouse.io.commit_conflicts import replanned_on_conflict
 from lakehouse.io.fence import check_before_commit
 from lakehouse.io.jvm import java_class, java_dict, java_list
 
@@ -300,7 +301,7 @@ def merge_changes(
     properties: dict[str, str],
     order_column: str | None = None,
     key_range: tuple[str, int, int] | None = None,
-) -> None:
+) -> int:
     """One MERGE: deletes, updates and inserts (an insert of an existing key, or an update of a
     missing one, is an upsert; a delete of a missing key does nothing). `changes` has one row per key.
     With `order_column` (the change sequence), a change applies to a row only if it is newer than the
@@ -309,7 +310,8 @@ def merge_changes(
     lowest and the highest key of the batch) the target is read only where the key is in that range: a
     condition on the target alone, which Iceberg evaluates against each data file's key bounds, so a
     batch of recent keys of a serial key reads only the files that may hold them (every matching row is
-    in the range: the outcome is the same)."""
+    in the range: the outcome is the same). Returns how many times the MERGE was planned again because a
+    concurrent commit won (lakehouse.io.commit_conflicts)."""
     target_columns = [f.name for f in spark.table(table).schema.fields]
     view = f"changes_{abs(hash((table, threading.get_ident())))}"
     source = changes.select(
@@ -342,7 +344,11 @@ def merge_changes(
         f"WHEN NOT MATCHED AND s.{OP} <> 'D' THEN INSERT ({inserts}) VALUES ({values})"
     )
     try:
-        with_commit_properties(spark, properties, lambda: spark.sql(statement))
+        # A compaction committed since the plan fails the commit's validation: planned again from the batch
+        # (nothing was committed), exactly once in effect (lakehouse.io.commit_conflicts).
+        return replanned_on_conflict(
+            spark, table, lambda: with_commit_properties(spark, properties, lambda: spark.sql(statement))
+        )
     finally:
         spark.catalog.dropTempView(view)
 

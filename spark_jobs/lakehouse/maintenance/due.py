@@ -45,6 +45,10 @@ class TableState:
         return sum(group.bytes for group in self.rewrite_groups)
 
     @property
+    def due_files(self) -> int:
+        return sum(len(group.file_bytes) for group in self.rewrite_groups)
+
+    @property
     def due_share(self) -> float:
         return self.due_bytes / self.files_bytes if self.files_bytes else 0.0
 
@@ -67,8 +71,7 @@ def slices(states: Sequence[TableState], budget: int) -> dict[str, Slice]:
     for state in sorted(states, key=lambda s: (-s.due_share, s.table)):
         files, taken = _groups_within(state.rewrite_groups, left, at_least_one=left == budget)
         if files:
-            every = files == sum(len(group.file_bytes) for group in state.rewrite_groups)
-            shares[state.table] = Slice(None if every else files, taken)
+            shares[state.table] = Slice(None if files == state.due_files else files, taken)
             left -= taken
     return shares
 

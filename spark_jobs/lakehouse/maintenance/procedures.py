@@ -64,23 +64,24 @@ def rewrite_data_files(
     share: Slice,
     options: MaintenanceOptions,
 ) -> Rewritten:
-    """Rewrite the data files found due (the same selection options), no more than the slice's files."""
-    chosen = rewrite_options(
-        options, target_file_size(iceberg_table(spark, table), options), state.old_spec_files
-    )
+    """Rewrite the data files found due (the same selection options), no more than the slice's files. Files
+    found due and not rewritten were in a group whose commit lost to a concurrent one (partial progress gives
+    such a group up and commits the others) or whose rewrite failed."""
+    java_table = iceberg_table(spark, table)
+    chosen = rewrite_options(options, target_file_size(java_table, options), state.old_spec_files)
     if share.max_files is not None:
         chosen["max-files-to-rewrite"] = str(share.max_files)
+    planned = share.max_files if share.max_files is not None else state.due_files
     row = _call(spark, catalog, "rewrite_data_files", table, chosen | PARTIAL_PROGRESS)
-    done = Rewritten(
-        int(row["rewritten_data_files_count"]),
-        int(row["rewritten_bytes_count"]),
-        int(row["failed_data_files_count"]),
-    )
+    files = int(row["rewritten_data_files_count"])
+    done = Rewritten(files, int(row["rewritten_bytes_count"]), max(0, planned - files))
     if done.lost_files:
         log.warning(
-            "%s: %d data files not compacted: their group lost to a concurrent commit (due again next pass)",
+            "%s: %d of the %d data files found due not compacted: their group lost to a concurrent commit or "
+            "failed (due again next pass)",
             table,
             done.lost_files,
+            planned,
         )
     return done
 

@@ -75,7 +75,7 @@ class TableMaintenance:
     rewritten_bytes: int = 0
     deferred_bytes: int = 0  # due, beyond this pass's budget: the next pass's
     rewritten_data_files: int = 0
-    lost_data_files: int = 0  # files of rewrite groups given up: their commit lost to a concurrent one
+    lost_data_files: int = 0  # due, not rewritten: their group's commit lost to a concurrent one (or failed)
     removed_delete_files: int = 0
     manifests_rewritten: bool = False
     expired_snapshots: int = 0
