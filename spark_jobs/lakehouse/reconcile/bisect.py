@@ -8,7 +8,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any, TypeVar
@@ -49,6 +49,8 @@ class Comparison:
     segments: int
     levels: int
     source_rows: int = 0  # the source's rows at the first level (all its keys)
+    # when the source read that found each difference had ended: its sighting's moment, not the comparison's end
+    read_at: dict[tuple[str, ...], datetime] = field(default_factory=dict)
 
 
 def first_level(
@@ -84,6 +86,7 @@ def compare_table(
     step = int(math.log2(options.bisect_factor))
     parent_shift: int | None = None
     differences: dict[tuple[str, ...], Difference] = {}
+    read_times: dict[tuple[str, ...], datetime] = {}
     leaves: list[Level] = []
     segments = 0
     source_total = 0
@@ -122,8 +125,8 @@ def compare_table(
         if small:
             began = time.monotonic()
             leaf = Level(level.shift, level.lo, tuple(x_ranges(small, level.shift)))
-            source_rows, lake_rows = _both(
-                partial(source.row_hashes, plan, leaf),
+            (source_rows, read_at), lake_rows = _both(
+                partial(_read_stamped, source, plan, leaf),
                 partial(lake.row_hashes, plan, leaf, level.shift),
             )
             log.info(
@@ -134,13 +137,23 @@ def compare_table(
                 len(source_rows),
                 time.monotonic() - began,
             )
-            differences.update(diff_rows(source_rows, lake_rows))
+            found = diff_rows(source_rows, lake_rows)
+            differences.update(found)
+            read_times.update(dict.fromkeys(found, read_at))
             leaves.append(leaf)
         if not large:
             break
         parent_shift = level.shift
         level = Level(max(0, level.shift - step), level.lo, tuple(x_ranges(large, level.shift)))
-    return Comparison(differences, leaves, segments, levels, source_total)
+    return Comparison(differences, leaves, segments, levels, source_total, read_times)
+
+
+def _read_stamped(
+    source: SourceSide, plan: TablePlan, leaf: Level
+) -> tuple[dict[tuple[str, ...], int], datetime]:
+    """The source's rows of the leaf and when that read ended (the sighting's moment of what it shows)."""
+    rows = source.row_hashes(plan, leaf)
+    return rows, _now()
 
 
 FirstResult = TypeVar("FirstResult")
@@ -242,7 +255,7 @@ def recheck(
     sightings = {
         key: earlier[key]
         if key in earlier and earlier[key].matches(difference)
-        else Sighting(difference[0], difference[2], seen_now)
+        else Sighting(difference[0], difference[2], comparison.read_at.get(key, seen_now))
         for key, difference in comparison.differences.items()
     }
 

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from lakehouse.reconcile.bisect import (
     Comparison,
     Sighting,
+    compare_table,
     diff_rows,
     recheck,
     sightings_document,
@@ -196,3 +197,48 @@ def test_a_row_changed_back_and_forth_is_not_confirmed_while_the_lake_holds_a_ch
 
     assert (sorted(confirmed), in_flight, what) == ([("2",), ("3",)], 1, "confirmed")
     assert carried[("1",)].seen_at > old and carried[("2",)].seen_at == old
+
+
+class SlowLake(Side):
+    """The lake side of a whole comparison: its reads take `seconds` on the test's clock."""
+
+    def __init__(self, rows: dict[tuple[str, ...], int], clock: list[datetime], seconds: float) -> None:
+        super().__init__(rows)
+        self.clock, self.seconds = clock, seconds
+
+    def estimated_rows(self, plan) -> int:
+        return len(self.rows)
+
+    def segment_sums(self, plan, level, *_) -> dict[int, tuple[int, int]]:
+        return {0: (len(self.rows), sum(self.rows.values()))}
+
+    def row_hashes(self, plan, level, *_, **__) -> dict[tuple[str, ...], int]:
+        self.clock[0] += timedelta(seconds=self.seconds)
+        return dict(self.rows)
+
+
+class SummedSide(Side):
+    def segment_sums(self, plan, level, *_) -> dict[int, tuple[int, int]]:
+        return {0: (len(self.rows), sum(self.rows.values()))}
+
+
+def test_a_sighting_is_dated_by_the_source_read_that_saw_it_not_by_the_end_of_a_slow_comparison(
+    monkeypatch,
+) -> None:
+    """Given a source and a lake differing in key 1, and a comparison whose lake side takes 10 minutes after
+    the source's read of that key ended (at 10:00),
+    When the loop's run compares and rechecks (S = 15 minutes: the difference settling),
+    Then the difference is carried as sighted at 10:00, the read's end, not at 10:10: a later run then
+    reads "changed after the sighting" against the moment the source really showed that row."""
+    clock = [datetime(2026, 11, 28, 10, 0, 0)]
+    monkeypatch.setattr("lakehouse.reconcile.bisect._now", lambda: clock[0])
+    plan = SimpleNamespace(spec=SimpleNamespace(qualified_name="s.t"), integer_key=False)
+    source, lake = SummedSide({("1",): 10}), SlowLake({("1",): 11}, clock, 600)
+    options = ReconcileOptions(settle_seconds=900.0, recheck_wait_seconds=0.0, leaf_rows=8)
+
+    comparison = compare_table(plan, source, lake, options)
+    confirmed, in_flight, what, carried = recheck(plan, comparison, source, lake, CaughtUp(True), {}, options)
+
+    assert (confirmed, in_flight, what) == ({}, 1, "settling")
+    assert carried == {("1",): Sighting("differing", 10, datetime(2026, 11, 28, 10, 0, 0))}
+    assert clock[0] == datetime(2026, 11, 28, 10, 10, 0)
