@@ -24,7 +24,6 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.audit import raw_zone
 from lakehouse.audit.consistent import (
     POINT_AT,
     SOURCE_TS_MAX,
@@ -41,6 +40,7 @@ from lakehouse.audit.consistent import (
     table_lineage,
     utc_naive,
 )
+from lakehouse.audit.raw_listing import unapplied_by_table
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.fence import LeaseLostError
@@ -182,35 +182,6 @@ def raw_path_of(uris: Sequence[tuple[str, str, str]]) -> str | None:
     return None
 
 
-def unapplied_by_table(
-    spark: SparkSession,
-    config: LakeConfig,
-    schema: SchemaFile,
-    raw_path: str,
-    listed_at: datetime,
-    after: datetime | None = None,
-) -> dict[str, list[datetime]]:
-    """Lower-case `schema.table` -> the name times of its listed CDC files not applied, not superseded by
-    a reload and not quarantined whole (the raw audit's rules). Files named at or before `after` are not
-    looked up: `measure` passes the last recorded point less the settle time, and every file named before
-    it was listed and applied when that point was recorded (its changes were committed early enough to be
-    in the raw zone then, lakehouse.audit.consistent), so the ledger is asked about the recent files only."""
-    files = [
-        f
-        for f in raw_zone.list_raw_files(raw_path, config.s3_endpoint_url, raw_zone.known_of(schema))
-        if after is None or f.written_at > after
-    ]
-    view = raw_zone.read_lake_view(spark, config, files, schema)
-    verdicts = raw_zone.classify(
-        files, view.applied, (), (), view.quarantined, view.loaded_at, listed_at, timedelta(0)
-    )
-    waiting: dict[str, list[datetime]] = {}
-    for file, status in verdicts:
-        if status not in ("applied", "quarantined", "superseded"):
-            waiting.setdefault(file.table_key, []).append(file.written_at)
-    return waiting
-
-
 def measure(
     spark: SparkSession,
     config: LakeConfig,
@@ -293,7 +264,7 @@ def after_cdc_run(
     given. It never fails the run, whose commits stand: a failure is reported in `error` (the next run
     measures again); only a lost lease is raised (lakehouse.io.fence: nothing more is written). Without
     `consistent_points` the raw zone is not listed: each table's freshness only, no applied-through time
-    and no point (the listing covers every CDC file of the raw zone, a cost that grows with it)."""
+    and no point (the listing covers each table's recent days only: lakehouse.audit.raw_listing)."""
     if not consistent_points:
         file_uris, raw_path = (), None
 

@@ -15,6 +15,7 @@ from lakehouse.io.session import APPLY_TUNING, build_session
 from lakehouse.io.storage import read_json
 from lakehouse.jobs.arguments import apply_options, dms_arguments, finish, load_schema
 from lakehouse.jobs.shape import job_main, require_schema_file
+from lakehouse.maintenance.records_move import move_records
 
 log = logging.getLogger("lakehouse")
 
@@ -58,6 +59,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
     schema = load_schema(config, args.history_tables)
     manifest = Manifest.from_dict(read_json(args.manifest, config.s3_endpoint_url))
     spark = build_session(config, "dms-cdc", APPLY_TUNING)
+    move_records(spark, config)  # records of an older release: into their namespace, once
     log.info("applying manifest %s: %d files", args.manifest, len(manifest.files))
     report = apply_cdc(spark, config, schema, manifest, apply_options(args))
     if args.freshness == "true":

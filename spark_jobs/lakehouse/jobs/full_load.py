@@ -11,6 +11,7 @@ from lakehouse.base.names import parse_tables_argument
 from lakehouse.io.session import APPLY_TUNING, build_session
 from lakehouse.jobs.arguments import apply_options, dms_arguments, finish, load_schema
 from lakehouse.jobs.shape import job_main, require_schema_file
+from lakehouse.maintenance.records_move import move_records
 
 
 def parser() -> argparse.ArgumentParser:
@@ -39,6 +40,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
     require_schema_file(parser, config)
     schema = load_schema(config, args.history_tables)
     spark = build_session(config, "dms-full-load", APPLY_TUNING)
+    move_records(spark, config)  # records of an older release: into their namespace, once
     try:
         tables = parse_tables_argument(args.tables)
     except ValueError as error:

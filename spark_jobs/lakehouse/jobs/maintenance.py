@@ -10,6 +10,7 @@ from lakehouse.base.config import LakeConfig
 from lakehouse.io.session import build_session
 from lakehouse.jobs.shape import job_main, publish_report
 from lakehouse.maintenance.options import MaintenanceOptions
+from lakehouse.maintenance.records_move import move_records
 from lakehouse.maintenance.run import maintain
 
 log = logging.getLogger("lakehouse")
@@ -99,6 +100,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         remove_orphans=args.orphan_file_age_hours > 0,
     )
     spark = build_session(config, "dms-maintenance")
+    move_records(spark, config)  # records of an older release: into their namespace, once
     report = maintain(spark, config, options, args.run_id)
     publish_report(report.to_dict(), args.report_uri, config)
     for table in report.failed:

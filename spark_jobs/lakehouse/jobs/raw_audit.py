@@ -14,6 +14,7 @@ from lakehouse.audit.raw_zone import METRICS_NAMESPACE, audit_raw_zone
 from lakehouse.base.config import LakeConfig
 from lakehouse.io.session import build_session
 from lakehouse.jobs.shape import job_main, publish_report
+from lakehouse.maintenance.records_move import move_records
 
 
 def parser() -> argparse.ArgumentParser:
@@ -53,6 +54,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
     if args.tombstone_retention_days <= 0:
         raise SystemExit("--tombstone_retention_days must be positive")
     spark = build_session(config, "dms-raw-audit")
+    move_records(spark, config)  # records of an older release: into their namespace, once
     report = audit_raw_zone(
         spark,
         config,

@@ -11,6 +11,7 @@ from lakehouse.base.config import LakeConfig
 from lakehouse.io.session import build_session
 from lakehouse.jobs.arguments import apply_options, dms_arguments, load_schema
 from lakehouse.jobs.shape import job_main, publish_report
+from lakehouse.maintenance.records_move import move_records
 
 log = logging.getLogger("lakehouse")
 
@@ -31,6 +32,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         parser.error("--schema_file is required: the tables' keys decide how the files apply")
     schema = load_schema(config, args.history_tables)  # the stack's HistoryTables, as the CDC job has it
     spark = build_session(config, "dms-reapply-quarantined")
+    move_records(spark, config)  # records of an older release: into their namespace, once
     report = reapply_quarantined(
         spark,
         config,
