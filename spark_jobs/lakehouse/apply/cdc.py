@@ -24,6 +24,7 @@ from pyspark.sql import types as T
 from lakehouse.apply.clean_table import KEY, TOMB_SEQ, clean_schema, load_floor, with_metadata, with_tomb_seq
 from lakehouse.apply.history import keeps_history, record_changes
 from lakehouse.apply.ledger import LedgerEntry, RecordedFile, applied_files
+from lakehouse.apply.quarantine import ReappliedFile
 from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
 from lakehouse.apply.typed_batch import typed_batch
@@ -60,13 +61,13 @@ def apply_cdc(
     schema: SchemaFile,
     manifest: Manifest,
     options: ApplyOptions = DEFAULT_OPTIONS,
-    reapply: Mapping[str, str] | None = None,
+    reapply: Mapping[str, ReappliedFile] | None = None,
 ) -> RunReport:
     """Apply every file of the manifest: per table one change set and ONE commit, tables in parallel.
     A table that fails does not stop the others; its error is in the report (and the run fails).
-    `reapply` (file URI → a tag of its content; tools.reapply_quarantined) applies those files again
-    although the ledger names them: once per tag (docs/CONTRACTS.md, "What each recovery command
-    guarantees")."""
+    `reapply` (file URI → the attempt's ledger tag and records; tools.reapply_quarantined) applies those
+    files again although the ledger names them: once per tag (docs/CONTRACTS.md, "What each recovery
+    command guarantees")."""
     check_options(options)
     started = time.monotonic()
     ensure_namespace(spark, config.catalog_name, config.clean_database)

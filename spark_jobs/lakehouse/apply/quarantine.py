@@ -17,12 +17,13 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.dms.changes import RAW, REASON
-from lakehouse.dms.reader import FILE_URI, RECORD
+from lakehouse.dms.reader import FILE_RECORDS, FILE_URI, RECORD
 from lakehouse.io.frames import literal_frame, one_row
 from lakehouse.io.iceberg import create_table, with_commit_properties
 
-# How the ledger names a file applied again after a fix: `<file name><REAPPLIED_MARK><content tag>`, so a
-# fixed content is applied once, whatever the ledger says of the file's first (quarantined) content.
+# How the ledger names a file applied again after a fix: `<file name><REAPPLIED_MARK><run id>`, the run id
+# of the attempt whose quarantined records it applies (lakehouse.apply.reapply): each attempt's leftovers are
+# applied once, however the file's bytes change (a fix, a re-compression).
 REAPPLIED_MARK = "#reapplied:"
 
 QUARANTINE_SCHEMA = T.StructType(
@@ -35,8 +36,22 @@ QUARANTINE_SCHEMA = T.StructType(
         T.StructField("record_number", T.LongType()),
         T.StructField("reason", T.StringType()),
         T.StructField("record", T.StringType()),
+        # how many records the file had when this record was quarantined (null: a whole file)
+        T.StructField("file_records", T.LongType()),
     ]
 )
+QUARANTINE_COLUMNS = (
+    "source_table string, source_uri string, record_number long, reason string, record string"
+)
+
+
+@dataclass(frozen=True)
+class ReappliedFile:
+    """A file applied again (tools.reapply_quarantined): the ledger knows it as `<name>#reapplied:<tag>`;
+    `records` (record numbers) narrows it to those records, None applies all of it."""
+
+    tag: str
+    records: frozenset[int] | None = None
 
 
 @dataclass(frozen=True)
@@ -54,6 +69,7 @@ def record_rejections(rows: DataFrame, source_table: str) -> DataFrame:
         F.col(RECORD).alias("record_number"),
         F.col(REASON).alias("reason"),
         F.col(RAW).alias("record"),
+        F.col(FILE_RECORDS).alias("file_records"),
     )
 
 
@@ -61,7 +77,7 @@ def file_rejections(spark: SparkSession, problems: Sequence[FileProblem]) -> Dat
     return literal_frame(
         spark,
         [{"source_table": p.source_table, "source_uri": p.source_uri, "reason": p.reason} for p in problems],
-        "source_table string, source_uri string, record_number long, reason string, record string",
+        f"{QUARANTINE_COLUMNS}, file_records long",
     )
 
 
@@ -84,6 +100,7 @@ def write_quarantine(
             "record_number",
             "reason",
             "record",
+            "file_records",
         )
         .dropDuplicates(["source_uri", "record_number"])
         .localCheckpoint()
@@ -92,6 +109,8 @@ def write_quarantine(
     if count == 0:
         return 0
     create_table(spark, table, QUARANTINE_SCHEMA, "DMS files and records that could not be applied")
+    if "file_records" not in spark.table(table).columns:  # a quarantine written before the column existed
+        spark.sql(f"ALTER TABLE {table} ADD COLUMN file_records bigint")
     view = f"quarantine_{uuid.uuid4().hex}"  # never built from the run id: any text can be a run id
     rows.createOrReplaceTempView(view)
     before = spark.table(table).count()
@@ -123,13 +142,22 @@ def quarantined_in_run(spark: SparkSession, table: str, run_id: str) -> tuple[in
 
 @dataclass(frozen=True)
 class QuarantinedFile:
-    """What the quarantine holds of one source file: the whole file, or records of it."""
+    """What the quarantine holds of one source file: by run id, the records quarantined (None: the whole
+    file) and how many records the file had then."""
 
     source_table: str
     source_uri: str
-    whole_file: bool
-    records: int
-    run_ids: tuple[str, ...]
+    attempts: dict[str, QuarantinedAttempt]
+
+    @property
+    def run_ids(self) -> tuple[str, ...]:
+        return tuple(sorted(self.attempts))
+
+
+@dataclass(frozen=True)
+class QuarantinedAttempt:
+    records: frozenset[int] | None  # None: the whole file
+    file_records: int | None  # None: a whole file, or a row written before the count was kept
 
 
 def quarantined_files(
@@ -144,19 +172,21 @@ def quarantined_files(
         rows = rows.join(wanted, "source_uri", "left_semi")
     if uris:
         rows = rows.where(F.col("source_uri").isin(sorted(set(uris))))
+    count = F.col("file_records") if "file_records" in rows.columns else F.lit(None).cast("long")
     found = (
-        rows.groupBy("source_table", "source_uri")
+        rows.groupBy("source_table", "source_uri", "run_id")
         .agg(
             F.max(F.col("record_number").isNull()).alias("whole_file"),
-            F.count("record_number").alias("records"),
-            F.sort_array(F.collect_set("run_id")).alias("run_ids"),
+            F.sort_array(F.collect_set("record_number")).alias("records"),
+            F.max(count).alias("file_records"),
         )
-        .orderBy("source_uri")
+        .orderBy("source_uri", "run_id")
         .collect()
     )
-    return [
-        QuarantinedFile(
-            r["source_table"], r["source_uri"], bool(r["whole_file"]), r["records"], tuple(r["run_ids"])
+    files: dict[tuple[str, str], dict[str, QuarantinedAttempt]] = {}
+    for r in found:
+        records = None if r["whole_file"] else frozenset(int(n) for n in r["records"])
+        files.setdefault((r["source_table"], r["source_uri"]), {})[r["run_id"]] = QuarantinedAttempt(
+            records, r["file_records"]
         )
-        for r in found
-    ]
+    return [QuarantinedFile(table_name, uri, attempts) for (table_name, uri), attempts in files.items()]

@@ -22,6 +22,7 @@ from lakehouse.apply.ledger import LedgerEntry, RecordedFile, StateTables
 from lakehouse.apply.quarantine import (
     REAPPLIED_MARK,
     FileProblem,
+    ReappliedFile,
     file_rejections,
     quarantined_in_run,
     record_rejections,
@@ -30,7 +31,7 @@ from lakehouse.apply.quarantine import (
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.dms import changes as C
-from lakehouse.dms.reader import RawRead, ReaderOptions, read_dms_files, with_record_numbers
+from lakehouse.dms.reader import RawRead, ReaderOptions, only_records, read_dms_files, with_record_numbers
 from lakehouse.io.fence import LeaseLostError
 from lakehouse.io.storage import stage_for_spark
 
@@ -97,7 +98,7 @@ class ApplyRun:
         options: ApplyOptions,
         run_id: str,
         job: str,
-        reapplied: Mapping[str, str] | None = None,
+        reapplied: Mapping[str, ReappliedFile] | None = None,
     ) -> None:
         self.spark = spark
         self.config = config
@@ -108,9 +109,9 @@ class ApplyRun:
         self.state = StateTables(spark, config)
         self.rejections: dict[str, list[DataFrame]] = defaultdict(list)  # by source table
         self.file_problems: list[FileProblem] = []
-        # A re-application (tools.reapply_quarantined): file URI → a tag of its fixed content. The file is
-        # known to the ledger as `<name>#reapplied:<tag>`, so each fixed content is applied once.
-        self.reapplied: dict[str, str] = dict(reapplied or {})
+        # A re-application (tools.reapply_quarantined, lakehouse.apply.reapply): file URI → the ledger's
+        # name for this attempt and the records it applies.
+        self.reapplied: dict[str, ReappliedFile] = dict(reapplied or {})
         self._quarantine_lock = threading.Lock()
         self.ledger_entries: list[LedgerEntry] = []
         self.ledger_forget: list[tuple[str, RecordedFile]] = []
@@ -170,6 +171,8 @@ class ApplyRun:
         unless a later (re)load of the table superseded it (DMS removes a reloaded table's old files)."""
         paths = stage_for_spark([f.uri for f in files], self.config.s3_endpoint_url, self.config.staging_dir)
         raw = read_dms_files(self.spark, files, paths, self.options.reader)
+        narrowed = {uri: r.records for uri, r in self.reapplied.items() if r.records is not None}
+        raw = only_records(raw, narrowed)
         require_key_columns(spec, raw)
         missing = [r.file for r in raw.rejected if r.missing]
         superseded = 0
@@ -218,8 +221,8 @@ class ApplyRun:
 
     def ledger_name(self, file: DmsFile) -> str:
         """The name the ledger and the commit summaries know `file` by (its own, unless re-applied)."""
-        tag = self.reapplied.get(file.uri)
-        return file.name if tag is None else f"{file.name}{REAPPLIED_MARK}{tag}"
+        again = self.reapplied.get(file.uri)
+        return file.name if again is None else f"{file.name}{REAPPLIED_MARK}{again.tag}"
 
     def flush_quarantine(self, source_table: str | None = None) -> None:
         """Write what was rejected so far (of one table, or everything left) to the quarantine table. A

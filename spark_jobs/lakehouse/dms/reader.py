@@ -15,9 +15,9 @@ import csv
 import json
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import reduce
 
 from lake_contracts.dms_files import DmsFile
@@ -383,11 +383,44 @@ def _normalise_column(path: Column) -> Column:
 
 
 def with_record_numbers(rows: DataFrame, everything: DataFrame) -> DataFrame:
-    """Add `_record` (1-based record number in its file, header excluded) to `rows`, a subset of
-    `everything`. It costs one more pass over the files, so it is done only for quarantined rows."""
-    first = everything.groupBy(FILE_URI).agg(F.min(POSITION).alias("_dms_first"))
+    """Add `_record` (1-based record number in its file, header excluded) and `_file_records` (how many
+    records its file has) to `rows`, a subset of `everything`. It costs one more pass over the files, so it
+    is done only for quarantined rows. A read narrowed by `only_records` keeps its files' own figures."""
+    if FIRST_POSITION in everything.columns:
+        facts = everything.groupBy(FILE_URI).agg(
+            F.min(FIRST_POSITION).alias(_FIRST), F.min(FILE_RECORDS).alias(_COUNT)
+        )
+    else:
+        facts = everything.groupBy(FILE_URI).agg(F.min(POSITION).alias(_FIRST), F.count("*").alias(_COUNT))
     return (
-        rows.join(F.broadcast(first), FILE_URI)
-        .withColumn(RECORD, (F.col(POSITION) - F.col("_dms_first") + 1).cast("long"))
-        .drop("_dms_first")
+        rows.join(F.broadcast(facts), FILE_URI)
+        .withColumn(RECORD, (F.col(POSITION) - F.col(_FIRST) + 1).cast("long"))
+        .withColumn(FILE_RECORDS, F.col(_COUNT).cast("long"))
+        .drop(_FIRST, _COUNT)
     )
+
+
+FILE_RECORDS = "_dms_file_records"
+FIRST_POSITION = "_dms_first_position"
+_FIRST, _COUNT = "_dms_first", "_dms_count"
+
+
+def only_records(read: RawRead, wanted: Mapping[str, frozenset[int]]) -> RawRead:
+    """`read` with only the records `wanted` (file URI → record numbers, as `with_record_numbers` counts
+    them) of the files it names; the other files' records all stay. Each record keeps its file's first
+    position and record count, so what is quarantined of it is numbered as in the whole file."""
+    if read.rows is None or not wanted:
+        return read
+    numbered = read.rows.join(
+        F.broadcast(
+            read.rows.groupBy(FILE_URI).agg(
+                F.min(POSITION).alias(FIRST_POSITION), F.count("*").alias(FILE_RECORDS)
+            )
+        ),
+        FILE_URI,
+    )
+    record = F.col(POSITION) - F.col(FIRST_POSITION) + 1
+    keep = ~F.col(FILE_URI).isin(sorted(wanted))
+    for uri, numbers in sorted(wanted.items()):
+        keep = keep | ((F.col(FILE_URI) == F.lit(uri)) & record.isin(sorted(numbers)))
+    return replace(read, rows=numbered.where(keep))

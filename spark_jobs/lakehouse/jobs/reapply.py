@@ -43,6 +43,8 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         dry_run=args.dry_run == "true",
     )
     publish_report(report.to_dict(), None, config)
+    for uri in report.already_applied:
+        log.info("nothing left to apply of %s: every record of it is applied", uri)
     for uri, why in sorted(report.refused.items()):
         log.error("refused %s: %s", uri, why)
     return 0 if report.ok else 1

@@ -3,6 +3,7 @@ exactly once (tools.reapply_quarantined), and a header without the key stops the
 
 from __future__ import annotations
 
+import gzip
 from decimal import Decimal
 from pathlib import Path
 
@@ -52,6 +53,10 @@ def customers(spark, config) -> list[tuple]:
 
 def items(spark, config) -> list[tuple]:
     return rows_of(spark, config.clean_table("sales_item"))
+
+
+def events(spark, config) -> list[tuple]:
+    return rows_of(spark, config.clean_table("sales_events"))
 
 
 def append_line(path: str, line: str) -> None:
@@ -167,8 +172,9 @@ def test_a_whole_quarantined_file_fixed_and_reuploaded_is_applied_once_in_sequen
     file (changes 4-5) that updated key 1 and deleted key 2,
     When the operator re-uploads the fixed file under the same key and re-applies it,
     Then its changes apply by the sequence rule: key 1 keeps the newer update, key 2 stays deleted (its
-    tombstone), key 3 is inserted; the ledger names the fixed content;
-    When the command runs again, and the original batch is re-sent, Then nothing changes (no commit)."""
+    tombstone), key 3 is inserted;
+    When the command runs again (nothing is left of the file), and the original batch is re-sent, Then
+    nothing changes (no commit)."""
     changes = [("I", (1, "old", 1)), ("I", (2, "gone", 2)), ("I", (3, "new", 3))]
     broken = dms.cdc(CUSTOMER, COLUMNS, changes, seqs=[1, 2, 3])
     fixed_text = Path(broken).read_text(encoding="utf-8")
@@ -192,7 +198,7 @@ def test_a_whole_quarantined_file_fixed_and_reuploaded_is_applied_once_in_sequen
     again = reapply_quarantined(spark, lake_config, SCHEMA, files=[broken])
     resent = apply_cdc(spark, lake_config, SCHEMA, manifest(broken, later, run_id="run-2"))
 
-    assert again.ok and again.run is not None and again.run.tables[0].skipped_already_applied == 1
+    assert again.ok and again.run is None and again.already_applied == [broken]
     assert resent.ok and resent.tables[0].skipped_already_applied == 2
     assert snapshot_count(spark, table) == commits
     assert customers(spark, lake_config) == [(1, "newer", d("10.00")), (3, "new", d("3.00"))]
@@ -241,37 +247,131 @@ def test_quarantined_records_are_applied_after_a_fix_without_applying_the_good_o
     assert fixed.run is not None and fixed.run.totals()["quarantined_records"] == 0
     assert customers(spark, lake_config) == [(1, "a2", d("11.00")), (2, "b", d("2.00")), (3, "c", d("3.00"))]
     again = reapply_quarantined(spark, lake_config, SCHEMA, run_id="run-1")
-    assert again.run is not None and again.run.tables[0].skipped_already_applied == 1
+    assert again.ok and again.run is None and again.already_applied == [path]
     assert customers(spark, lake_config) == [(1, "a2", d("11.00")), (2, "b", d("2.00")), (3, "c", d("3.00"))]
 
 
-def test_a_table_without_a_key_gets_a_whole_fixed_file_once_and_a_partly_applied_one_never(
+def test_a_table_without_a_key_appends_each_quarantined_record_once_however_often_it_is_fixed(
     spark, lake_config, dms
 ):
-    """Given a table without a primary key (appended), a file of it quarantined whole and another file
-    whose good inserts were appended and one record quarantined,
-    When both are re-applied after a fix, twice,
-    Then the whole file's inserts are appended once, and the partly applied file is refused (its inserts
-    would be appended twice) with a reason, leaving the table as it was."""
-    whole = dms.cdc(EVENTS, ["id", "what"], [("I", (1, "one")), ("I", (2, "two"))])
-    fixed_text = Path(whole).read_text(encoding="utf-8")
-    with open(whole, "w", encoding="utf-8") as handle:
-        handle.write('"id,what\n' + "".join(fixed_text.splitlines(keepends=True)[1:]))  # malformed header
-    partly = dms.cdc(EVENTS, ["id", "what"], [("I", (3, "three"))])
-    append_line(partly, "I,2026-11-22 10:00:01.000000,00000000000000000000000000000000099,4,four,extra")
-    first = apply_cdc(spark, lake_config, SCHEMA, manifest(whole, partly, run_id="run-1"))
-    assert (
-        first.ok and first.totals()["quarantined_files"] == 1 and first.totals()["quarantined_records"] == 1
+    """Given a table without a primary key (appended) and four files of it quarantined: one whole (a broken
+    header), one whose every record was bad, one with a bad record among good ones, one gzipped file that
+    could not be read,
+    When they are fixed (the first still with one bad record, the third by deleting its bad record, the
+    gzipped one compressed right) and re-applied,
+    Then the first's good records, the second's and the gzipped file's are appended, the first's bad record
+    is quarantined under the re-apply's run, and the file repaired to fewer records is refused by the record
+    count check (its record numbers no longer name the same records);
+    When the first's last record is fixed and the gzipped file compressed again (new bytes, same records),
+    and the command runs twice more,
+    Then exactly that record is appended, once; the rest is reported applied already: every record once."""
+    columns = ["id", "what"]
+    whole = dms.cdc(EVENTS, columns, [("I", (1, "one")), ("I", (2, "two")), ("I", (3, "three"))])
+    whole_lines = Path(whole).read_text(encoding="utf-8").splitlines(keepends=True)
+    Path(whole).write_text('"id,what\n' + "".join(whole_lines[1:]), encoding="utf-8")  # malformed header
+    all_bad = dms.cdc(EVENTS, columns, [("I", (4, "four")), ("I", (5, "five"))])
+    all_bad_lines = Path(all_bad).read_text(encoding="utf-8").splitlines(keepends=True)
+    Path(all_bad).write_text(
+        "".join([all_bad_lines[0]] + [line.rstrip("\n") + ",extra\n" for line in all_bad_lines[1:]]),
+        encoding="utf-8",
     )
-    with open(whole, "w", encoding="utf-8") as handle:
-        handle.write(fixed_text)
+    shrunk = dms.cdc(EVENTS, columns, [("I", (6, "six")), ("I", (7, "seven")), ("I", (8, "eight"))])
+    shrunk_lines = Path(shrunk).read_text(encoding="utf-8").splitlines(keepends=True)
+    Path(shrunk).write_text(
+        "".join([*shrunk_lines[:2], shrunk_lines[2].rstrip("\n") + ",extra\n", *shrunk_lines[3:]]),
+        encoding="utf-8",
+    )
+    plain = Path(dms.cdc(EVENTS, columns, [("I", (9, "nine"))]))
+    packed = plain.with_name(plain.name + ".gz")
+    packed.write_bytes(b"not gzip")
+    plain_bytes = plain.read_bytes()
+    plain.unlink()
+    first = apply_cdc(
+        spark, lake_config, SCHEMA, manifest(whole, all_bad, shrunk, str(packed), run_id="run-1")
+    )
+    assert first.ok and (first.totals()["quarantined_files"], first.totals()["quarantined_records"]) == (2, 3)
+    assert events(spark, lake_config) == [(6, "six"), (8, "eight")]
 
-    reports = [reapply_quarantined(spark, lake_config, SCHEMA, run_id="run-1") for _ in range(2)]
+    Path(whole).write_text(
+        "".join([*whole_lines[:2], whole_lines[2].replace("I,", "X,", 1), *whole_lines[3:]]), encoding="utf-8"
+    )
+    Path(all_bad).write_text("".join(all_bad_lines), encoding="utf-8")
+    Path(shrunk).write_text("".join(shrunk_lines[:2] + shrunk_lines[3:]), encoding="utf-8")
+    packed.write_bytes(gzip.compress(plain_bytes, mtime=1))
+    fixes = reapply_quarantined(spark, lake_config, SCHEMA, files=[whole, all_bad, shrunk, str(packed)])
 
-    for report in reports:
-        assert report.files == [whole] and not report.ok
-        assert list(report.refused) == [partly] and "append them twice" in report.refused[partly]
-    assert rows_of(spark, lake_config.clean_table("sales_events")) == [(1, "one"), (2, "two"), (3, "three")]
+    assert fixes.files == sorted([whole, all_bad, str(packed)]) and list(fixes.refused) == [shrunk]
+    assert (
+        fixes.refused[shrunk].startswith("[check: record count]")
+        and "now has 2 records, 3" in (fixes.refused[shrunk])
+    )
+    assert fixes.run is not None and fixes.run.ok
+    assert events(spark, lake_config) == [
+        (1, "one"),
+        (3, "three"),
+        (4, "four"),
+        (5, "five"),
+        (6, "six"),
+        (8, "eight"),
+        (9, "nine"),
+    ]
+    assert [row for row in quarantine(spark, lake_config) if row[0] == fixes.run_id] == [
+        (fixes.run_id, whole, 2, "invalid Op X")
+    ]
+
+    Path(whole).write_text("".join(whole_lines), encoding="utf-8")
+    packed.write_bytes(gzip.compress(plain_bytes, mtime=2))
+    last_fix = reapply_quarantined(spark, lake_config, SCHEMA, files=[whole, all_bad, str(packed)])
+    again = reapply_quarantined(spark, lake_config, SCHEMA, files=[whole, all_bad, str(packed)])
+
+    assert last_fix.ok and last_fix.files == [whole]
+    assert last_fix.already_applied == sorted([all_bad, str(packed)])
+    assert again.ok and again.run is None and again.already_applied == sorted([whole, all_bad, str(packed)])
+    assert events(spark, lake_config) == [
+        (1, "one"),
+        (2, "two"),
+        (3, "three"),
+        (4, "four"),
+        (5, "five"),
+        (6, "six"),
+        (8, "eight"),
+        (9, "nine"),
+    ]
+
+
+def test_a_keyed_table_gets_a_gzipped_file_fixed_twice_and_recompressed_once(spark, lake_config, dms):
+    """Given a keyed table and a gzipped file of it that could not be read (changes 1-3), then a later file
+    updating key 1,
+    When it is compressed right but one record is still bad and re-applied, then that record fixed and
+    re-applied, then the same records compressed again (new bytes) and re-applied,
+    Then the table gets the file's changes by their sequence (key 1 keeps the newer update), the bad record
+    once it is fixed, and the re-compressed file is reported applied already: no run, no commit."""
+    plain = Path(dms.cdc(CUSTOMER, COLUMNS, [("I", (1, "a", 1)), ("I", (2, "b", 2)), ("I", (3, "c", 3))]))
+    packed = plain.with_name(plain.name + ".gz")
+    lines = plain.read_text(encoding="utf-8").splitlines(keepends=True)
+    plain.unlink()
+    packed.write_bytes(b"not gzip")
+    later = dms.cdc(CUSTOMER, COLUMNS, [("U", (1, "a2", 11))])
+    first = apply_cdc(spark, lake_config, SCHEMA, manifest(str(packed), later, run_id="run-1"))
+    assert first.ok and first.tables[0].quarantined_files == 1
+
+    half = "".join([*lines[:3], lines[3].replace("I,", "X,", 1)])
+    packed.write_bytes(gzip.compress(half.encode(), mtime=1))
+    half_fixed = reapply_quarantined(spark, lake_config, SCHEMA, files=[str(packed)])
+    assert half_fixed.ok and half_fixed.run is not None and half_fixed.run.tables[0].quarantined_records == 1
+    assert customers(spark, lake_config) == [(1, "a2", d("11.00")), (2, "b", d("2.00"))]
+
+    packed.write_bytes(gzip.compress("".join(lines).encode(), mtime=2))
+    fixed = reapply_quarantined(spark, lake_config, SCHEMA, run_id="run-1")
+    table = lake_config.clean_table("sales_customer")
+    commits = snapshot_count(spark, table)
+    packed.write_bytes(gzip.compress("".join(lines).encode(), mtime=3))
+    recompressed = reapply_quarantined(spark, lake_config, SCHEMA, files=[str(packed)])
+
+    assert fixed.ok and fixed.files == [str(packed)] and fixed.run_id != half_fixed.run_id
+    assert recompressed.ok and recompressed.run is None and recompressed.already_applied == [str(packed)]
+    assert snapshot_count(spark, table) == commits
+    assert customers(spark, lake_config) == [(1, "a2", d("11.00")), (2, "b", d("2.00")), (3, "c", d("3.00"))]
 
 
 def test_what_the_quarantine_does_not_name_or_the_raw_zone_lacks_is_refused(spark, lake_config, dms):
