@@ -5,9 +5,18 @@ stack runs with `MaintenanceMode=glue-optimizers` (docs/DEPLOY.md, "Table mainte
     python -m deploy.table_optimizers --stack-name dms-iceberg-lake --disable  # back to the maintenance job
 
 Each Iceberg table of the clean, row-history and refined databases gets compaction, snapshot retention and orphan-file
-deletion, configured from the stack's own maintenance parameters (SnapshotRetentionHours,
-RetainLastSnapshots, OrphanFileAgeHours) and run with the stack's TableOptimizerRole. Run it again after
-new tables appear (the CDC job creates a table the first time DMS sends one).
+deletion, configured from the stack's own maintenance parameters (CompactionMinInputFiles, DeleteFileThreshold,
+SnapshotRetentionHours, RetainLastSnapshots, OrphanFileAgeHours) and run with the stack's TableOptimizerRole. Run it
+again after new tables appear (the CDC job creates a table the first time DMS sends one).
+
+The optimizers compact while CDC runs commit. When both touch the same data files, whichever commits second loses
+Iceberg's validation (a retry of the metadata swap does not help): a CDC MERGE that loses is planned again from its
+batch (lakehouse.io.commit_conflicts), a compaction that loses gives its group up, and Glue counts a failed run.
+Glue's own defaults rewrite a data file once it has one delete file (deleteFileThreshold 1): every file a CDC batch
+touched, the whole table under spread changes, each run racing the next batch. The stack's DeleteFileThreshold
+(100) leaves a file to its deletes until many batches touched it, and CompactionMinInputFiles (5) compacts a
+partition's small files once a few accumulated: compaction then touches few files CDC is writing to, and loses
+rarely.
 """
 
 from __future__ import annotations
@@ -24,6 +33,8 @@ OPTIMIZER_TYPES = ("compaction", "retention", "orphan_file_deletion")
 @dataclass(frozen=True)
 class OptimizerSettings:
     role_arn: str
+    min_input_files: int = 5
+    delete_file_threshold: int = 100
     snapshot_retention_hours: float = 72
     retain_last: int = 20
     orphan_file_age_hours: float = 72
@@ -37,6 +48,8 @@ class OptimizerSettings:
             )
         return cls(
             role_arn=role,
+            min_input_files=int(parameters.get("CompactionMinInputFiles", 5)),
+            delete_file_threshold=int(parameters.get("DeleteFileThreshold", 100)),
             snapshot_retention_hours=float(parameters.get("SnapshotRetentionHours", 72)),
             retain_last=int(parameters.get("RetainLastSnapshots", 20)),
             orphan_file_age_hours=float(parameters.get("OrphanFileAgeHours", 72)),
@@ -45,7 +58,15 @@ class OptimizerSettings:
     def configuration(self, kind: str) -> dict[str, Any]:
         """The TableOptimizerConfiguration of one optimizer type (Glue counts retention in whole days)."""
         configuration: dict[str, Any] = {"roleArn": self.role_arn, "enabled": True}
-        if kind == "retention":
+        if kind == "compaction":
+            configuration["compactionConfiguration"] = {
+                "icebergConfiguration": {
+                    "strategy": "binpack",
+                    "minInputFiles": self.min_input_files,
+                    "deleteFileThreshold": self.delete_file_threshold,
+                }
+            }
+        elif kind == "retention":
             configuration["retentionConfiguration"] = {
                 "icebergConfiguration": {
                     "snapshotRetentionPeriodInDays": max(1, math.ceil(self.snapshot_retention_hours / 24)),

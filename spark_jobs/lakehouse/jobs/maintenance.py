@@ -48,12 +48,6 @@ def parser() -> argparse.ArgumentParser:
         help="data a pass rewrites at most, over all tables (the slice a CDC run can wait for); the rest next pass",
     )
     parser.add_argument(
-        "--manifests_above",
-        type=int,
-        default=defaults.manifests_above,
-        help="rewrite a table's manifests once its current snapshot has more than this many",
-    )
-    parser.add_argument(
         "--expire_every_hours",
         type=float,
         default=defaults.expire_every_hours,
@@ -91,7 +85,6 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         delete_file_threshold=args.delete_file_threshold,
         delete_ratio_threshold=args.delete_ratio_threshold,
         rewrite_mb_per_pass=args.rewrite_mb_per_pass,
-        manifests_above=args.manifests_above,
         expire_every_hours=args.expire_every_hours,
         snapshot_retention_hours=args.snapshot_retention_hours,
         retain_last=args.retain_last,

@@ -66,8 +66,10 @@ def _table(name: str, kind: str = "ICEBERG") -> dict[str, Any]:
 def test_every_iceberg_table_gets_the_three_optimizers_configured_from_the_stack() -> None:
     """Given a clean and a refined database with Iceberg tables (and one that is not Iceberg), and a
     compaction optimizer already on one table, When the optimizers are enabled, Then every Iceberg table
-    has compaction, retention and orphan-file deletion, run by the stack's role, with retention and orphan
-    age in whole days rounded up from the stack's hours, the existing one updated rather than duplicated."""
+    has compaction, retention and orphan-file deletion, run by the stack's role, compaction choosing files by the
+    stack's thresholds (not Glue's default of one delete file, which rewrites every file a batch touched), with
+    retention and orphan age in whole days rounded up from the stack's hours, the existing one updated rather
+    than duplicated."""
     glue = FakeGlue(
         {
             "dev_clean": [_table("customer"), _table("legacy_view", "VIRTUAL_VIEW")],
@@ -76,7 +78,13 @@ def test_every_iceberg_table_gets_the_three_optimizers_configured_from_the_stack
         existing={("dev_clean", "customer", "compaction")},
     )
     settings = table_optimizers.OptimizerSettings.from_stack(
-        {"SnapshotRetentionHours": "30", "RetainLastSnapshots": "5", "OrphanFileAgeHours": "72"},
+        {
+            "SnapshotRetentionHours": "30",
+            "RetainLastSnapshots": "5",
+            "OrphanFileAgeHours": "72",
+            "CompactionMinInputFiles": "5",
+            "DeleteFileThreshold": "100",
+        },
         {"TableOptimizerRoleArn": ROLE},
     )
     tables = table_optimizers.iceberg_tables(glue, ["dev_clean", "dev_refined"])
@@ -94,6 +102,10 @@ def test_every_iceberg_table_gets_the_three_optimizers_configured_from_the_stack
         "snapshotRetentionPeriodInDays": 2,
         "numberOfSnapshotsToRetain": 5,
         "cleanExpiredFiles": True,
+    }
+    compaction = glue.optimizers[("dev_clean", "customer", "compaction")]["compactionConfiguration"]
+    assert compaction == {
+        "icebergConfiguration": {"strategy": "binpack", "minInputFiles": 5, "deleteFileThreshold": 100}
     }
     orphans = glue.optimizers[("dev_refined", "sales_enriched", "orphan_file_deletion")]
     assert (
