@@ -294,12 +294,14 @@ class SourceStatistics:
     """What the source says of a table apart from its rows as the reconcile's reader sees them: a second,
     independent signal a repair needs (lakehouse.reconcile.repair_checks).
     `estimated_rows`: the source's own row statistics (None: it keeps none); `tolerance`: how far, as a share
-    of it, that estimate may be off; `hidden_by`: why the reader may not see every row (None: it sees all)."""
+    of it, that estimate may be off; `hidden_by`: why the reader may not see every row (None: it sees all).
+    An empty table must be empty by every count the source keeps (`highest_recorded`), not only the current."""
 
     estimated_rows: int | None
     tolerance: float
     hidden_by: str | None = None
     estimated_from: str = ""  # which statistics, named in a refusal
+    highest_recorded: int | None = None  # the largest count any of its statistics still records (emptying)
 
 
 class SourceSide(Protocol):

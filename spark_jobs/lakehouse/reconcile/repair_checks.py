@@ -37,10 +37,11 @@ def refusal_to_empty(table: str, statistics: SourceStatistics) -> str | None:
             f"{table}: emptying refused by the source-statistics check: the source keeps no row count"
             f" ({statistics.estimated_from}) to confirm the reader's empty table"
         )
-    if statistics.estimated_rows > 0:
+    counted = max(statistics.estimated_rows, statistics.highest_recorded or 0)
+    if counted > 0:
         return (
             f"{table}: emptying refused by the source-statistics check: the reader saw no row, the source's"
-            f" statistics ({statistics.estimated_from}) count {statistics.estimated_rows}"
+            f" statistics ({statistics.estimated_from}) count {counted}"
         )
     return None
 

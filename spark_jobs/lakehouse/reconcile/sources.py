@@ -204,15 +204,16 @@ class PostgresJdbcSource(JdbcSqlSource):
         return f"SELECT min({key})::bigint AS lo, max({key})::bigint AS hi FROM {self._table(plan)}"
 
     def statistics(self, plan: TablePlan) -> SourceStatistics:
-        """PostgreSQL's own count of the table's rows, the larger of `pg_stat_all_tables.n_live_tup` (kept
-        as rows change; a TRUNCATE sets it to 0) and `pg_class.reltuples` (the last VACUUM/ANALYZE; -1: never),
-        neither filtered by what the reader may see; and whether row-level security filters the reader's rows
+        """PostgreSQL's own count of the table's rows, neither filtered by what the reader may see:
+        `pg_stat_all_tables.n_live_tup` (kept as rows change; a TRUNCATE sets it to 0; lost with the statistics
+        after a crash), else `pg_class.reltuples` (the last VACUUM/ANALYZE; -1: never; a TRUNCATE sets -1), the
+        larger of the two as the highest recorded; and whether row-level security filters the reader's rows
         (`row_security_active`: policies on, the reader neither owner, superuser nor BYPASSRLS)."""
         name = "'" + self._table(plan).replace("'", "''") + "'"
         rows = self._read(
             [
-                "SELECT greatest(coalesce(s.n_live_tup, 0), c.reltuples)::bigint AS estimate,"
-                " (s.n_live_tup IS NOT NULL OR c.reltuples >= 0) AS known,"
+                "SELECT coalesce(s.n_live_tup, nullif(greatest(c.reltuples, -1), -1))::bigint AS estimate,"
+                " greatest(coalesce(s.n_live_tup, 0), c.reltuples)::bigint AS highest,"
                 " row_security_active(c.oid) AS rls, current_user::text AS reader"
                 f" FROM pg_class c LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid WHERE c.oid = {name}::regclass"
             ]
@@ -224,11 +225,13 @@ class PostgresJdbcSource(JdbcSqlSource):
             if row["rls"]
             else None
         )
+        estimate = row["estimate"]
         return SourceStatistics(
-            int(row["estimate"]) if row["known"] else None,
+            None if estimate is None else int(estimate),
             0.1,
             hidden,
             "pg_stat_all_tables.n_live_tup / pg_class.reltuples",
+            max(0, int(row["highest"])),
         )
 
     def _segment_sums_sql(self, rows_sql: str, shift: int) -> str:
