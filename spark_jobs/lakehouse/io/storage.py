@@ -148,6 +148,45 @@ def list_folders(prefix_uri: str, endpoint_url: str | None = None) -> list[str]:
     return sorted(entry.name for entry in os.scandir(root) if entry.is_dir()) if root.is_dir() else []
 
 
+def list_grouped(
+    prefix_uri: str, endpoint_url: str | None = None, *, delimiter: str = "", start_after: str = ""
+) -> tuple[list[ObjectInfo], list[str]]:
+    """S3's ListObjectsV2 as it is: the objects whose URI begins with `prefix_uri` exactly (no `/` added),
+    after `start_after` (a URI; "" from the first), and, with a delimiter, the distinct beginnings up to its
+    first occurrence after the prefix (`CommonPrefixes`, as URIs) instead of the objects below them. A local
+    prefix is walked and grouped the same way."""
+    if is_s3(prefix_uri):
+        bucket, prefix = split_s3(prefix_uri)
+        start = split_s3(start_after)[1] if start_after else ""
+        paginator = _s3_client(endpoint_url).get_paginator("list_objects_v2")
+        options = {"Bucket": bucket, "Prefix": prefix} | ({"Delimiter": delimiter} if delimiter else {})
+        objects, groups = [], []
+        for page in paginator.paginate(**options, **({"StartAfter": start} if start else {})):
+            objects += [
+                ObjectInfo(
+                    f"s3://{bucket}/{item['Key']}",
+                    item["Size"],
+                    item["LastModified"].astimezone(UTC).replace(tzinfo=None),
+                )
+                for item in page.get("Contents", [])
+            ]
+            groups += [f"s3://{bucket}/{item['Prefix']}" for item in page.get("CommonPrefixes", [])]
+        return objects, groups
+    prefix, start = prefix_uri.removeprefix("file://"), start_after.removeprefix("file://")
+    root = prefix if prefix.endswith("/") else os.path.dirname(prefix)
+    found = [o for o in list_objects(root) if o.uri.startswith(prefix) and o.uri > start]
+    if not delimiter:
+        return found, []
+    objects, grouped = [], set()
+    for info in found:
+        at = info.uri.find(delimiter, len(prefix))
+        if at < 0:
+            objects.append(info)
+        else:
+            grouped.add(info.uri[: at + len(delimiter)])
+    return objects, sorted(grouped)
+
+
 def stage_for_spark(uris: list[str], endpoint_url: str | None, staging_dir: str) -> dict[str, str]:
     """Map each input URI to a path Spark can read. Only S3 objects on a local emulator are copied; an
     object that does not exist is left out of the map (the caller tells missing from unreadable)."""

@@ -115,14 +115,13 @@ def test_a_late_file_holds_the_point_back_and_never_lowers_the_newest_time(spark
     assert BASE_TIME < moment_of(late) < moment_of(item_at) < moment_of(region_at)
 
 
-def test_by_default_a_cdc_run_measures_freshness_without_listing_the_raw_zone(
+def test_without_consistent_points_a_cdc_run_measures_freshness_without_listing_the_raw_zone(
     spark, lake_config, tmp_path, monkeypatch
 ):
-    """Given a table loaded and a CDC file applied by the CDC job with its defaults (no
-    --consistent_points), Then the run report and lake_freshness carry the table's newest source change
-    and last batch, with no applied-through time and no consistent point, and the raw zone was never
-    listed (a listing covers every CDC file of the raw zone after every run: its cost grows with it)."""
-    import lakehouse.audit.raw_zone
+    """Given a table loaded and a CDC file applied by the CDC job with `--consistent_points false`, Then the
+    run report and lake_freshness carry the table's newest source change and last batch, with no
+    applied-through time and no consistent point, and the raw zone was never listed."""
+    import lakehouse.audit.raw_listing
 
     def never(*_args, **_kwargs):
         raise AssertionError("the raw zone was listed")
@@ -138,12 +137,13 @@ def test_by_default_a_cdc_run_measures_freshness_without_listing_the_raw_zone(
         *("--clean_database", lake_config.clean_database, "--schema_file", str(schema_file)),
     ]
     assert full_load_main([*common, "--raw_path", str(dms.root)]) == 0
-    monkeypatch.setattr(lakehouse.audit.raw_zone, "list_raw_files", never)
+    monkeypatch.setattr(lakehouse.audit.raw_listing, "list_since", never)
     batch = tmp_path / "run-1.json"
     batch.write_text(json.dumps(manifest(changed, run_id="run-1").to_dict()))
     report_file = tmp_path / "run-1-report.json"
 
-    assert cdc_main([*common, "--manifest", str(batch), "--report_uri", str(report_file)]) == 0
+    without = ["--consistent_points", "false"]
+    assert cdc_main([*common, "--manifest", str(batch), "--report_uri", str(report_file), *without]) == 0
 
     freshness = json.loads(report_file.read_text())["freshness"]
     assert (freshness["error"], freshness["raw_path"], freshness["consistent_point"]) == (None, None, None)

@@ -26,8 +26,8 @@ from lakehouse.apply.full_load import full_load
 from lakehouse.apply.ledger import LedgerEntry, StateTables
 from lakehouse.apply.quarantine import FileProblem, file_rejections, write_quarantine
 from lakehouse.audit.consistent import Commit, complete_before, exact_intervals, latest_common_moment
-from lakehouse.audit.freshness import unapplied_by_table
 from lakehouse.audit.raw_files import RawFile, unapplied_files
+from lakehouse.audit.raw_listing import unapplied_by_table
 from lakehouse.audit.raw_zone import applied_everything_before, audit_raw_zone
 from lakehouse.audit.resend_event import MESSAGE_GROUP_ID, encode_key, file_event, recovery_message
 from lakehouse.io import storage
