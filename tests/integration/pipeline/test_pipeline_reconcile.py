@@ -22,6 +22,7 @@ from tests.integration.pipeline.test_pipeline_end_to_end import assert_clean_equ
 pytestmark = pytest.mark.integration
 
 TRUNCATED = "time_dim"  # rebuilt by TRUNCATE + INSERT of 9 rows in 10: DMS drops the TRUNCATE
+EMPTIED = "customer"  # TRUNCATEd and left empty: DMS's reload of it would write no LOAD file
 RENUMBERED = "customer_address"  # one row's primary key moved
 LOST = "item"  # a change whose file event never reaches the queue
 
@@ -128,13 +129,14 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     (grace 1 minute), RepairMode=reload, LoopWaitSeconds=15 and the source's secret, and the pipeline
     caught up with its source,
     When a change's file event never reaches the queue (the EventBridge rule had no target when the file
-    landed), the source's time_dim is rebuilt by TRUNCATE + INSERT without a tenth of its rows, and a
-    customer_address row's key is moved,
+    landed), the source's time_dim is rebuilt by TRUNCATE + INSERT without a tenth of its rows, customer is
+    TRUNCATEd (left empty), and a customer_address row's key is moved,
     Then, with nothing run by hand: the loop's raw audit re-enqueues the lost file (FilesRecovered) and it is
-    applied; the loop's reconcile reports exactly the dropped time_dim keys and the old customer_address key
-    as extra (DivergedRows published, sample keys in dms_divergence; item, whose file was lost, is never
-    reported: its difference was in flight), asks DMS to reload both tables, the loop applies the reloads, a
-    later reconcile finds every table equal, and every clean table equals its source."""
+    applied; the loop's reconcile reports exactly the dropped time_dim keys, every customer key and the old
+    customer_address key as extra (DivergedRows published, sample keys in dms_divergence; item, whose file
+    was lost, is never reported: its difference was in flight), asks DMS to reload time_dim and
+    customer_address and empties customer itself (the source's statistics count no row either), the loop
+    applies the reloads, a later reconcile finds every table equal, and every clean table equals its source."""
     port = free_port()
     secrets = sam_app.client("secretsmanager", pipeline_endpoint)
     secret = {"username": "postgres", "host": "127.0.0.1", "port": port, "dbname": "postgres"}
@@ -189,6 +191,7 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     # ones stay in the lake) and a primary-key move (the lake gets the new key, keeps the old one)
     # every tenth key by position (the keys are seconds of the day at whole minutes: `k % 10` would drop all)
     dropped = lake_keys(pipeline, TRUNCATED, "t_time_sk")[::10]
+    customers = lake_keys(pipeline, EMPTIED, "c_customer_sk")
     old_key = pipeline.source_rows(f"SELECT min(ca_address_sk) FROM {RENUMBERED}")[0][0]
     with pipeline.source_db.connect() as db:
         db.begin()
@@ -198,12 +201,13 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
         )
         db.execute(f"TRUNCATE {TRUNCATED}")
         db.execute(f"INSERT INTO {TRUNCATED} SELECT * FROM kept")
+        db.execute(f"TRUNCATE {EMPTIED}")
         moved = db.execute(
             f"UPDATE {RENUMBERED} SET ca_address_sk = ? WHERE ca_address_sk = ?",
             (old_key + 1_000_000, old_key),
         ).rowcount
         db.commit()
-    assert dropped and moved == 1
+    assert dropped and customers and moved == 1
 
     # the loop's raw audit re-sends the lost file, the next CDC run applies it
     recovered = wait_for(
@@ -226,9 +230,9 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     def first_finding() -> dict[str, dict[str, Any]] | None:
         firsts: dict[str, dict[str, Any]] = {}
         for report in reports(pipeline, "reconcile"):
-            for name in diverged_tables(report) & {TRUNCATED, RENUMBERED}:
+            for name in diverged_tables(report) & {TRUNCATED, RENUMBERED, EMPTIED}:
                 firsts.setdefault(name, report)
-        return firsts if set(firsts) == {TRUNCATED, RENUMBERED} else None
+        return firsts if set(firsts) == {TRUNCATED, RENUMBERED, EMPTIED} else None
 
     found = wait_for(first_finding, 1200)  # three pytest workers on 2 cores: runs are slow
     assert found, reports(pipeline, "reconcile")
@@ -238,6 +242,10 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     assert (renumbered["missing"], renumbered["extra"], renumbered["differing"]) == (0, 1, 0)
     assert renumbered["samples"] == {"extra": [{"ca_address_sk": old_key}]}
     assert truncated["repaired"] and renumbered["repaired"]
+    emptied = by_table(found[EMPTIED])[EMPTIED]
+    assert (emptied["missing"], emptied["extra"], emptied["differing"]) == (0, len(customers), 0)
+    assert (emptied["source_empty"], emptied["emptied"], emptied["repaired"]) == (True, True, True)
+    assert not truncated["emptied"] and not renumbered["emptied"]
     first = max(found.values(), key=lambda r: r["_key"])
     assert all(not t["error"] for r in found.values() for t in r["tables"]), found
     # the alarm's metric: one run's diverged rows (both tables' when one run found both)
@@ -256,14 +264,17 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
         ]
 
     # never a false divergence: no run reported another table (item's lost change was in flight until applied)
-    assert all(diverged_tables(r) <= {TRUNCATED, RENUMBERED} for r in reports(pipeline, "reconcile"))
+    assert all(diverged_tables(r) <= {TRUNCATED, RENUMBERED, EMPTIED} for r in reports(pipeline, "reconcile"))
     assert wait_for(lambda: equal_after(first), 1200), reports(pipeline, "reconcile")
     # never a false divergence: no run reported another table (item's lost change was in flight until applied)
-    assert all(diverged_tables(r) <= {TRUNCATED, RENUMBERED} for r in reports(pipeline, "reconcile"))
+    assert all(diverged_tables(r) <= {TRUNCATED, RENUMBERED, EMPTIED} for r in reports(pipeline, "reconcile"))
     pipeline.wait_until_applied(timeout=600)
     assert_clean_equals_source(pipeline)
     for table, key in ((TRUNCATED, "t_time_sk"), (RENUMBERED, "ca_address_sk")):
         assert lake_keys(pipeline, table, key) == source_keys(pipeline, table, key), table
+    assert (
+        lake_keys(pipeline, EMPTIED, "c_customer_sk") == source_keys(pipeline, EMPTIED, "c_customer_sk") == []
+    )
 
     divergence = pipeline.spark().table(pipeline.lake_config().divergence)
     finding_run = {f"public.{name}": report["run_id"] for name, report in found.items()}
@@ -273,6 +284,7 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
         if finding_run.get(r["source_table"]) == r["run_id"]
     ]
     assert sorted(rows, key=lambda r: (r[0], list(r[2].values()))) == [
+        *[(f"public.{EMPTIED}", "extra", {"c_customer_sk": k}) for k in customers[:100]],
         (f"public.{RENUMBERED}", "extra", {"ca_address_sk": old_key}),
         *[(f"public.{TRUNCATED}", "extra", {"t_time_sk": k}) for k in dropped[:100]],
     ]
