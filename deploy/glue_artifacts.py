@@ -1,28 +1,37 @@
-"""Publish what the Glue jobs run to the stack's artifacts bucket (`make deploy` runs it after `sam deploy`):
+"""What the Spark jobs run, published to the stack's artifacts bucket at the keys the template's parameters name:
 
-    python -m deploy.glue_artifacts --stack-name dms-iceberg-lake [--schema-file schema.json]
+    python -m deploy.glue_artifacts --stack-name dms-iceberg-lake [--schema-file schema.json]   # fixed keys
+    python -m deploy.glue_artifacts --list                                                     # lakehouse.zip's files
 
-Entry scripts go to `glue/scripts/`, the `lakehouse` library to `glue/lib/lakehouse.zip` (the jobs'
-`--extra-py-files`), the Iceberg Spark runtime the tests ran on to `glue/jars/` (the jobs' `--extra-jars`,
-loaded before Glue's own Iceberg), and, when given, the schema file to `config/schema.json` (docs/CONTRACTS.md).
+Entry scripts under `<JobCodePrefix>/scripts/`, the `lakehouse` library as `<JobCodePrefix>/lib/lakehouse.zip`
+(the jobs' `--extra-py-files`), the Iceberg Spark runtime the tests ran on at `IcebergJarKey` (the jobs'
+`--extra-jars`) and, when given, the schema file at `SchemaFileKey` (docs/CONTRACTS.md).
+
+Two layouts. The template's defaults are fixed keys (`glue/scripts/…`, `glue/lib/lakehouse.zip`,
+`glue/jars/<jar>`, `config/schema.json`): what the local stack publishes after its deploy. `make deploy`
+(deploy.release) publishes a *release*: every key carries a hash of its content (`glue/code/<hash>/…`,
+`glue/jars/<hash>/<jar>`, `config/schema-<hash>.json`) and goes to `sam deploy` as the parameters, so the
+stack names the code it was deployed with and a rollback of the stack rolls the code back with it.
 Honours AWS_ENDPOINT_URL, so the same command publishes to the local AWS.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import io
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import boto3
-
-SPARK_JOBS = Path(__file__).resolve().parents[1] / "spark_jobs"
+REPO = Path(__file__).resolve().parents[1]
+SPARK_JOBS = REPO / "spark_jobs"
 # The contracts the library shares with the Lambdas (their layer's source): the pure ones it imports travel in
 # the same zip (lake_contracts.config and .s3 need pydantic and botocore, which the jobs never import).
-SHARED = Path(__file__).resolve().parents[1] / "functions" / "shared"
+SHARED = REPO / "functions" / "shared"
 SHARED_CONTRACTS = (
     "__init__.py",
     "dms_files.py",
@@ -41,50 +50,132 @@ GLUE_SCRIPTS = (
     "reconcile_job.py",
     "raw_audit_job.py",
 )
+# The runtime lakehouse.io.session pins (a template test checks they are one jar), found without PySpark.
+ICEBERG_WHEEL = "snowpark_connect_deps_iceberg"
+ICEBERG_RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+# The template's defaults: fixed keys.
+FIXED_CODE_PREFIX = "glue"
 SCHEMA_KEY = "config/schema.json"
+# A zip's entries carry a time: one fixed time makes the same sources the same bytes, and so the same hash.
+ZIP_TIME = (2020, 1, 1, 0, 0, 0)
+HASH_LENGTH = 16
 
 
 def lakehouse_zip() -> bytes:
     """The Spark library as `--extra-py-files` wants it: `lakehouse/…` and the contracts it imports
-    (`lake_contracts/…`) at the zip's root."""
+    (`lake_contracts/…`) at the zip's root; the same sources always make the same bytes."""
+    files = [
+        (p, p.relative_to(SPARK_JOBS).as_posix()) for p in sorted((SPARK_JOBS / "lakehouse").rglob("*.py"))
+    ]
+    files += [(SHARED / "lake_contracts" / name, f"lake_contracts/{name}") for name in SHARED_CONTRACTS]
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted((SPARK_JOBS / "lakehouse").rglob("*.py")):
-            archive.write(path, path.relative_to(SPARK_JOBS).as_posix())
-        for name in SHARED_CONTRACTS:
-            archive.write(SHARED / "lake_contracts" / name, f"lake_contracts/{name}")
+        for path, name in files:
+            entry = zipfile.ZipInfo(name, date_time=ZIP_TIME)
+            entry.external_attr = 0o644 << 16
+            entry.compress_type = zipfile.ZIP_DEFLATED
+            archive.writestr(entry, path.read_bytes())
     return buffer.getvalue()
 
 
 def iceberg_runtime_jar() -> Path:
-    """The Iceberg Spark runtime every test and benchmark runs on (lakehouse.io.session pins it)."""
-    from lakehouse.io.session import iceberg_runtime_jar as pinned
-
-    return Path(pinned())
+    """The Iceberg Spark runtime every test and benchmark runs on, from its PyPI wheel."""
+    jar = Path(str(resources.files(ICEBERG_WHEEL) / "jars" / ICEBERG_RUNTIME_JAR))
+    if not jar.is_file():
+        raise FileNotFoundError(f"{jar} is missing: install snowpark-connect-deps-iceberg==1.0.2")
+    return jar
 
 
 def iceberg_jar_key() -> str:
-    """Where the jobs' `--extra-jars` finds it (the template names the same file)."""
-    return f"glue/jars/{iceberg_runtime_jar().name}"
+    """The template's default `IcebergJarKey` (the fixed layout)."""
+    return f"{FIXED_CODE_PREFIX}/jars/{ICEBERG_RUNTIME_JAR}"
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One object to publish: its key, and its bytes or the file holding them (a jar is not read in)."""
+
+    key: str
+    body: bytes | None = None
+    path: Path | None = None
+
+
+@dataclass(frozen=True)
+class Release:
+    """The objects of one deploy and the template parameters that name them."""
+
+    artifacts: tuple[Artifact, ...]
+    parameters: Mapping[str, str]
+
+
+def content_hash(chunks: Iterable[bytes]) -> str:
+    digest = hashlib.sha256()
+    for chunk in chunks:
+        digest.update(hashlib.sha256(chunk).digest())
+    return digest.hexdigest()[:HASH_LENGTH]
+
+
+def file_hash(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:HASH_LENGTH]
+
+
+def code_artifacts(prefix: str) -> list[Artifact]:
+    scripts = [Artifact(f"{prefix}/scripts/{s}", body=(SPARK_JOBS / s).read_bytes()) for s in GLUE_SCRIPTS]
+    return [*scripts, Artifact(f"{prefix}/lib/lakehouse.zip", body=lakehouse_zip())]
+
+
+def release(schema_file: Path | None = None, iceberg_jar: Path | None = None) -> Release:
+    """The versioned layout: the code (six scripts and the library) under `glue/code/<hash of them>/`, the jar
+    under `glue/jars/<its hash>/`, the schema file as `config/schema-<its hash>.json` (without one, the
+    stack keeps the schema file it has: no SchemaFileKey parameter)."""
+    unversioned = code_artifacts("")
+    code_prefix = f"glue/code/{content_hash([a.key.encode() + (a.body or b'') for a in unversioned])}"
+    artifacts = code_artifacts(code_prefix)
+    jar = iceberg_jar or iceberg_runtime_jar()
+    jar_key = f"glue/jars/{file_hash(jar)}/{jar.name}"
+    artifacts.append(Artifact(jar_key, path=jar))
+    parameters = {"JobCodePrefix": code_prefix, "IcebergJarKey": jar_key}
+    if schema_file is not None:
+        body = schema_file.read_bytes()
+        schema_key = f"config/schema-{content_hash([body])}.json"
+        artifacts.append(Artifact(schema_key, body=body))
+        parameters["SchemaFileKey"] = schema_key
+    return Release(tuple(artifacts), parameters)
+
+
+def fixed(schema_file: Path | None = None, iceberg_jar: bool = True) -> list[Artifact]:
+    """The fixed layout (the template's defaults), as the local stack publishes it."""
+    artifacts = code_artifacts(FIXED_CODE_PREFIX)
+    if iceberg_jar:
+        artifacts.append(Artifact(iceberg_jar_key(), path=iceberg_runtime_jar()))
+    if schema_file is not None:
+        artifacts.append(Artifact(SCHEMA_KEY, body=schema_file.read_bytes()))
+    return artifacts
+
+
+def publish(s3: Any, bucket: str, artifacts: Iterable[Artifact], overwrite: bool) -> list[str]:
+    """Put each artifact; `overwrite=False` skips a key that exists (a versioned key is its content)."""
+    keys = []
+    for artifact in artifacts:
+        if overwrite or not _exists(s3, bucket, artifact.key):
+            if artifact.path is not None:
+                s3.upload_file(str(artifact.path), bucket, artifact.key)
+            else:
+                s3.put_object(Bucket=bucket, Key=artifact.key, Body=artifact.body or b"")
+        keys.append(artifact.key)
+    return keys
 
 
 def upload_glue_artifacts(s3: Any, bucket: str, iceberg_jar: bool = True) -> list[str]:
-    """Glue entry scripts to `glue/scripts/`, the library to `glue/lib/lakehouse.zip`, the Iceberg runtime
-    to `glue/jars/` (uploaded once: the same name is the same jar; the local Glue runs the jobs with the
-    project's own copy, so the local stack skips it: `iceberg_jar=False`)."""
-    keys = []
-    for script in GLUE_SCRIPTS:
-        key = f"glue/scripts/{script}"
-        s3.put_object(Bucket=bucket, Key=key, Body=(SPARK_JOBS / script).read_bytes())
-        keys.append(key)
-    s3.put_object(Bucket=bucket, Key="glue/lib/lakehouse.zip", Body=lakehouse_zip())
-    keys.append("glue/lib/lakehouse.zip")
-    if iceberg_jar:
-        jar_key = iceberg_jar_key()
-        if not _exists(s3, bucket, jar_key):
-            s3.upload_file(str(iceberg_runtime_jar()), bucket, jar_key)
-        keys.append(jar_key)
-    return keys
+    """The fixed layout's code and jar (the local Glue runs the jobs with the project's own copy of the jar,
+    so the local stack skips it: `iceberg_jar=False`); the jar is uploaded once (its name is its version)."""
+    code = publish(s3, bucket, fixed(iceberg_jar=False), overwrite=True)
+    jar = publish(s3, bucket, fixed(iceberg_jar=True)[len(code) :], overwrite=False) if iceberg_jar else []
+    return code + jar
 
 
 def _exists(s3: Any, bucket: str, key: str) -> bool:
@@ -110,18 +201,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.list:
         print("\n".join(zipfile.ZipFile(io.BytesIO(lakehouse_zip())).namelist()))
         return 0
-    outputs = {
-        o["OutputKey"]: o["OutputValue"]
-        for o in boto3.client("cloudformation").describe_stacks(StackName=args.stack_name)["Stacks"][0][
-            "Outputs"
-        ]
-    }
-    bucket = outputs["ArtifactsBucketName"]
+    import boto3
+
+    stack = boto3.client("cloudformation").describe_stacks(StackName=args.stack_name)["Stacks"][0]
+    bucket = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}["ArtifactsBucketName"]
     s3 = boto3.client("s3")
     keys = upload_glue_artifacts(s3, bucket)
     if args.schema_file:
-        s3.put_object(Bucket=bucket, Key=SCHEMA_KEY, Body=Path(args.schema_file).read_bytes())
-        keys.append(SCHEMA_KEY)
+        keys += publish(s3, bucket, [Artifact(SCHEMA_KEY, body=Path(args.schema_file).read_bytes())], True)
     for key in keys:
         print(f"s3://{bucket}/{key}")
     return 0

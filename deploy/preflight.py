@@ -1,20 +1,32 @@
-"""Refuse a deploy whose optional parts would fail half-way (`make deploy` runs it before `sam deploy`):
+"""Refuse a deploy that would fail half-way, saying what to do (`make deploy` runs it before `sam build`):
 
     python -m deploy.preflight --stack-name dms-iceberg-lake [--config-env default] [--parameter-overrides "K=V …"]
+        [--schema-file schema.json] [--checks names,leftovers,…]
 
-- `EnableLakeFormation=true`: the principal that deploys (the caller, or `--role-arn`, CloudFormation's service
-  role) must be a Lake Formation data lake administrator: the stack registers the warehouses and grants
-  permissions, which only an administrator may do. Without it CloudFormation fails at those resources, after
-  the buckets, queues and databases exist, and rolls back, leaving the retained ones behind (whose names a new
-  attempt then collides with).
-- `EnableQuickSight=true`: QuickSight's service role (`aws-quicksight-service-role-v0`) must be allowed Athena
-  and the workgroup's results bucket (`<env>-athena-results-<account>-<region>`, read and write), or the data
-  source and the dataset fail to create.
+The checks (`--checks`, all by default), each failure printed with its fix:
+- `required`: a first create has what it cannot do without (CreateDmsTask=true, the default: the replication
+  instance and the source endpoint; false: the task; and, from `make deploy`, the schema file).
+- `names`: every name the template gives a resource (computed for the environment, account and region) fits the
+  service's limit: an EnvironmentName of 21 characters makes `<env>-athena-results-<account>-<region>` 64
+  characters in a 14-character region, over S3's 63.
+- `leftovers`: a stack whose first create failed (ROLLBACK_COMPLETE) must be deleted; the buckets, queues, log
+  groups and Glue databases a deleted or rolled-back stack kept (DeletionPolicy Retain) would collide with this
+  create.
+- `emr-quota`: with SparkEngine=emr-serverless, the account's EMR Serverless vCPU quota (Service Quotas) holds
+  EmrMaximumVcpu.
+- `dms`: CreateDmsTask=true needs the account's DMS roles (dms-vpc-role, and dms-cloudwatch-logs-role for the
+  task's log); CreateDmsTask=false needs the task to write to this stack's raw bucket (its name is known before
+  the stack exists).
+- `lake-formation`: EnableLakeFormation=true needs the principal that deploys (the caller, or `--role-arn`,
+  CloudFormation's service role) to be a Lake Formation data lake administrator: the stack registers the
+  warehouses and grants permissions, which only an administrator may do.
+- `quicksight`: EnableQuickSight=true needs QuickSight's service role (`aws-quicksight-service-role-v0`) allowed
+  Athena and the workgroup's results bucket (`<env>-athena-results-<account>-<region>`, read and write).
 
-No CloudFormation Rule can see either (Rules compare parameter values only), so the check runs here, with the
-deploying credentials, before anything is created. The parameters are those `sam deploy` would use: the stack's
-current values, then samconfig.toml's `parameter_overrides` of the config env, then `--parameter-overrides`.
-Exit 0 with nothing to say when neither option is on; exit 2 with what to do otherwise.
+No CloudFormation Rule can see any of this (Rules compare parameter values only), so the checks run here, with
+the deploying credentials, before anything is created. The parameters are those `sam deploy` would use: the
+template's defaults, the stack's current values, samconfig.toml's `parameter_overrides` of the config env, then
+`--parameter-overrides`. Exit 0 with nothing to say when all pass; exit 2 with what to do otherwise.
 """
 
 from __future__ import annotations
@@ -24,11 +36,15 @@ import re
 import shlex
 import sys
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from deploy import preflight_checks, stack_names
+from deploy.preflight_checks import Target
+
 REPO = Path(__file__).resolve().parents[1]
+DEFAULT_STACK = "dms-iceberg-lake"
 QUICKSIGHT_SERVICE_ROLE = "aws-quicksight-service-role-v0"
 ATHENA_ACTIONS = ("athena:StartQueryExecution", "athena:GetQueryExecution", "athena:GetQueryResults")
 RESULTS_BUCKET_ACTIONS = ("s3:GetBucketLocation", "s3:ListBucket")
@@ -91,16 +107,38 @@ def results_bucket(environment: str, account: str, region: str) -> str:
 
 
 # ---------------------------------------------------------------- AWS
-def stack_parameters(cloudformation: Any, stack_name: str) -> dict[str, str]:
+def describe_stack(cloudformation: Any, stack_name: str) -> dict[str, Any] | None:
     from botocore.exceptions import ClientError
 
     try:
-        stack = cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0]
+        return dict(cloudformation.describe_stacks(StackName=stack_name)["Stacks"][0])
     except ClientError as error:
         if "does not exist" in str(error):
-            return {}
+            return None
         raise
-    return {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
+
+
+def stack_parameters(stack: Mapping[str, Any] | None) -> dict[str, str]:
+    return {p["ParameterKey"]: p.get("ParameterValue", "") for p in (stack or {}).get("Parameters", [])}
+
+
+def configured_overrides(samconfig: Path, config_env: str) -> dict[str, str]:
+    return samconfig_overrides(samconfig.read_text(), config_env) if samconfig.is_file() else {}
+
+
+def configured_stack_name(samconfig: Path, config_env: str) -> str:
+    """The stack name of a samconfig.toml environment (deploy, then global parameters), else the default."""
+    document = tomllib.loads(samconfig.read_text()) if samconfig.is_file() else {}
+    section = document.get(config_env, {})
+    for command in ("deploy", "global"):
+        if name := section.get(command, {}).get("parameters", {}).get("stack_name"):
+            return str(name)
+    return DEFAULT_STACK
+
+
+def effective_parameters(stack: Mapping[str, Any] | None, overrides: Mapping[str, str]) -> dict[str, str]:
+    """What the stack will be deployed with: the template's defaults, its current values, then the overrides."""
+    return stack_names.parameter_defaults() | stack_parameters(stack) | dict(overrides)
 
 
 def lake_administrators(lakeformation: Any) -> list[str]:
@@ -133,42 +171,111 @@ def quicksight_decisions(iam: Any, role_arn: str, bucket_arn: str) -> dict[str, 
     return decisions
 
 
-def problems(session: Any, parameters: Mapping[str, str], role_arn: str | None = None) -> list[str]:
+def _lake_formation(session: Any, target: Target) -> list[str]:
+    if not target.on("EnableLakeFormation"):
+        return []
+    principal = target.role_arn or target.caller_arn
+    return lake_formation_problems(principal, lake_administrators(session.client("lakeformation")))
+
+
+def _quicksight(session: Any, target: Target) -> list[str]:
+    if not target.on("EnableQuickSight"):
+        return []
+    partition = target.caller_arn.split(":")[1]
+    bucket = results_bucket(target.parameters.get("EnvironmentName", "dev"), target.account, target.region)
+    role = f"arn:{partition}:iam::{target.account}:role/service-role/{QUICKSIGHT_SERVICE_ROLE}"
+    decisions = quicksight_decisions(session.client("iam"), role, f"arn:{partition}:s3:::{bucket}")
+    return quicksight_problems(decisions, role, bucket)
+
+
+def _leftovers(session: Any, target: Target) -> list[str]:
+    dead = preflight_checks.dead_stack_problems(target)
+    return dead + preflight_checks.leftover_problems(
+        target, preflight_checks.existing_leftovers(session, target)
+    )
+
+
+def _emr_quota(session: Any, target: Target) -> list[str]:
+    if target.parameters.get("SparkEngine") != "emr-serverless":
+        return []
+    return preflight_checks.emr_quota_problems(target, preflight_checks.emr_serverless_vcpu_quota(session))
+
+
+def _dms(session: Any, target: Target) -> list[str]:
+    found = preflight_checks.dms_role_problems(target, preflight_checks.missing_dms_roles(session, target))
+    if not target.on("CreateDmsTask") and target.parameters.get("DmsReplicationTaskArn"):
+        task_target = preflight_checks.task_s3_target(session, target.parameters["DmsReplicationTaskArn"])
+        found += preflight_checks.own_task_problems(target, task_target)
+    return found
+
+
+CHECKS: dict[str, Callable[[Any, Target], list[str]]] = {
+    "required": lambda _session, target: preflight_checks.required_problems(target),
+    "names": lambda _session, target: preflight_checks.name_problems(target),
+    "leftovers": _leftovers,
+    "emr-quota": _emr_quota,
+    "dms": _dms,
+    "lake-formation": _lake_formation,
+    "quicksight": _quicksight,
+}
+
+
+def target_of(
+    session: Any,
+    stack_name: str,
+    overrides: Mapping[str, str],
+    role_arn: str | None = None,
+    schema_file: Path | None = None,
+    schema_required: bool = False,
+) -> Target:
+    stack = describe_stack(session.client("cloudformation"), stack_name)
+    identity = session.client("sts").get_caller_identity()
+    return Target(
+        stack_name=stack_name,
+        parameters=effective_parameters(stack, overrides),
+        stack=stack,
+        account=identity["Account"],
+        region=session.region_name,
+        caller_arn=identity["Arn"],
+        role_arn=role_arn,
+        schema_file=schema_file,
+        schema_required=schema_required,
+    )
+
+
+def problems(session: Any, target: Target, checks: Iterable[str] = tuple(CHECKS)) -> list[str]:
+    """What every check named in `checks` finds, in their order."""
     found: list[str] = []
-    sts = session.client("sts")
-    identity = sts.get_caller_identity()
-    if parameters.get("EnableLakeFormation", "false") == "true":
-        principal = role_arn or identity["Arn"]
-        found += lake_formation_problems(principal, lake_administrators(session.client("lakeformation")))
-    if parameters.get("EnableQuickSight", "false") == "true":
-        account, region = identity["Account"], session.region_name
-        partition = identity["Arn"].split(":")[1]
-        bucket = results_bucket(parameters.get("EnvironmentName", "dev"), account, region)
-        role = f"arn:{partition}:iam::{account}:role/service-role/{QUICKSIGHT_SERVICE_ROLE}"
-        decisions = quicksight_decisions(session.client("iam"), role, f"arn:{partition}:s3:::{bucket}")
-        found += quicksight_problems(decisions, role, bucket)
+    for name in checks:
+        found += CHECKS[name](session, target)
     return found
 
 
 def main(argv: Sequence[str] | None = None, session: Any = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stack-name", default="dms-iceberg-lake")
+    parser.add_argument("--stack-name", help="default: the config env's stack_name in samconfig.toml")
     parser.add_argument(
         "--config-env", default="default", help="the samconfig.toml environment sam deploy uses"
     )
     parser.add_argument("--samconfig", type=Path, default=REPO / "samconfig.toml")
     parser.add_argument("--parameter-overrides", default="", help="as sam deploy takes them: Key=Value …")
     parser.add_argument("--role-arn", help="CloudFormation's service role, when sam deploy is given one")
+    parser.add_argument("--schema-file", type=Path, help="the schema file the deploy publishes")
+    parser.add_argument("--checks", default=",".join(CHECKS), help=f"comma list of {', '.join(CHECKS)}")
     args = parser.parse_args(argv)
+    checks = [c for c in args.checks.split(",") if c]
+    if unknown := set(checks) - set(CHECKS):
+        parser.error(f"unknown checks: {', '.join(sorted(unknown))}")
     if session is None:
         import boto3
 
         session = boto3.Session()
-    parameters = stack_parameters(session.client("cloudformation"), args.stack_name)
-    if args.samconfig.is_file():
-        parameters |= samconfig_overrides(args.samconfig.read_text(), args.config_env)
-    parameters |= parse_overrides(args.parameter_overrides)
-    found = problems(session, parameters, args.role_arn)
+    overrides = configured_overrides(args.samconfig, args.config_env) | parse_overrides(
+        args.parameter_overrides
+    )
+    stack_name = args.stack_name or configured_stack_name(args.samconfig, args.config_env)
+    target = target_of(session, stack_name, overrides, args.role_arn, args.schema_file)
+    found = problems(session, target, checks)
     for problem in found:
         print(f"preflight: {problem}", file=sys.stderr)
     return 2 if found else 0

@@ -44,7 +44,7 @@ def test_the_state_machines_runs_ask_for_the_library_the_local_run_puts_on_the_p
     for name in ("RunFullLoad", "RunCdc"):
         submit = EMR_ASL["States"][name]["Parameters"]["JobDriver"]["SparkSubmit"]
         parsed = parse_spark_submit_parameters(submit["SparkSubmitParameters"])
-        assert parsed.py_files == ("s3://${ArtifactsBucket}/glue/lib/lakehouse.zip",)
+        assert parsed.py_files == ("s3://${ArtifactsBucket}/${JobCodePrefix}/lib/lakehouse.zip",)
         assert parsed.conf["spark.sql.catalog.lake.catalog-impl"] == "org.apache.iceberg.aws.glue.GlueCatalog"
 
 

@@ -1,5 +1,6 @@
 """deploy.preflight: a deploy with EnableLakeFormation or EnableQuickSight whose
-prerequisites are missing is refused before anything is created, saying what to do."""
+prerequisites are missing is refused before anything is created, saying what to do (the other checks:
+tests/unit/deploy/test_preflight_checks.py)."""
 
 from __future__ import annotations
 
@@ -91,7 +92,10 @@ def _run(session: Session, tmp_path, samconfig: str = "", overrides: str = "") -
     config = tmp_path / "samconfig.toml"
     config.write_text(samconfig)
     code = preflight.main(
-        ["--stack-name", "lake", "--samconfig", str(config), "--parameter-overrides", overrides],
+        [
+            *("--stack-name", "lake", "--samconfig", str(config), "--parameter-overrides", overrides),
+            *("--checks", "lake-formation,quicksight"),  # the account checks: tests/unit/deploy
+        ],
         session=session,
     )
     for stub in session.stubs.values():

@@ -22,6 +22,8 @@ BUSY_BATCH = {"value": {"has_work": True, "run_id": "r1", "manifest_key": "k", "
 SAMPLE = {
     "EnvironmentName": "dev",
     "ArtifactsBucket": "artifacts",
+    "JobCodePrefix": "glue/code/0123456789abcdef",
+    "SchemaFileKey": "config/schema-0123456789abcdef.json",
     "CleanBucket": "clean",
     "RawBucket": "raw",
     "RawPrefix": "dms",
@@ -183,7 +185,10 @@ def test_the_jobs_accept_every_argument_the_stack_passes_them(asl, template):
     assert args.source_secret_id == SAMPLE["ReconcileSourceSecretArn"] and args.source_engine == "postgresql"
     assert args.raw_path == "s3://raw/dms" and args.metrics_namespace == "DmsIcebergLake"
     assert args.state_uri.startswith("s3://artifacts/manifests/") and args.fail_on_divergence == "false"
-    assert config.schema_file == "s3://artifacts/config/schema.json" and config.catalog_type == "glue"
+    assert (
+        config.schema_file == "s3://artifacts/config/schema-0123456789abcdef.json"
+        and config.catalog_type == "glue"
+    )
 
     audit_run = {k.removesuffix(".$"): "x" for k in asl["States"]["RunRawAudit"]["Parameters"]["Arguments"]}
     _, args = parse_job_arguments(_job_argv(template, "RawAuditJob", audit_run), _load_raw_audit_parser())
@@ -191,7 +196,8 @@ def test_the_jobs_accept_every_argument_the_stack_passes_them(asl, template):
     assert args.manifest_prefix == "s3://artifacts/manifests" and args.raw_path == "s3://raw/dms"
     for name, job in (("reconcile_job.py", "ReconcileJob"), ("raw_audit_job.py", "RawAuditJob")):
         location = template["Resources"][job]["Properties"]["Command"]["ScriptLocation"]["Fn::Sub"]
-        assert location == f"s3://${{ArtifactsBucket}}/glue/scripts/{name}" and (SPARK_JOBS / name).exists()
+        assert location == f"s3://${{ArtifactsBucket}}/${{JobCodePrefix}}/scripts/{name}", location
+        assert (SPARK_JOBS / name).exists()
 
 
 def _emr_reconcile_argv(template: dict[str, Any], values: dict[str, str]) -> list[str]:

@@ -471,9 +471,11 @@ def test_glue_jobs_follow_the_argument_contract(template):
         assert job["GlueVersion"] == "5.1"
         assert common | wanted <= set(arguments), name
         assert "--datalake-formats" not in arguments and arguments["--catalog_type"] == "glue"  # one Iceberg
-        assert arguments["--extra-py-files"] == {"Fn::Sub": "s3://${ArtifactsBucket}/glue/lib/lakehouse.zip"}
+        assert arguments["--extra-py-files"] == {
+            "Fn::Sub": "s3://${ArtifactsBucket}/${JobCodePrefix}/lib/lakehouse.zip"
+        }
         script = job["Command"]["ScriptLocation"]["Fn::Sub"]
-        assert script.startswith("s3://${ArtifactsBucket}/glue/scripts/")
+        assert script.startswith("s3://${ArtifactsBucket}/${JobCodePrefix}/scripts/")
         assert (REPO / "spark_jobs" / script.rsplit("/", 1)[-1]).exists()
 
 

@@ -11,6 +11,7 @@ import json
 import re
 import sys
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -387,12 +388,13 @@ def test_state_survives_a_stack_update_or_delete(template):
 def test_glue_runs_the_iceberg_runtime_the_tests_ran_on(template, job):
     """Glue's own Iceberg (1.10.0 on Glue 5.1) is not what the tests use: the jobs load the pinned runtime
     first (--user-jars-first), uploaded by deploy/glue_artifacts.py from the same wheel the tests use."""
+    from lakehouse.io.session import iceberg_runtime_jar
+
     from deploy import glue_artifacts
 
     arguments = template["Resources"][job]["Properties"]["DefaultArguments"]
-    assert arguments["--extra-jars"] == {
-        "Fn::Sub": f"s3://${{ArtifactsBucket}}/{glue_artifacts.iceberg_jar_key()}"
-    }
+    assert arguments["--extra-jars"] == {"Fn::Sub": "s3://${ArtifactsBucket}/${IcebergJarKey}"}
+    assert glue_artifacts.iceberg_runtime_jar() == Path(iceberg_runtime_jar())  # the jar the tests load
     assert arguments["--user-jars-first"] == "true"
     import pyspark
 
