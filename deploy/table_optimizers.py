@@ -147,8 +147,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
     catalog_id = boto3.client("sts").get_caller_identity()["Account"]
     glue = boto3.client("glue")
-    # the histories' database (row history) since it exists: a stack deployed before has no such output
-    databases = ("CleanDatabaseName", "HistoryDatabaseName", "RefinedDatabaseName")
+    # the histories' and the records' databases since they exist: a stack deployed before has no such output
+    databases = ("CleanDatabaseName", "HistoryDatabaseName", "RecordsDatabaseName", "RefinedDatabaseName")
     tables = iceberg_tables(glue, [outputs[name] for name in databases if name in outputs])
     if args.disable:
         lines = disable(glue, catalog_id, tables)

@@ -258,6 +258,7 @@ def test_the_emr_job_role_has_the_glue_roles_data_access_and_nothing_glue_only(t
         "WriteRunReports",
         "ReadWriteZones",
         "CatalogOfOurDatabases",
+        "MoveOlderReleasesRecordsOnce",  # lakehouse.maintenance.records_move
         "LakeFormationDataAccess",
         "RawAuditMetrics",  # the raw zone audit (FilesRecovered) runs in either engine
         "RawAuditReEnqueuesLostFiles",
@@ -380,8 +381,8 @@ def test_lake_formation_grants_go_to_the_role_that_runs_the_jobs(template):
             {"Fn::GetAtt": ["GlueJobRole", "Arn"]},
         ]
     }
-    # clean, history and refined databases: two grants each; the two data locations
-    assert len(grants) == 8 and all(g == either for g in grants)
+    # clean, history, records and refined databases: two grants each; the two data locations
+    assert len(grants) == 10 and all(g == either for g in grants)
 
 
 @pytest.mark.parametrize(

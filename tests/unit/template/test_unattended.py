@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lakehouse.base.config import LakeConfig
 
 from tests.unit.template.test_template import REPO, _alarm_metrics, _allowed_actions
 
@@ -480,7 +481,18 @@ def test_the_jobs_cannot_drop_tables_or_create_databases_and_the_state_machine_i
     template,
 ):
     glue = {action for name, action in _allowed_actions(template) if name == "GlueJobRole"}
-    assert not {"glue:DeleteTable", "glue:CreateDatabase", "glue:DeleteDatabase"} & glue
+    assert not {"glue:CreateDatabase", "glue:DeleteDatabase"} & glue
+    # A table is dropped only by the one-time move of an older release's records, and only by those names.
+    policies = template["Resources"]["GlueJobRole"]["Properties"]["Policies"]
+    drops = [
+        s
+        for p in policies
+        for s in p["PolicyDocument"]["Statement"]
+        if isinstance(s, dict) and "glue:DeleteTable" in str(s.get("Action"))
+    ]
+    assert [s["Sid"] for s in drops] == ["MoveOlderReleasesRecordsOnce"]
+    tables = [r["Fn::Sub"].rsplit(":table/", 1)[1] for r in drops[0]["Resource"] if ":table/" in r["Fn::Sub"]]
+    assert tables == [f"${{EnvironmentName}}_clean/{name}" for name in LakeConfig().record_names]
     policies = template["Resources"]["PipelineStateMachine"]["Properties"]["Policies"]
     assert not any("LambdaInvokePolicy" in p for p in policies)  # SAM's grants function:* (every version)
     invoke = next(
@@ -526,7 +538,7 @@ def test_lake_formation_grants_what_the_jobs_do_when_enabled(template):
         for p in permissions
         if "Database" in p["Resource"] and "CREATE_TABLE" in p["Permissions"]
     }
-    assert databases == {"CleanDatabase", "HistoryDatabase", "RefinedDatabase"}
+    assert databases == {"CleanDatabase", "HistoryDatabase", "RecordsDatabase", "RefinedDatabase"}
     locations = [p for p in permissions if "DataLocation" in p["Resource"]]
     registered = [
         r["Properties"]["ResourceArn"]
