@@ -65,21 +65,29 @@ def backup_dir(table_dir: Path) -> Path:
     return DATA / "base-metadata" / table_dir.parent.name / table_dir.name
 
 
-# The pipeline's own tables beside the replica: which files it applied, which keys it deleted. A batch
-# applied again after a restore must find them as they were after the full load, or it is skipped.
+# The pipeline's own tables (in the records' namespace, `<clean>_records`: lakehouse.base.names.records_database):
+# which files it applied, which keys it deleted. A batch applied again after a restore must find them as they
+# were after the full load, or it is skipped.
 STATE_TABLES = ("dms_applied_files", "dms_tombstones")
+RECORDS_SUFFIX = "_records"
+
+
+def state_folders(table_dir: Path) -> list[Path]:
+    """The folders of the pipeline's own tables of the replica in `table_dir` (a hadoop warehouse)."""
+    records = table_dir.parent.with_name(table_dir.parent.name + RECORDS_SUFFIX)
+    return [records / name for name in STATE_TABLES]
 
 
 def backup_base(table_dir: Path) -> None:
     """Keep the metadata of the table and of the pipeline's own tables as they are after the full load."""
-    for folder in (table_dir, *(table_dir.parent / name for name in STATE_TABLES)):
+    for folder in (table_dir, *state_folders(table_dir)):
         if (folder / "metadata").exists():
             shutil.copytree(folder / "metadata", backup_dir(folder))
 
 
 def restore(table_dir: Path) -> None:
     """Put the table (and the pipeline's own tables) back to the base snapshot after the full load."""
-    for folder in (table_dir, *(table_dir.parent / name for name in STATE_TABLES)):
+    for folder in (table_dir, *state_folders(table_dir)):
         backup = backup_dir(folder)
         if backup.exists():
             shutil.rmtree(folder / "metadata", ignore_errors=True)
@@ -197,9 +205,9 @@ def table_name(lake: Lake, database: str) -> str:
 
 
 def refreshed(spark, table: str) -> None:
-    """Forget the cached metadata of the table and of the pipeline's own tables beside it (a restore
-    replaced their metadata folders)."""
+    """Forget the cached metadata of the table and of the pipeline's own tables (a restore replaced their
+    metadata folders)."""
     database = table.rsplit(".", 1)[0]
-    for name in (table, *(f"{database}.{state}" for state in STATE_TABLES)):
+    for name in (table, *(f"{database}{RECORDS_SUFFIX}.{state}" for state in STATE_TABLES)):
         if spark.catalog.tableExists(name):
             spark.sql(f"REFRESH TABLE {name}")
