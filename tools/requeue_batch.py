@@ -14,8 +14,8 @@ timestamp-named file, by when it was drained): one written `TombstoneRetentionDa
 parameter) is refused with an error naming that file and the horizon (lake_contracts.resend_horizon): the
 maintenance job may have dropped the tombstones of rows deleted since, so the batch's older changes would bring
 those deleted rows back. A batch drained yesterday can hold files written months ago (an outage, a re-send).
-The alarm `moved-aside-batch-aging` fires at half the retention after the drain. A refused batch's changes need
-a reload of its tables (DMS ReloadTables) instead.
+The alarm `moved-aside-batch-aging` fires at half the retention, counted from the same oldest file. A refused
+batch's changes need a reload of its tables (DMS ReloadTables) instead.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ reported to a MovedAsideReporter as it happens. A manifest with files of a table
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
@@ -17,6 +18,7 @@ from lake_contracts.dms_files import LOAD_FILE
 from lake_contracts.documents import CorruptManifestError, Manifest, read_manifest
 from lake_contracts.layout import run_id_time
 from lake_contracts.names import dms_layout
+from lake_contracts.resend_horizon import oldest_cdc_file
 from lake_contracts.s3 import LeaseLostError, delete_if_unchanged, is_missing
 from lake_contracts.times import aware, parse_time
 
@@ -157,16 +159,31 @@ def batch_result(
     }
 
 
+def moved_aside_since(s3: Any, bucket: str, key: str) -> datetime | None:
+    """What a moved-aside batch's age counts from, by the rule `tools.requeue_batch` refuses it by: its
+    oldest timestamp-named file's time (lake_contracts.resend_horizon), else when it was drained (its run id);
+    None when neither is known."""
+    drained = run_id_time(key.rsplit("/", 1)[-1].removesuffix(".json"))
+    try:
+        document = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+        files = document.get("files", [])
+        oldest = oldest_cdc_file(str(f["uri"]) for f in files if isinstance(f, dict) and "uri" in f)
+    except (ClientError, ValueError, TypeError, AttributeError):
+        oldest = None  # gone since the listing, or corrupt: its drain time
+    return aware(oldest[1]) if oldest is not None else drained
+
+
 def oldest_moved_aside_days(s3: Any, where: Locations, now: datetime) -> float:
-    """Age in days of the oldest batch moved aside (`failed/`), from its run id (when it was drained): its
-    changes are at least that old. Requeued after `TombstoneRetentionDays`, its deletes would be older than
-    the tombstones that keep a deleted row from coming back; 0 when there is none."""
+    """Age in days of the oldest batch moved aside (`failed/`), counted from its oldest file's time (else its
+    drain: `moved_aside_since`): its changes are at least that old. Requeued after `TombstoneRetentionDays`
+    of that, its deletes would be older than the tombstones that keep a deleted row from coming back, and
+    the requeue refuses it; 0 when there is none."""
     oldest: datetime | None = None
     for page in s3.get_paginator("list_objects_v2").paginate(
         Bucket=where.artifacts_bucket, Prefix=where.failed_key("")
     ):
         for item in page.get("Contents", []):
-            drained = run_id_time(item["Key"].rsplit("/", 1)[-1].removesuffix(".json"))
-            if drained is not None and (oldest is None or drained < oldest):
-                oldest = drained
+            since = moved_aside_since(s3, where.artifacts_bucket, item["Key"])
+            if since is not None and (oldest is None or since < oldest):
+                oldest = since
     return 0.0 if oldest is None else max((now - oldest).total_seconds() / 86400, 0.0)
