@@ -43,6 +43,9 @@ class Deployment:
     refine_every: int = 5
     maintenance_every: int = 50
     hours: float = 24.0
+    audit_every_minutes: float = (
+        60.0  # RawAuditEveryMinutes: a run of its fixed cost between two batches (0: none)
+    )
 
     @property
     def rows_per_table(self) -> float:
@@ -155,6 +158,7 @@ class DeploymentDay:
     refine_runs: int
     maintenance_runs: int
     changes: float
+    audit_runs: int
     busy_hours: float  # the loop's time in runs (start-ups included) out of the day
     end_hours: float  # when the last of the day's files was applied
     glue_dpu_hours: float
@@ -187,7 +191,8 @@ def deployment_day(
 ) -> DeploymentDay:
     """A day of the state machine's loop for `plan`, one thing at a time: a CDC run per batch (a batch: the
     files landed so far, at most `max_files_per_run`; `loop_wait` when none has), a refine run after every
-    `refine_every` batches, a maintenance pass after every `maintenance_every` (a slice: what the changes made
+    `refine_every` batches, the raw audit (its fixed cost) once `audit_every_minutes` have passed since the
+    last, a maintenance pass after every `maintenance_every` (a slice: what the changes made
     due since, within its budget; the first pass after each day's start also expires and removes orphans);
     each run after its engine's start-up. Billed: Glue `dpus x max(60 s, start + run)` per run; EMR Serverless
     `workers x max(60 s, run)` per run (start-up unbilled), in vCPU- and GB-hours. Files land round-robin
@@ -199,6 +204,8 @@ def deployment_day(
     changes_per_file = plan.changes_per_day * plan.file_interval / (plan.tables * 86_400)
     files = int(horizon / spacing)
     clock, next_file, batches, due, rewritten, expired_days = 0.0, 0, 0, 0.0, 0.0, 0
+    audit_period = plan.audit_every_minutes * 60 or float("inf")
+    next_audit = audit_period
     runs: list[tuple[str, float]] = []
     fresh: list[float] = []
     while next_file < files:
@@ -227,6 +234,10 @@ def deployment_day(
             due, rewritten = due - slice_bytes, rewritten + slice_bytes
             clock += start + seconds
             runs.append(("maintenance", start + seconds))
+        if clock >= next_audit:
+            clock += start + measured.overhead_seconds
+            runs.append(("audit", start + measured.overhead_seconds))
+            next_audit = clock + audit_period
     glue_seconds = sum(max(MINIMUM_BILLED_SECONDS, s - start + size.glue_start_seconds) for _, s in runs)
     emr_seconds = sum(max(MINIMUM_BILLED_SECONDS, s - start) for _, s in runs) * size.emr_workers
     quantiles = statistics.quantiles(fresh, n=20, method="inclusive")
@@ -235,6 +246,7 @@ def deployment_day(
         refine_runs=sum(kind == "refine" for kind, _ in runs),
         maintenance_runs=sum(kind == "maintenance" for kind, _ in runs),
         changes=next_file * changes_per_file,
+        audit_runs=sum(kind == "audit" for kind, _ in runs),
         busy_hours=sum(s for _, s in runs) / 3600,
         end_hours=clock / 3600,
         glue_dpu_hours=glue_seconds * size.glue_dpus / 3600,
@@ -268,7 +280,7 @@ def meets_goal(day: DeploymentDay, hours: float = 24.0, p95_seconds: float = 300
 
 def deployment_markdown(plan: Deployment, glue: DeploymentDay, emr: DeploymentDay) -> str:
     rows = [
-        ("CDC / refine / maintenance runs per day", lambda d: f"{d.cdc_runs:,} / {d.refine_runs:,} / {d.maintenance_runs:,}"),
+        ("CDC / refine / maintenance / raw audit runs per day", lambda d: f"{d.cdc_runs:,} / {d.refine_runs:,} / {d.maintenance_runs:,} / {d.audit_runs}"),
         ("changes applied per day", lambda d: f"{d.changes / 1e6:,.1f}M"),
         ("hours in runs (start-ups included) / last file applied at", lambda d: f"{d.busy_hours:.1f} h / {d.end_hours:.1f} h"),
         ("of which CDC / maintenance", lambda d: f"{d.cdc_hours:.1f} h / {d.maintenance_hours:.2f} h"),

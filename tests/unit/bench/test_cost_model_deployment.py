@@ -30,7 +30,9 @@ FREE = Measured(  # runs cost only their fixed part: the schedule alone decides
 )
 
 # Two tables, a file each every 60 s (one every 30 s in all), 100 changes a file, for 6 minutes: 12 files.
-TINY = Deployment(rows=2e6, tables=2, changes_per_day=100 * 2 * 1440, hours=0.1, refine_every=1000)
+TINY = Deployment(
+    rows=2e6, tables=2, changes_per_day=100 * 2 * 1440, hours=0.1, refine_every=1000, audit_every_minutes=0
+)
 TINY_COSTS = Measured(  # a run 20 s, each further table 5 s; a pass 20 s + 0.2 s a table + 1 kB/s rewritten
     overhead_seconds=20.0,
     changes_per_second=1e12,
@@ -75,10 +77,10 @@ def test_a_quiet_small_deployment_pays_the_minimum_per_run_on_both_engines():
     each (its 10 s start-up inside the minute), EMR Serverless 2 workers x (4 vCPU, 16 GB) each."""
     plan = Deployment(rows=1e6, tables=1, changes_per_day=86_400, hours=1.0)
     glue = deployment_day(plan, FREE, RunSize(), "glue")
-    runs = glue.cdc_runs + glue.refine_runs + glue.maintenance_runs
+    runs = glue.cdc_runs + glue.refine_runs + glue.maintenance_runs + glue.audit_runs
     assert glue.glue_dpu_hours == pytest.approx(runs * 2 * MINIMUM_BILLED_SECONDS / 3600)
     emr = deployment_day(plan, FREE, RunSize(), "emr")
-    runs = emr.cdc_runs + emr.refine_runs + emr.maintenance_runs
+    runs = emr.cdc_runs + emr.refine_runs + emr.maintenance_runs + emr.audit_runs
     assert emr.emr_vcpu_hours == pytest.approx(runs * 2 * 4 * MINIMUM_BILLED_SECONDS / 3600)
     assert emr.emr_gb_hours == pytest.approx(runs * 2 * 16 * MINIMUM_BILLED_SECONDS / 3600)
     assert glue.changes == pytest.approx(3600) and emr.changes == pytest.approx(3600)
@@ -94,7 +96,7 @@ def test_refine_and_maintenance_follow_their_batch_counts():
 
 def test_a_batch_pays_a_merge_per_table_it_touches():
     """Given the same changes over 1 or 50 tables of 10M rows, Then the 50-table batches cost 49 table scans more
-    each: the loop is busier, the day costs more, and the changes wait longer (fewer, longer runs)."""
+    each: the loop is busier in CDC runs, and the changes wait longer (fewer, longer runs)."""
     measured = Measured(table_seconds_per_million_rows=0.654, table_fixed_seconds=1.30)
     one = deployment_day(Deployment(rows=10e6, tables=1, changes_per_day=5e6, hours=2.0), measured, RunSize())
     many = deployment_day(
@@ -103,7 +105,7 @@ def test_a_batch_pays_a_merge_per_table_it_touches():
     assert measured.cdc_seconds(1000, 50, 10e6) - measured.cdc_seconds(1000, 1, 10e6) == pytest.approx(
         49 * (1.30 + 0.654 * 10)
     )
-    assert many.glue_dpu_hours > one.glue_dpu_hours and many.busy_hours > one.busy_hours
+    assert many.cdc_hours > one.cdc_hours and many.busy_hours > one.busy_hours
     assert many.freshness_p50 > 5 * one.freshness_p50  # longer runs carry more minutes of files each
     assert one.changes == pytest.approx(many.changes)
 
@@ -118,6 +120,15 @@ def test_a_pass_rewrites_at_most_its_budget_and_leaves_the_rest_due():
     assert day.rewritten_gb * 1e9 == pytest.approx(day.maintenance_runs * 10_000)
     assert day.due_gb_left * 1e9 == pytest.approx(day.changes * 103.0 - day.maintenance_runs * 10_000)
     assert measured.maintenance_seconds(2, 1e9) == measured.maintenance_seconds(2, 10_000)
+
+
+def test_the_raw_audit_runs_once_its_period_has_passed_since_the_last():
+    """Given runs of 20 s and an audit every minute over 6 minutes, Then an audit run follows the first batch
+    to end after each minute since the last audit (about one a minute and a half: a minute, then the runs)."""
+    plan = Deployment(**{**TINY.__dict__, "audit_every_minutes": 1.0})
+    day = deployment_day(plan, FREE, RunSize(), "glue")
+    assert 3 <= day.audit_runs <= 5
+    assert deployment_day(TINY, FREE, RunSize(), "glue").audit_runs == 0
 
 
 def test_the_first_pass_of_each_day_also_expires():
