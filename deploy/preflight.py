@@ -15,7 +15,7 @@ The checks (`--checks`, all by default), each failure printed with its fix:
 - `emr-quota`: with SparkEngine=emr-serverless, the account's EMR Serverless vCPU quota (Service Quotas) holds
   EmrMaximumVcpu.
 - `dms`: CreateDmsTask=true needs the account's DMS roles (dms-vpc-role, and dms-cloudwatch-logs-role for the
-  task's log); CreateDmsTask=false needs the task to write to this stack's raw bucket (its name is known before
+  task's log) and a file cadence within DmsSettleSeconds; CreateDmsTask=false needs the task to write to this stack's raw bucket (its name is known before
   the stack exists).
 - `lake-formation`: EnableLakeFormation=true needs the principal that deploys (the caller, or `--role-arn`,
   CloudFormation's service role) to be a Lake Formation data lake administrator: the stack registers the
@@ -202,7 +202,8 @@ def _emr_quota(session: Any, target: Target) -> list[str]:
 
 
 def _dms(session: Any, target: Target) -> list[str]:
-    found = preflight_checks.dms_role_problems(target, preflight_checks.missing_dms_roles(session, target))
+    found = preflight_checks.cadence_problems(target)
+    found += preflight_checks.dms_role_problems(target, preflight_checks.missing_dms_roles(session, target))
     if not target.on("CreateDmsTask") and target.parameters.get("DmsReplicationTaskArn"):
         task_target = preflight_checks.task_s3_target(session, target.parameters["DmsReplicationTaskArn"])
         found += preflight_checks.own_task_problems(target, task_target)

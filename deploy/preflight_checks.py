@@ -142,6 +142,21 @@ def dms_role_problems(target: Target, missing_roles: Iterable[str]) -> list[str]
     return found
 
 
+def cadence_problems(target: Target) -> list[str]:
+    """The lake assumes a change is in a file within DmsSettleSeconds: the task must write files more often."""
+    if not target.on("CreateDmsTask"):
+        return []
+    interval = int(target.parameters.get("DmsCdcMaxBatchIntervalSeconds", "60"))
+    settle = int(target.parameters.get("DmsSettleSeconds", "300"))
+    if settle > interval:
+        return []
+    return [
+        f"DmsCdcMaxBatchIntervalSeconds={interval} but DmsSettleSeconds={settle}: DMS may hold a change longer "
+        "than the lake waits for it, and the reconcile would report DMS's delay as divergence. Raise "
+        f"DmsSettleSeconds above {interval} (plus the capture latency) or lower DmsCdcMaxBatchIntervalSeconds."
+    ]
+
+
 def raw_bucket(target: Target) -> str:
     return next(r.name for r in target.names() if r.logical_id == "RawBucket")
 
