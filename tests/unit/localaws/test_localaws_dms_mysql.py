@@ -718,13 +718,16 @@ def test_every_mysql_type_through_full_load_and_cdc_lands_in_the_clean_zone_as_t
 
     # the reconcile job's MySQL side finds the lake equal but for the TRUNCATE, then exactly what drifts
     from lakehouse.reconcile.mysql import MysqlJdbcSource
-    from lakehouse.reconcile.plan import ReconcileOptions
+    from lakehouse.reconcile.plan import ReconcileOptions, plan_table
     from lakehouse.reconcile.run import reconcile
 
     options = ReconcileOptions(segment_rows=2, leaf_rows=1, bisect_factor=2)
     jdbc = MysqlJdbcSource(spark, f"jdbc:mysql://127.0.0.1:{source.port}/sales", {"user": "root"})
     schema = SchemaFile.from_dict(schema_document(source))
     first = reconcile(spark, lake_config, schema, jdbc, options, run_id="my1")
+    # the second signal a repair needs: MySQL's own row count (TABLE_ROWS), 0 after the TRUNCATE, no view
+    scratch = jdbc.statistics(plan_table(spark, lake_config, schema.tables["sales.scratch"]))
+    assert (scratch.estimated_rows, scratch.hidden_by) == (0, None)
     assert [(t.table, t.missing, t.extra, t.differing, t.source_empty, t.error) for t in first.tables] == [
         ("sales.OrderLine", 0, 0, 0, False, None),
         ("sales.scratch", 0, 3, 0, True, None),
