@@ -143,7 +143,14 @@ def read_lake_view(
             [{"table_key": f.table_key, "file_name": f.name} for f in files],
             "table_key string, file_name string",
         ).distinct()
-        recorded = spark.table(ledger).select(F.lower("source_table").alias("table_key"), "file_name")
+        # CDC file names are their times: the range of the names asked about skips (by its column bounds)
+        # every ledger data file of other times, so a recent listing reads the recent part of the ledger.
+        names = [f.name for f in files]
+        recorded = (
+            spark.table(ledger)
+            .where(F.col("file_name").between(min(names), max(names)))
+            .select(F.lower("source_table").alias("table_key"), "file_name")
+        )
         applied = {
             (row["table_key"], row["file_name"])
             for row in recorded.join(wanted, ["table_key", "file_name"], "left_semi").distinct().collect()

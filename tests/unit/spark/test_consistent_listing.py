@@ -13,7 +13,9 @@ import pytest
 from lake_contracts.dms_files import cdc_file_name, parse_dms_key
 from lakehouse.apply.ledger import LedgerEntry, StateTables
 from lakehouse.audit.freshness import TableFreshness, write_freshness
+from lakehouse.audit.raw_files import raw_cdc_files
 from lakehouse.audit.raw_listing import list_since, unapplied_by_table
+from lakehouse.audit.raw_zone import read_lake_view
 from lakehouse.io import storage
 
 from tests.offline_aws import offline_aws
@@ -149,3 +151,54 @@ def test_each_table_is_listed_from_its_own_bound_and_its_unapplied_files_found(
         "sales.orders": [parse_dms_key(waiting_orders).written_at],
     }
     assert listed[0] == (DAYS + 1 + RECENT) + (DAYS + 1 + RECENT + len(HOURS))
+
+
+def ledger_files_read(spark, after: int) -> int:
+    """Data files the scans of the executions after `after` read: per execution, the largest of its scan
+    metrics (adaptive execution reports one scan in several plans)."""
+    store = spark._jsparkSession.sharedState().statusStore()
+    executions = store.executionsList()
+    total = 0
+    for i in range(executions.size()):
+        execution = executions.apply(i)
+        if execution.executionId() <= after:
+            continue
+        values = store.executionMetrics(execution.executionId())
+        metrics = execution.metrics()
+        read = [
+            int(str(values.apply(m.accumulatorId())).replace(",", "") or 0)
+            for m in (metrics.apply(j) for j in range(metrics.size()))
+            if m.name() == "number of result data files" and values.contains(m.accumulatorId())
+        ]
+        total += max(read, default=0)
+    return total
+
+
+def last_execution(spark) -> int:
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
+
+
+@pytest.mark.spark
+def test_the_ledger_is_read_for_the_recent_files_only(spark, lake_config):
+    """Given a ledger written by 12 runs, one a day (12 data files, each of one day's file names),
+    When the consistent points ask it about the files of the last day,
+    Then the answer names them, and the scan read one data file of the ledger, not 12."""
+    state = StateTables(spark, lake_config)
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {lake_config.catalog_name}.{lake_config.clean_database}")
+    state.ensure()
+    days = []
+    for day in range(12):
+        uris = [
+            f"s3://{RAW}/dms/sales/customer/{cdc_file_name(FIRST_DAY + timedelta(days=day, hours=h))}"
+            for h in HOURS
+        ]
+        state.record([LedgerEntry("sales.customer", u.rsplit("/", 1)[1], u, f"run-{day}", day) for u in uris])
+        days.append(uris)
+    files = raw_cdc_files((uri, 1, None) for uri in days[-1])
+    execution = last_execution(spark)
+
+    view = read_lake_view(spark, lake_config, files)
+
+    assert sorted(view.applied) == sorted(("sales.customer", f.name) for f in files)
+    assert ledger_files_read(spark, execution) == 1
