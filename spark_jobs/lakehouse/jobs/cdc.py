@@ -33,10 +33,10 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--consistent_points",
         choices=["true", "false"],
-        default="false",
+        default="true",
         help="with --freshness: also record the newest consistent point (consistent_points, what a refine "
-        "--read_at consistent reads) and each table's applied-through time. It lists the raw zone's CDC "
-        "files after every run, a cost that grows with the raw zone, so it is asked for (docs/BI.md)",
+        "--read_at consistent reads) and each table's applied-through time. It lists each table's folder from "
+        "what the table had applied at the last run (lakehouse.audit.raw_listing), not the raw zone",
     )
     parser.add_argument(
         "--raw_path",
