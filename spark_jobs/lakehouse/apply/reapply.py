@@ -248,9 +248,10 @@ def _runs_naming(
     committed it (None: unknown, a ledger copy made without it)."""
     prefix = name + REAPPLIED_MARK
     runs: dict[str, str | None] = {}
+    named = json.dumps(name)[:-1]  # as the summary's JSON spells it, open at its end: `"<name>` of both forms
     snapshots = spark.sql(
         f"SELECT summary[{sql_string(RUN_ID)}] AS run, summary[{sql_string(APPLIED_FILES)}] AS applied "
-        f"FROM {table}.snapshots"
+        f"FROM {table}.snapshots WHERE instr(summary[{sql_string(APPLIED_FILES)}], {sql_string(named)}) > 0"
     ).collect()
     for row in snapshots:
         for named in json.loads(row["applied"]) if row["applied"] else []:
