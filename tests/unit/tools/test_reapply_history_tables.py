@@ -29,6 +29,7 @@ def test_the_command_marks_the_tables_history_tables_names(tmp_path: Path, monke
         return ReapplyReport(files=list(files))
 
     monkeypatch.setattr(reapply, "build_session", lambda config, name: object())
+    monkeypatch.setattr(reapply, "move_records", lambda spark, config: None)  # no lake here to move
     monkeypatch.setattr(reapply, "reapply_quarantined", reapplied)
     argv = ["--schema_file", str(schema_file), "--warehouse", str(tmp_path / "warehouse")]
 
