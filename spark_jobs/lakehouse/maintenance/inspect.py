@@ -70,8 +70,7 @@ def inspect_table(
         oldest_snapshot=_utc(min(int(snapshots.get(i).timestampMillis()) for i in (0, count - 1))),
         rewrite_groups=_rewrite_groups(spark, java_table, options, old_spec),
         old_spec_files=old_spec,
-        mergeable_deletes=bool(_total(totals, "total-delete-files"))
-        and _has_groups(_delete_plan(spark, java_table, options)),
+        mergeable_deletes=_total(totals, "total-delete-files") > 1 and _mergeable(java_table),
         tombstones_due=tombstones_before is not None
         and _may_hold_before(spark, java_table, tombstones_before),
     )
@@ -106,14 +105,20 @@ def _rewrite_groups(
     return tuple(groups)
 
 
-def _delete_plan(spark: SparkSession, java_table: Any, options: MaintenanceOptions) -> Any:
-    planner = java_class(spark, "org.apache.iceberg.actions.BinPackRewritePositionDeletePlanner")(java_table)
-    planner.init(_java_map(spark, {"min-input-files": str(options.min_input_files)}))
-    return planner.plan()
-
-
-def _has_groups(plan: Any) -> bool:
-    return bool(plan.groups().iterator().hasNext())
+def _mergeable(java_table: Any) -> bool:
+    """Whether a data file has two delete files or more (the delete files' rewrite merges them into one). Read
+    from the scan's plan (the manifests, in the driver): the delete planner's own tasks carry no bounds to tell
+    which data file a delete file is of. A data file's single delete file is left as it is, or every pass would
+    rewrite the same delete files again."""
+    tasks = java_table.newScan().planFiles()
+    try:
+        iterator = tasks.iterator()
+        while iterator.hasNext():
+            if iterator.next().deletes().size() > 1:
+                return True
+        return False
+    finally:
+        tasks.close()
 
 
 def _has_old_spec_files(java_table: Any, snapshot: Any) -> bool:

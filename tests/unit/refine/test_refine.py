@@ -174,7 +174,9 @@ def test_maintenance_keeps_what_the_refine_consumed_so_the_next_refine_stays_inc
 
     refine(lake.spark, lake.config, run_id="before-maintenance")
     lake.apply_workload(changes=20, seed=11, mix=MIXED_WITH_DIMENSION_CHANGES)
-    harsh = MaintenanceOptions(snapshot_retention_hours=0, retain_last=1, remove_orphans=False)
+    harsh = MaintenanceOptions(
+        snapshot_retention_hours=0, retain_last=1, expire_every_hours=0, remove_orphans=False
+    )
 
     report = maintain(lake.spark, lake.config, harsh, now=datetime.utcnow() + timedelta(minutes=1))
     again = refine(lake.spark, lake.config, run_id="after-maintenance")
