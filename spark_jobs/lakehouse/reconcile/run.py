@@ -46,6 +46,7 @@ from lakehouse.apply.clean_table import (
     target_schema,
 )
 from lakehouse.apply.history import record_emptying
+from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, quote
@@ -320,6 +321,7 @@ def empty_clean_table(
     empty table writes no LOAD file and would remove the table's raw files (CDC not applied yet with them)."""
 
     table = config.clean_table(spec.iceberg_name)
+    guard_recorded_source(spark, table, spec.qualified_name)  # never empties another source's replica
     margin = timedelta(
         seconds=ApplyOptions().reload_margin_seconds if margin_seconds is None else margin_seconds
     )

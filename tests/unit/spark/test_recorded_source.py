@@ -3,11 +3,14 @@ name is refused with the table, the recorded and the asked source named; a table
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.recorded_source import SourceMismatchError, recorded_source, source_to_adopt
 from lakehouse.io.iceberg import SOURCE_TABLE, table_properties
+from lakehouse.reconcile.run import empty_clean_table
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
@@ -36,8 +39,8 @@ def test_a_table_recording_another_source_is_refused_and_one_recording_none_is_a
 def test_a_second_source_reaching_a_clean_name_is_refused_by_cdc_and_reload(spark, lake_config, tmp_path):
     """Given `sales.order_details` loaded into `sales_order_details`, and then a schema file that names
     `sales.Order Details` instead (the same clean name),
-    When CDC applies a file of `sales.Order Details` and a reload loads its LOAD file,
-    Then both fail for that table with an error naming the table, the recorded and the asked source, and the
+    When CDC applies a file of `sales.Order Details`, a reload loads its LOAD file and a reconcile empties it,
+    Then all fail for that table with an error naming the table, the recorded and the asked source, and the
     table holds the first source's rows; once the table records no source (an older release's), CDC of its
     own source adopts it: the source is recorded and the change applied."""
     dms = DmsWriter(tmp_path / "raw")
@@ -58,6 +61,9 @@ def test_a_second_source_reaching_a_clean_name_is_refused_by_cdc_and_reload(spar
         assert table in error and repr(FIRST) in error and repr(SECOND) in error
     assert rows_of(spark, table) == [(1, "a")]
     assert table_properties(spark, table)[SOURCE_TABLE] == FIRST
+    with pytest.raises(SourceMismatchError, match="sales_order_details"):  # the reconcile's emptying too
+        empty_clean_table(spark, lake_config, other.tables[SECOND], datetime(2026, 11, 22), "reconcile-other")
+    assert rows_of(spark, table) == [(1, "a")]
 
     spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES ('{SOURCE_TABLE}', 'comment')")
     own = dms.cdc(FIRST, COLUMNS, [("U", (1, "A"))])
