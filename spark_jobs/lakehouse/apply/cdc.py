@@ -11,8 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from decimal import Decimal
+from typing import Any
 
 from lake_contracts.dms_files import DmsFile
 from lake_contracts.documents import Manifest
@@ -46,9 +47,10 @@ from lakehouse.io.iceberg import (
     ensure_namespace,
     evolve_schema,
     file_size_properties,
+    iceberg_table,
     key_upper_bound,
+    load_table,
     merge_changes,
-    table_exists,
 )
 from lakehouse.io.jvm import observed_metrics
 
@@ -78,7 +80,7 @@ def apply_cdc(
         [run.ledger_name(f) for files in by_table.values() for f in files if not f.is_full_load]
     )
 
-    def apply(spec: TableSpec, files: list[DmsFile], record: Record) -> None:
+    def apply(spec: TableSpec, files: list[DmsFile], record: Record) -> Iterator[None]:
         record(FileFigures(files=len(files)))
         loads = [f for f in files if f.is_full_load]
         if loads:
@@ -87,9 +89,11 @@ def apply_cdc(
                 f"applied by the full-load job (full_load_job.py --tables {spec.qualified_name} --reload true), "
                 "never as CDC"
             )
-        _apply_table_changes(run, spec, sorted(files, key=lambda f: f.order_key), recorded, record)
+        yield from _apply_table_changes(run, spec, sorted(files, key=lambda f: f.order_key), recorded, record)
 
-    tables = run.run_tables(list(by_table.items()), apply)
+    # Every table's first pass, then the run's one quarantine write and one tombstone append, then every
+    # table's commit (run_tables), then the run's one ledger append (finish).
+    tables = run.run_tables(list(by_table.items()), apply, run.before_commits)
     return run.finish(tables + run.unknown_table_reports(), started)
 
 
@@ -99,9 +103,11 @@ def _apply_table_changes(
     files: list[DmsFile],
     recorded: dict[str, list[RecordedFile]],
     record: Record,
-) -> None:
+) -> Iterator[None]:
+    """A table's apply: everything before its commit, a `yield` (the run's shared writes happen there:
+    ApplyRun.before_commits), then its commit."""
     spark, config = run.spark, run.config
-    table, layout = _ensure_table(spark, config, spec)
+    table, loaded, layout = _ensure_table(spark, config, spec)  # the table's one load before its commit
     record(layout)
     known = applied_files(
         spark,
@@ -109,6 +115,7 @@ def _apply_table_changes(
         spec.qualified_name,
         [(run.ledger_name(f), f.uri, f.written_at) for f in files],
         recorded.get(spec.qualified_name, []),
+        loaded,
     )
     run.remember(known.to_record, [(spec.qualified_name, f) for f in known.to_forget])
     fresh_files = [f for f in files if run.ledger_name(f) not in known.applied]
@@ -120,15 +127,16 @@ def _apply_table_changes(
     record(read)
     applied_names = [run.ledger_name(f) for f in fresh_files]
     properties = {APPLIED_FILES: json.dumps(applied_names), RUN_ID: run.run_id}
-    floor = load_floor(spark, table)
+    floor = load_floor(spark, table, loaded)
     if raw.rows is None:
-        run.flush_quarantine(spec.qualified_name)
         # every file unreadable (quarantined) or superseded: the table holds what it held (freshness)
-        _commit_nothing(spark, table, properties | commit_properties(spark, table, None, None))
+        properties |= commit_properties(spark, table, None, None, loaded)
+        yield
+        _commit_nothing(spark, table, properties)
     elif spec.has_primary_key:
-        _apply_keyed(run, spec, table, raw, floor, properties, record)
+        yield from _apply_keyed(run, spec, table, loaded, raw, floor, properties, record)
     else:
-        _apply_without_key(run, spec, table, raw, floor, properties, record)
+        yield from _apply_without_key(run, spec, table, loaded, raw, floor, properties, record)
     snapshot = commit_of_run(spark, table, run.run_id)
     record(CommitFigures(snapshot))
     run.remember(
@@ -141,10 +149,12 @@ def _apply_table_changes(
     )
 
 
-def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> tuple[str, LayoutFigures]:
-    """The table, created with the schema file's layout, or given it (`iceberg.align_layout`)."""
+def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> tuple[str, Any, LayoutFigures]:
+    """The table, created with the schema file's layout, or given it (`iceberg.align_layout`), and its Java
+    table as loaded once (existence, properties, spec, snapshots and key bounds of the apply are its)."""
     table = config.clean_table(spec.iceberg_name)
-    if not table_exists(spark, table):
+    loaded = load_table(spark, table)
+    if loaded is None:
         create_table(
             spark,
             table,
@@ -153,21 +163,22 @@ def _ensure_table(spark: SparkSession, config: LakeConfig, spec: TableSpec) -> t
             {SOURCE_TABLE: spec.qualified_name} | file_size_properties(spec.target_file_size_mb),
             spec.partition_by or (),
         )
-        return table, LayoutFigures()
-    guard_recorded_source(spark, table, spec.qualified_name)
-    changes = align_layout(spark, table, spec.partition_by, spec.target_file_size_mb)
-    return table, LayoutFigures(tuple(changes))
+        return table, iceberg_table(spark, table), LayoutFigures()
+    guard_recorded_source(spark, table, spec.qualified_name, loaded)
+    changes = align_layout(spark, table, spec.partition_by, spec.target_file_size_mb, loaded)
+    return table, loaded, LayoutFigures(tuple(changes))
 
 
 def _apply_keyed(
     run: ApplyRun,
     spec: TableSpec,
     table: str,
+    loaded: Any,
     raw: RawRead,
     floor: Decimal | None,
     properties: dict[str, str],
     record: Record,
-) -> None:
+) -> Iterator[None]:
     spark = run.spark
     key = [k.lower() for k in spec.primary_key]
     tombstones = run.state.tombstones_of(spec.qualified_name)
@@ -178,10 +189,13 @@ def _apply_keyed(
         outcome = Observation(f"outcome_{spec.iceberg_name}_{len(outcomes)}")
         outcomes.append(outcome)
         fresh = typed.where(usable).drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
-        latest = with_metadata(C.last_change_per_key(C.expand_key_changes(fresh, key), key))
+        # Grouped by the key's text (one per key): the join with the tombstones by that text then reads
+        # the batch as it is partitioned, without another shuffle.
+        keyed = C.expand_key_changes(fresh, key).withColumn(KEY, C.key_json(key))
+        latest = with_metadata(C.last_change_per_key(keyed, [KEY]))
         # An upsert older than the key's last delete would bring a deleted row back: it is ignored.
         types = {f.name: f.dataType for f in latest.schema.fields}
-        latest = with_tomb_seq(latest.withColumn(KEY, C.key_json(key)), tombstones, key, types)
+        latest = with_tomb_seq(latest, tombstones, key, types)
         buried = (F.col(C.OP) != "D") & F.col(TOMB_SEQ).isNotNull() & (F.col(C.SEQ) < F.col(TOMB_SEQ))
         figures = [
             F.count(F.when(~buried & (F.col(C.OP) == "D"), 1)).alias("deletes"),
@@ -193,9 +207,9 @@ def _apply_keyed(
             figures.append(F.max(quote(append_key)).cast("string").alias("highest_key"))
         return latest.observe(outcome, *figures).where(~buried)
 
-    batch = typed_batch(run, spec, table, raw, floor, latest_changes)
+    batch = typed_batch(run, spec, table, raw, floor, latest_changes, exists=True)
     record(batch.counts)
-    properties |= commit_properties(spark, table, batch.figures["oldest"], batch.figures["newest"])
+    properties |= commit_properties(spark, table, batch.figures["oldest"], batch.figures["newest"], loaded)
     counts = observed_metrics(outcomes[-1])
     if "deletes" not in counts:
         counts = {
@@ -203,13 +217,13 @@ def _apply_keyed(
             "upserts": batch.product.where(F.col(C.OP) != "D").count(),
             "buried": 0,
         }
-    run.flush_quarantine(spec.qualified_name)  # before the commit (and the tombstones)
     if counts["deletes"]:
-        # Before the MERGE: a crash between the two leaves a tombstone for a row the retry deletes.
+        # Written before the MERGE (ApplyRun.before_commits): a crash between the two leaves a tombstone
+        # for a row the retry deletes.
         deletes = batch.product.where(F.col(C.OP) == "D").select(
             F.col(KEY).alias("key"), F.col(C.SEQ).alias("change_seq"), F.col(C.COMMIT_TS).alias("commit_ts")
         )
-        run.state.bury(spec.qualified_name, deletes, run.run_id)
+        run.bury(spec.qualified_name, deletes)
     changes = evolve_schema(spark, table, batch.types)
     record(
         ApplyFigures(
@@ -219,9 +233,10 @@ def _apply_keyed(
             schema_changes=tuple(changes),
         )
     )
+    yield  # the run's quarantine write and tombstone append (before_commits), then the commits
     if keeps_history(spec):  # before the clean commit: a retry splices the same versions again, no change
         record_changes(spark, run.config, spec, table, batch.typed, floor, batch.types, run.run_id)
-    if append_key is not None and _keys_all_new(spark, table, append_key, counts.get("lowest_key")):
+    if append_key is not None and _keys_all_new(spark, table, loaded, append_key, counts.get("lowest_key")):
         # No key of the batch can be in the table: the MERGE would insert every upsert and match nothing.
         log.info("%s: every key of the batch is above the table's highest; appending", table)
         append_rows(spark, table, batch.product.where(F.col(C.OP) != "D"), properties)
@@ -243,13 +258,13 @@ def _integral_key(spark: SparkSession, table: str, key: Sequence[str]) -> str | 
     return key[0] if is_integral else None
 
 
-def _keys_all_new(spark: SparkSession, table: str, column: str, lowest: str | None) -> bool:
+def _keys_all_new(spark: SparkSession, table: str, loaded: Any, column: str, lowest: str | None) -> bool:
     """Whether the batch's lowest key is above every key the table's data files may hold: then the
     batch (inserts of new keys, typically a serial key's table) is an append, no scan of the table.
     A table whose files lack the key's metrics is never assumed so."""
     if lowest is None:
         return False
-    known, highest = key_upper_bound(spark, table, column)
+    known, highest = key_upper_bound(spark, table, column, java_table=loaded)
     return known and (highest is None or int(lowest) > int(highest))
 
 
@@ -257,19 +272,21 @@ def _apply_without_key(
     run: ApplyRun,
     spec: TableSpec,
     table: str,
+    loaded: Any,
     raw: RawRead,
     floor: Decimal | None,
     properties: dict[str, str],
     record: Record,
-) -> None:
+) -> Iterator[None]:
     """A table without a primary key can't be merged. "append": inserts are appended (exactly once per
     file: the ledger) and updates and deletes go to quarantine, nothing lost; "skip": all its changes go
     to quarantine."""
     mode = run.options.no_primary_key
     log.warning("%s has no primary key: CDC mode %r", spec.qualified_name, mode)
-    batch = typed_batch(run, spec, table, raw, floor, lambda typed, usable: typed.where(usable))
+    batch = typed_batch(run, spec, table, raw, floor, lambda typed, usable: typed.where(usable), exists=True)
     record(batch.counts)
-    properties |= commit_properties(run.spark, table, batch.figures["oldest"], batch.figures["newest"])
+    figures = batch.figures
+    properties |= commit_properties(run.spark, table, figures["oldest"], figures["newest"], loaded)
     fresh = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     appendable = fresh.where(F.col(C.OP) == "I") if mode == "append" else fresh.limit(0)
     rest = fresh.where(F.col(C.OP) != "I") if mode == "append" else fresh
@@ -284,8 +301,8 @@ def _apply_without_key(
     n_rest = rejected.count()
     if n_rest:
         run.quarantine_records(spec, rejected, raw.found_rows())
-    run.flush_quarantine(spec.qualified_name)  # before the commit
     changes = evolve_schema(run.spark, table, batch.types)
+    yield  # the run's quarantine write (before_commits), then the commit
     append_rows(run.spark, table, with_metadata(appendable), properties)
     applied = batch.figures["records"] - batch.figures["bad"] - batch.figures["mismatched"]
     record(

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -18,7 +19,14 @@ from lakehouse.base.types import can_widen
 from lakehouse.dms import changes as C
 from lakehouse.dms.reader import RawRead
 from lakehouse.io.frames import one_row
-from lakehouse.io.iceberg import LOAD_ENDED, LOAD_FLOOR, LOAD_STARTED, table_exists, table_properties
+from lakehouse.io.iceberg import (
+    LOAD_ENDED,
+    LOAD_FLOOR,
+    LOAD_STARTED,
+    load_table,
+    table_exists,
+    table_properties,
+)
 
 METADATA_FIELDS = [
     T.StructField(COMMIT_TS_COLUMN, T.TimestampType()),
@@ -91,20 +99,23 @@ def resolve_types(
     return types
 
 
-def load_floor(spark: SparkSession, table: str) -> Decimal | None:
-    value = table_properties(spark, table).get(LOAD_FLOOR) if table_exists(spark, table) else None
+def load_floor(spark: SparkSession, table: str, java_table: Any = None) -> Decimal | None:
+    """The table's load floor (None: no table, or never loaded); `java_table`: the table as loaded already."""
+    java_table = load_table(spark, table) if java_table is None else java_table
+    value = table_properties(spark, table, java_table).get(LOAD_FLOOR) if java_table is not None else None
     return Decimal(value) if value else None
 
 
 def loaded_at(spark: SparkSession, table: str) -> datetime | None:
     """When the table's last (re)load was written by DMS (tables loaded before LOAD_ENDED: when it started)."""
-    properties = table_properties(spark, table) if table_exists(spark, table) else {}
+    java_table = load_table(spark, table)
+    properties = table_properties(spark, table, java_table) if java_table is not None else {}
     value = properties.get(LOAD_ENDED) or properties.get(LOAD_STARTED)
     return datetime.fromisoformat(value) if value else None
 
 
-def table_types(spark: SparkSession, table: str) -> dict[str, T.DataType]:
-    if not table_exists(spark, table):
+def table_types(spark: SparkSession, table: str, exists: bool | None = None) -> dict[str, T.DataType]:
+    if not (table_exists(spark, table) if exists is None else exists):
         return {}
     return {f.name.lower(): f.dataType for f in spark.table(table).schema.fields}
 
@@ -116,10 +127,12 @@ def layout_and_types(
     raw: RawRead,
     names: C.ChangeColumns,
     replacing: bool,
+    exists: bool | None = None,
 ) -> tuple[C.HeaderLayout, dict[str, T.DataType]]:
-    """The batch's header layout and the type each of its columns is read as (`resolve_types`)."""
+    """The batch's header layout and the type each of its columns is read as (`resolve_types`); `exists`:
+    whether the table exists, if the caller knows."""
     layout = C.header_layout(raw.groups, spec, names)
-    return layout, resolve_types(spec, layout.data_columns, table_types(spark, table), replacing)
+    return layout, resolve_types(spec, layout.data_columns, table_types(spark, table, exists), replacing)
 
 
 def with_tomb_seq(

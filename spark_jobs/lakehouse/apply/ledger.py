@@ -21,6 +21,8 @@ import logging
 from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timedelta
+from functools import reduce
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -37,6 +39,7 @@ from lakehouse.io.iceberg import (
     current_snapshot_id,
     ensure_namespace,
     fenced_writer,
+    iceberg_table,
     table_exists,
     with_commit_properties,
 )
@@ -164,17 +167,21 @@ class StateTables:
             .agg(F.max("change_seq").alias("tomb_seq"))
         )
 
-    def bury(self, source_table: str, deletes: DataFrame, run_id: str) -> None:
-        """Append tombstones for `deletes` (`key`, `change_seq`, `commit_ts`)."""
-        rows = deletes.select(
-            F.lit(source_table).alias("source_table"),
-            "key",
-            F.col("change_seq").cast(SEQ_TYPE).alias("change_seq"),
-            "commit_ts",
-            F.lit(run_id).alias("run_id"),
-            F.current_timestamp().alias("recorded_at"),
-        )
-        fenced_writer(rows.writeTo(self.tombstones)).append()
+    def bury(self, deletes: Sequence[tuple[str, DataFrame]], run_id: str) -> None:
+        """Append tombstones for each table's `deletes` (`key`, `change_seq`, `commit_ts`), in one commit."""
+        parts = [
+            frame.select(
+                F.lit(source_table).alias("source_table"),
+                "key",
+                F.col("change_seq").cast(SEQ_TYPE).alias("change_seq"),
+                "commit_ts",
+                F.lit(run_id).alias("run_id"),
+                F.current_timestamp().alias("recorded_at"),
+            )
+            for source_table, frame in deletes
+        ]
+        if parts:
+            fenced_writer(reduce(DataFrame.unionByName, parts).writeTo(self.tombstones)).append()
 
 
 def applied_files(
@@ -183,23 +190,21 @@ def applied_files(
     source_table: str,
     candidates: Sequence[tuple[str, str, datetime | None]],
     recorded: Sequence[RecordedFile],
+    java_table: Any = None,
 ) -> AppliedFiles:
     """Which of `candidates` (file name, URI, time DMS wrote it) `table` applied before.
 
-    Reads the snapshot summaries through the `snapshots` metadata table (one small Spark job), only
-    those of commits made after the oldest candidate was written (less an hour of clock slack): an
-    older commit can't have applied it."""
+    Reads the snapshots the table's metadata holds (`java_table`, the table as the caller loaded it, else
+    loaded here; no Spark job), the applied files only of commits made after the oldest candidate was
+    written (less an hour of clock slack): an older commit can't have applied it."""
     names = {name for name, _, _ in candidates}
     times = [moment for _, _, moment in candidates if moment is not None]
     since = (min(times) - CLOCK_SLACK) if len(times) == len(candidates) and times else None
-    window = f"committed_at >= TIMESTAMP '{since:%Y-%m-%d %H:%M:%S}'" if since else "TRUE"
-    rows = spark.sql(
-        f"SELECT snapshot_id, parent_id, summary[{sql_string(REPLACED_SNAPSHOT)}] AS replaced, "
-        f"CASE WHEN {window} THEN summary[{sql_string(APPLIED_FILES)}] END AS applied FROM {table}.snapshots"
-    ).collect()
+    java_table = iceberg_table(spark, table) if java_table is None else java_table
+    rows = held_snapshots(java_table, since)
     held = {row["snapshot_id"] for row in rows}
     ancestors = lineage(
-        current_snapshot_id(spark, table),
+        current_snapshot_id(spark, table, java_table),
         {row["snapshot_id"]: row["parent_id"] or _as_id(row["replaced"]) for row in rows},
     )
     by_summary: dict[str, int] = {}
@@ -226,6 +231,27 @@ def applied_files(
         if (name, snapshot) not in ledgered
     ]
     return AppliedFiles(applied, to_record, forget)
+
+
+def held_snapshots(java_table: Any, since: datetime | None) -> list[dict[str, Any]]:
+    """Every snapshot the table holds: its id, parent, the snapshot a (re)load replaced, and, if committed
+    at or after `since` (UTC), the files it applied (as the `snapshots` metadata table has them)."""
+    since_ms = None if since is None else (since - datetime(1970, 1, 1)) / timedelta(milliseconds=1)
+    rows = []
+    iterator = java_table.snapshots().iterator()
+    while iterator.hasNext():
+        snapshot = iterator.next()
+        summary = snapshot.summary()
+        recent = since_ms is None or snapshot.timestampMillis() >= since_ms
+        rows.append(
+            {
+                "snapshot_id": int(snapshot.snapshotId()),
+                "parent_id": snapshot.parentId(),
+                "replaced": summary.get(REPLACED_SNAPSHOT),
+                "applied": summary.get(APPLIED_FILES) if recent else None,
+            }
+        )
+    return rows
 
 
 def lineage(current: int | None, parents: dict[int, int | None]) -> set[int]:

@@ -8,6 +8,7 @@ asked for is recorded on it."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from pyspark.sql import SparkSession
 
@@ -46,11 +47,11 @@ def source_to_adopt(table: str, properties: Mapping[str, str], asked: str) -> di
     return {} if properties.get(SOURCE_TABLE) == asked else {SOURCE_TABLE: asked}
 
 
-def guard_recorded_source(spark: SparkSession, table: str, asked: str) -> None:
+def guard_recorded_source(spark: SparkSession, table: str, asked: str, java_table: Any = None) -> None:
     """Refuse to write an existing clean table that replicates another source (SourceMismatchError); record
     the source on a table that records none (one fenced commit, once). Reads the properties of the table the
     apply has loaded already (the catalog's cache): no catalog call of its own."""
-    adopt = source_to_adopt(table, table_properties(spark, table), asked)
+    adopt = source_to_adopt(table, table_properties(spark, table, java_table), asked)
     if adopt:
         check_before_commit()
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({properties_sql(adopt)})")

@@ -8,9 +8,9 @@ import logging
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lake_contracts.dms_files import DmsFile, NotADmsFileError, parse_dms_key
@@ -50,7 +50,7 @@ class MissingFileError(RuntimeError):
 class ApplyOptions:
     reader: ReaderOptions = ReaderOptions()
     names: C.ChangeColumns = C.ChangeColumns()
-    parallel_tables: int = 4
+    parallel_tables: int = 0  # 0: from the run's cores (tables_at_once)
     no_primary_key: str = "append"  # "append": inserts are appended, updates/deletes quarantined; "skip"
     type_mismatch: str = "fail"  # "fail": the table stops with the values named; "quarantine"
     reload_margin_seconds: int = 300  # a reload placed by time: DMS's start, give or take this long
@@ -118,6 +118,7 @@ class ApplyRun:
         self.unknown_tables: dict[str, list[str]] = defaultdict(list)
         self.skipped_files: list[str] = []  # files a table's job skipped as a whole (a load done before)
         self.quarantine_rows_added = 0
+        self.deletes: list[tuple[str, DataFrame]] = []  # by source table, for the run's one tombstone append
         self._lock = threading.Lock()
 
     def classify(self, uris: Sequence[tuple[str, int]]) -> dict[TableSpec, list[DmsFile]]:
@@ -243,6 +244,22 @@ class ApplyRun:
             added = write_quarantine(self.spark, self.config.quarantine, self.run_id, self.job, parts)
             self.quarantine_rows_added += added
 
+    def bury(self, source_table: str, deletes: DataFrame) -> None:
+        """Tombstones for a table's deletes (`key`, `change_seq`, `commit_ts`), written by `before_commits`."""
+        with self._lock:
+            self.deletes.append((source_table, deletes))
+
+    def before_commits(self) -> None:
+        """The run's shared writes before any table's commit, one of each whatever the number of tables:
+        what its tables quarantined (one write), then the tombstones of their deletes (one append). A crash
+        after them leaves quarantine rows the retry does not add again and tombstones of rows the retry
+        deletes (docs/CONTRACTS.md)."""
+        self.flush_quarantine()
+        with self._lock:
+            deletes, self.deletes = self.deletes, []
+        if deletes:
+            self.state.bury(deletes, self.run_id)
+
     def remember(
         self, entries: Sequence[LedgerEntry], forget: Sequence[tuple[str, RecordedFile]] = ()
     ) -> None:
@@ -284,27 +301,98 @@ class ApplyRun:
         """The Spark job group of a table's jobs in this run (the Spark UI and the counting test group by it)."""
         return f"{self.job} {self.run_id} {spec.qualified_name}"
 
+    def _enter_table(self, spec: TableSpec) -> None:
+        """This thread's jobs are the table's: its job group, and its own pool of Spark's FAIR scheduler (a
+        pool per table: tables share the cores, a small table's jobs don't queue behind a large one's)."""
+        if self.spark is not None:
+            context = self.spark.sparkContext
+            context.setJobGroup(self.job_group(spec), f"{self.job} of {spec.qualified_name}")
+            context.setLocalProperty("spark.scheduler.pool", spec.qualified_name)
+
     def run_tables(
-        self, items: list[tuple[TableSpec, Any]], apply: Callable[[TableSpec, Any, Record], None]
+        self,
+        items: list[tuple[TableSpec, Any]],
+        apply: Callable[[TableSpec, Any, Record], Iterator[None] | None],
+        before_commits: Callable[[], None] | None = None,
     ) -> list[TableReport]:
         """Apply each table (in parallel, by name), and report it: `apply(spec, payload, record)` records
-        each of its steps' figures as the step completes, so a failed table reports the steps it completed."""
+        each of its steps' figures as the step completes, so a failed table reports the steps it completed.
+        An `apply` that is a generator runs in two phases: every table up to its `yield` (all it does before
+        its commit), then `before_commits()` once (the run's shared writes, e.g. one tombstone and one
+        quarantine write for all tables), then every table's rest (its commit). A failure of the shared
+        writes fails the tables that waited for them: none of them commits."""
+        ordered = [
+            _TableRun(spec, payload) for spec, payload in sorted(items, key=lambda kv: kv[0].qualified_name)
+        ]
 
-        def one(item: tuple[TableSpec, Any]) -> TableReport:
-            spec, payload = item
-            steps: list[StepFigures] = []
-            error = None
+        def step(table: _TableRun, action: Callable[[], None]) -> None:
             begun = time.monotonic()
-            self.spark.sparkContext.setJobGroup(self.job_group(spec), f"{self.job} of {spec.qualified_name}")
+            self._enter_table(table.spec)
             try:
-                apply(spec, payload, steps.append)
+                action()
             except LeaseLostError:
                 raise  # the lease moved on: the run fails as a whole, its other tables commit nothing either
             except Exception as failure:  # one table's failure is reported; the others go on
-                log.exception("%s: %s failed", spec.qualified_name, self.job)
-                error = f"{type(failure).__name__}: {failure}"[:2000]
-            return table_report(spec.qualified_name, steps, round(time.monotonic() - begun, 3), error)
+                log.exception("%s: %s failed", table.spec.qualified_name, self.job)
+                table.fail(f"{type(failure).__name__}: {failure}")
+            finally:
+                table.seconds += time.monotonic() - begun
 
-        workers = max(1, min(self.options.parallel_tables, len(items) or 1))
+        def prepare(table: _TableRun) -> None:
+            def begin() -> None:
+                rest = apply(table.spec, table.payload, table.steps.append)
+                if isinstance(rest, Iterator) and next(rest, _DONE) is not _DONE:
+                    table.rest = rest
+
+            step(table, begin)
+
+        def commit(table: _TableRun) -> None:
+            rest = table.rest
+            if rest is not None:
+                step(table, lambda: next(rest, None))
+
+        wanted = self.options.parallel_tables or tables_at_once(self.spark.sparkContext.defaultParallelism)
+        workers = max(1, min(wanted, len(items) or 1))
         with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="table") as pool:
-            return list(pool.map(one, sorted(items, key=lambda kv: kv[0].qualified_name)))
+            list(pool.map(prepare, ordered))
+            waiting = [t for t in ordered if t.rest is not None]
+            if waiting and before_commits is not None:
+                try:
+                    before_commits()
+                except LeaseLostError:
+                    raise
+                except Exception as failure:
+                    log.exception("the run's shared writes before its commits failed")
+                    for table in waiting:
+                        table.fail(f"before the commit: {type(failure).__name__}: {failure}")
+            list(pool.map(commit, ordered))
+        return [t.report() for t in ordered]
+
+
+_DONE = object()
+
+
+def tables_at_once(default_parallelism: int) -> int:
+    """How many tables a run applies at once when not told: half its cores (the sessions set Spark's default
+    parallelism to twice the cores, lakehouse.io.session), at least 4 (a table's apply waits on the driver,
+    its commits and the catalog as much as on the executors), at most 32. Each table's jobs run in its own
+    pool of Spark's FAIR scheduler, so a small table is not queued behind a large one's stages."""
+    return max(4, min(32, default_parallelism // 4))
+
+
+@dataclass
+class _TableRun:
+    """A table of the run: its figures, its error, its time, and what is left of its apply (its commit)."""
+
+    spec: TableSpec
+    payload: Any
+    steps: list[StepFigures] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+    rest: Iterator[None] | None = None
+
+    def fail(self, error: str) -> None:
+        self.error, self.rest = error[:2000], None
+
+    def report(self) -> TableReport:
+        return table_report(self.spec.qualified_name, self.steps, round(self.seconds, 3), self.error)

@@ -53,12 +53,13 @@ def typed_batch(
     build: Callable[[DataFrame, Column], DataFrame],
     replacing: bool = False,
     keep: Callable[[DataFrame], DataFrame] | None = None,
+    exists: bool | None = None,
 ) -> Batch:
     """Type the batch and run its first pass: `build(typed, usable)` makes the product to checkpoint from
     the records that are `usable` (valid, newer than the floor) while the batch's figures are observed.
     A value that a wider type holds (int → bigint, decimal precision, float → double) widens the column
     and the batch is typed again; a value that fits no type stops the table (or is quarantined)."""
-    layout, types = layout_and_types(run.spark, spec, table, raw, run.options.names, replacing)
+    layout, types = layout_and_types(run.spark, spec, table, raw, run.options.names, replacing, exists)
     for _ in range(4):
         typed = C.typed_changes(
             raw, spec, layout, types, run.options.names, run.options.reader.csv_null_value

@@ -14,8 +14,9 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from dataclasses import fields as dataclass_fields
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -45,7 +46,14 @@ from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.fence import LeaseLostError
 from lakehouse.io.frames import rows_frame
-from lakehouse.io.iceberg import RUN_ID, create_table, fenced_writer, snapshot_properties, table_exists
+from lakehouse.io.iceberg import (
+    RUN_ID,
+    create_table,
+    fenced_writer,
+    load_table,
+    snapshot_properties,
+    table_exists,
+)
 
 log = logging.getLogger(__name__)
 
@@ -86,11 +94,13 @@ def source_time_summary(
     return summary
 
 
-def previous_newest(spark: SparkSession, table: str) -> datetime | None:
-    """The newest source commit time the table holds now (its newest commit that says so)."""
-    if not table_exists(spark, table):
+def previous_newest(spark: SparkSession, table: str, java_table: Any = None) -> datetime | None:
+    """The newest source commit time the table holds now (its newest commit that says so); `java_table`:
+    the table as the caller loaded it (lakehouse.io.iceberg.load_table)."""
+    java_table = load_table(spark, table) if java_table is None else java_table
+    if java_table is None:
         return None
-    for summary in snapshot_properties(spark, table):
+    for summary in snapshot_properties(spark, table, java_table):
         if SOURCE_TS_MAX in summary:
             return parse_moment(summary[SOURCE_TS_MAX])
     newest = newest_by_metrics(spark, table)  # written before the facts: its data files' bounds
@@ -98,10 +108,14 @@ def previous_newest(spark: SparkSession, table: str) -> datetime | None:
 
 
 def commit_properties(
-    spark: SparkSession, table: str, batch_oldest: datetime | None, batch_newest: datetime | None
+    spark: SparkSession,
+    table: str,
+    batch_oldest: datetime | None,
+    batch_newest: datetime | None,
+    java_table: Any = None,
 ) -> dict[str, str]:
     """What a data commit of `table` adds to its snapshot summary (the apply's hook: one line)."""
-    return source_time_summary(previous_newest(spark, table), batch_oldest, batch_newest)
+    return source_time_summary(previous_newest(spark, table, java_table), batch_oldest, batch_newest)
 
 
 # ------------------------------------------------------------------------------------ freshness rows
@@ -120,6 +134,12 @@ class TableFreshness:
 
     def row(self) -> dict[str, Any]:
         return asdict(self)
+
+    def at(self, now: datetime) -> TableFreshness:
+        """The same facts measured at `now` (a table no commit changed since: only its lag grew)."""
+        newest = self.newest_source_commit_ts
+        lag = round(max((now - newest).total_seconds(), 0.0), 3) if newest is not None else None
+        return replace(self, lag_seconds=lag)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in self.row().items()}
@@ -190,10 +210,13 @@ def measure(
     run_id: str,
     settle_seconds: float = DEFAULT_SETTLE_SECONDS,
     now: datetime | None = None,
+    touched: Collection[str] | None = None,
 ) -> Measurement:
     """Freshness of every clean table of the schema file and the newest consistent point; writes
     `lake_freshness` (one commit) and a newer point to `consistent_points` (one commit). Without a raw
-    path nothing is known of what is not applied yet: no completeness, no point."""
+    path nothing is known of what is not applied yet: no completeness, no point; then, given the tables
+    the run `touched` (`schema.table`), only those are read again: another table holds what it held at its
+    last measurement, whose row is kept with its lag counted to now (no metadata load of its own)."""
     listed_at = utc_naive(now) if now is not None else datetime.now(UTC).replace(tzinfo=None)
     result = Measurement(listed_at.isoformat(), settle_seconds, raw_path)
     settle = timedelta(seconds=settle_seconds)
@@ -205,8 +228,12 @@ def measure(
     intervals = {}
     sources: dict[str, str] = {}
     every_table = True
+    kept = previous_rows(spark, config) if waiting is None and touched is not None else {}
     for spec in sorted(schema.tables.values(), key=lambda s: s.qualified_name):
         table = config.clean_table(spec.iceberg_name)
+        if spec.qualified_name in kept and spec.qualified_name not in (touched or ()):
+            rows.append(kept[spec.qualified_name].at(listed_at))
+            continue
         if not table_exists(spark, table):
             every_table = False
             continue
@@ -225,6 +252,17 @@ def measure(
         result.consistent_point = point.to_dict()
         result.point_recorded = record_point(spark, config, point, sources, run_id, listed_at)
     return result
+
+
+def previous_rows(spark: SparkSession, config: LakeConfig) -> dict[str, TableFreshness]:
+    """The freshness table's rows (by source table) as the last measurement wrote them (one small read)."""
+    table = freshness_table(config)
+    if not table_exists(spark, table):
+        return {}
+    fields = [f.name for f in dataclass_fields(TableFreshness)]
+    return {
+        row["source_table"]: TableFreshness(*(row[f] for f in fields)) for row in spark.table(table).collect()
+    }
 
 
 def freshness_table(config: LakeConfig) -> str:
@@ -259,6 +297,7 @@ def after_cdc_run(
     raw_path: str | None = None,
     settle_seconds: float = DEFAULT_SETTLE_SECONDS,
     consistent_points: bool = True,
+    touched: Collection[str] | None = None,
 ) -> dict[str, Any]:
     """`measure` after a CDC run (the job's hook), the raw zone's root taken from the batch's files unless
     given. It never fails the run, whose commits stand: a failure is reported in `error` (the next run
@@ -278,7 +317,7 @@ def after_cdc_run(
             located.append((uri, file.source_schema, file.table))
         raw_path = raw_path_of(located)
     try:
-        return measure(spark, config, schema, raw_path, run_id, settle_seconds).to_dict()
+        return measure(spark, config, schema, raw_path, run_id, settle_seconds, touched=touched).to_dict()
     except LeaseLostError:
         raise
     except Exception as error:

@@ -9,6 +9,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from lake_contracts.dms_files import VALID_OPS
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import AnalysisException
 from pyspark.java_gateway import ensure_callback_server_started
 from pyspark.sql import Column, DataFrame, DataFrameWriterV2, SparkSession
 from pyspark.sql import functions as F
@@ -19,6 +21,7 @@ from lakehouse.base.schema import parse_transform
 from lakehouse.base.types import can_widen
 from lakehouse.io.commit_conflicts import replanned_on_conflict
 from lakehouse.io.fence import check_before_commit
+from lakehouse.io.file_bounds import DRIVER_BOUND_TYPES, bound_from_manifests
 from lakehouse.io.jvm import java_class, java_dict, java_list
 
 log = logging.getLogger(__name__)
@@ -116,9 +119,9 @@ def partition_columns(transforms: Sequence[str]) -> list[Column]:
 _JAVA_TRANSFORMS = {"year": "years", "month": "months", "day": "days", "hour": "hours"}
 
 
-def partition_spec(spark: SparkSession, table: str) -> tuple[str, ...]:
+def partition_spec(spark: SparkSession, table: str, java_table: Any = None) -> tuple[str, ...]:
     """The table's current partition spec, as normalised transforms (unpartitioned: ())."""
-    java_table = iceberg_table(spark, table)
+    java_table = _loaded(spark, table, java_table)
     schema = java_table.schema()
     transforms = []
     for field in java_list(java_table.spec().fields()):
@@ -135,14 +138,19 @@ def partition_spec(spark: SparkSession, table: str) -> tuple[str, ...]:
 
 
 def align_layout(
-    spark: SparkSession, table: str, partition_by: Sequence[str] | None, target_file_size_mb: int | None
+    spark: SparkSession,
+    table: str,
+    partition_by: Sequence[str] | None,
+    target_file_size_mb: int | None,
+    java_table: Any = None,
 ) -> list[str]:
     """Give an existing table the schema file's layout: its partition spec (Iceberg partition evolution:
     files written before keep theirs until maintenance rewrites them) and its target file size. None
     leaves what the table has. Returns what changed (each is a commit: fenced)."""
     done: list[str] = []
+    java_table = _loaded(spark, table, java_table)
     if partition_by is not None:
-        current = partition_spec(spark, table)
+        current = partition_spec(spark, table, java_table)
         if tuple(current) != tuple(partition_by):
             check_before_commit()
             for text in current:
@@ -154,7 +162,8 @@ def align_layout(
             was, now = ", ".join(current) or "nothing", ", ".join(partition_by) or "nothing"
             done.append(f"partitioned by {now} (was {was})")
     wanted = file_size_properties(target_file_size_mb)
-    if wanted and table_properties(spark, table).get(TARGET_FILE_SIZE) != wanted[TARGET_FILE_SIZE]:
+    have = table_properties(spark, table, java_table).get(TARGET_FILE_SIZE)
+    if wanted and have != wanted[TARGET_FILE_SIZE]:
         check_before_commit()
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({properties_sql(wanted)})")
         done.append(f"target file size {target_file_size_mb} MB")
@@ -206,37 +215,37 @@ def evolve_schema(spark: SparkSession, table: str, wanted: dict[str, T.DataType]
     return done
 
 
-def snapshot_properties(spark: SparkSession, table: str) -> Iterator[dict[str, str]]:
+def snapshot_properties(spark: SparkSession, table: str, java_table: Any = None) -> Iterator[dict[str, str]]:
     """Summaries of the table's current lineage, newest first, read from table metadata through the
     Iceberg API (no Spark job; lazily, so a caller that finds what it wants early stops early)."""
-    java_table = iceberg_table(spark, table)
+    yield from (java_dict(snapshot.summary()) for snapshot in lineage_of(_loaded(spark, table, java_table)))
+
+
+def lineage_of(java_table: Any) -> Iterator[Any]:
+    """The Java snapshots of the table's current lineage, newest first."""
     snapshot = java_table.currentSnapshot()
     while snapshot is not None:
-        yield java_dict(snapshot.summary())
+        yield snapshot
         parent = snapshot.parentId()
         snapshot = java_table.snapshot(parent) if parent is not None else None
 
 
-def table_properties(spark: SparkSession, table: str) -> dict[str, str]:
+def table_properties(spark: SparkSession, table: str, java_table: Any = None) -> dict[str, str]:
     """The table's properties, from its current metadata (no Spark job)."""
-    return java_dict(iceberg_table(spark, table).properties())
+    return java_dict(_loaded(spark, table, java_table).properties())
 
 
-def current_snapshot_id(spark: SparkSession, table: str) -> int | None:
+def current_snapshot_id(spark: SparkSession, table: str, java_table: Any = None) -> int | None:
     """The table's current snapshot id (None for a table without data yet), fresh from the catalog."""
-    snapshot = iceberg_table(spark, table).currentSnapshot()
+    snapshot = _loaded(spark, table, java_table).currentSnapshot()
     return int(snapshot.snapshotId()) if snapshot is not None else None
 
 
 def commit_of_run(spark: SparkSession, table: str, run_id: str) -> int | None:
     """The newest snapshot of the table's lineage that `run_id` committed."""
-    java_table = iceberg_table(spark, table)
-    snapshot = java_table.currentSnapshot()
-    while snapshot is not None:
+    for snapshot in lineage_of(iceberg_table(spark, table)):
         if snapshot.summary().get(RUN_ID) == run_id:
             return int(snapshot.snapshotId())
-        parent = snapshot.parentId()
-        snapshot = java_table.snapshot(parent) if parent is not None else None
     return None
 
 
@@ -246,6 +255,21 @@ def iceberg_table(spark: SparkSession, table: str) -> Any:
     iceberg_table = spark3_util.loadIcebergTable(spark._jsparkSession, table)
     iceberg_table.refresh()
     return iceberg_table
+
+
+def load_table(spark: SparkSession, table: str) -> Any | None:
+    """The Iceberg Java table fresh from the catalog, None if it does not exist: one load answers existence,
+    properties, spec, snapshots and bounds (the `java_table` of the functions here)."""
+    try:
+        return iceberg_table(spark, table)
+    except (AnalysisException, Py4JJavaError) as error:
+        if "TABLE_OR_VIEW_NOT_FOUND" in str(error) or "NoSuchTableException" in str(error):
+            return None
+        raise
+
+
+def _loaded(spark: SparkSession, table: str, java_table: Any) -> Any:
+    return iceberg_table(spark, table) if java_table is None else java_table
 
 
 class _PythonCallable:
@@ -353,15 +377,17 @@ def merge_changes(
         spark.catalog.dropTempView(view)
 
 
-# Up to this many data files, key_upper_bound reads the files' bounds from the table's manifests in the driver
-# (a few py4j calls per file); above it, a Spark query of `data_files`, a job whatever the table's size. An apply
-# reads two bounds (freshness's newest commit time, the append test's highest key): as queries they were 2 of a
-# small apply's 16 jobs (bench/RESULTS.md, "The fixed cost of a small apply").
+# Up to this many data files, key_upper_bound reads the files' bounds from the table's manifests in the driver;
+# above it, a Spark query of `data_files` (bench/RESULTS.md, "The fixed cost of a small apply").
 DRIVER_BOUND_FILES = 64
 
 
 def key_upper_bound(
-    spark: SparkSession, table: str, column: str, driver_files: int = DRIVER_BOUND_FILES
+    spark: SparkSession,
+    table: str,
+    column: str,
+    driver_files: int = DRIVER_BOUND_FILES,
+    java_table: Any = None,
 ) -> tuple[bool, Any]:
     """The largest value of `column` a data file of the table's current snapshot may hold, from the
     files' column metrics (rows deleted since still count: a bound never below the true maximum), as the
@@ -369,15 +395,15 @@ def key_upper_bound(
     data files; (False, None) when a file lacks the metric (metrics mode none, or the column was added after
     the file was written). A table of at most `driver_files` data files is read in the driver (an integer,
     date or timestamp column), a larger one by a Spark query."""
-    java_table = iceberg_table(spark, table)
+    java_table = _loaded(spark, table, java_table)
     snapshot = java_table.currentSnapshot()
     if snapshot is None:
         return True, None
     files = snapshot.summary().get("total-data-files")
     field = java_table.schema().caseInsensitiveFindField(column)
     in_driver = files is not None and files.isdigit() and int(files) <= driver_files
-    if in_driver and field is not None and field.type().typeId().name() in _DRIVER_BOUND_TYPES:
-        return _bound_from_manifests(spark, java_table, field)
+    if in_driver and field is not None and field.type().typeId().name() in DRIVER_BOUND_TYPES:
+        return bound_from_manifests(spark, java_table, field)
     bound = F.col(f"readable_metrics.{quote(column)}.upper_bound")
     row = (
         spark.table(f"{table}.data_files")
@@ -390,43 +416,6 @@ def key_upper_bound(
     if row is None or row["unknown"]:
         return False, None
     return True, row["upper"]
-
-
-_DRIVER_BOUND_TYPES = ("INTEGER", "LONG", "DATE", "TIMESTAMP")
-
-
-def _bound_from_manifests(spark: SparkSession, java_table: Any, field: Any) -> tuple[bool, Any]:
-    """key_upper_bound of the current snapshot's data files, read by Iceberg's scan planning in the driver."""
-    to_value = java_class(spark, "org.apache.iceberg.types.Conversions").fromByteBuffer
-    field_id, iceberg_type = field.fieldId(), field.type()
-    tasks = java_table.newScan().includeColumnStats().planFiles()
-    highest = None
-    try:
-        iterator = tasks.iterator()
-        while iterator.hasNext():
-            data_file = iterator.next().file()
-            if data_file.recordCount() <= 0:
-                continue
-            bounds = data_file.upperBounds()
-            raw = bounds.get(field_id) if bounds is not None else None
-            if raw is None:
-                return False, None
-            value = int(to_value(iceberg_type, raw))
-            highest = value if highest is None else max(highest, value)
-    finally:
-        tasks.close()
-    return True, None if highest is None else _as_spark_value(iceberg_type, highest)
-
-
-def _as_spark_value(iceberg_type: Any, internal: int) -> Any:
-    """An integer, date (days) or timestamp (microseconds) bound as the value Spark's own read gives."""
-    kind = iceberg_type.typeId().name()
-    if kind == "DATE":
-        return T.DateType().fromInternal(internal)
-    if kind == "TIMESTAMP":
-        spark_type = T.TimestampType() if iceberg_type.shouldAdjustToUTC() else T.TimestampNTZType()
-        return spark_type.fromInternal(internal)
-    return internal
 
 
 def append_rows(spark: SparkSession, table: str, rows: DataFrame, properties: dict[str, str]) -> None:

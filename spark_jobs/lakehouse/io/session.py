@@ -68,6 +68,11 @@ LOCAL_JAVA_OPTIONS = "-XX:-DontCompileHugeMethods"
 # bench/RESULTS.md, "A wide table's first pass".
 LOCAL_STATIC_SETTINGS = {"spark.sql.codegen.cache.maxEntries": "2000"}
 
+# The scheduler of every session, local or on Glue/EMR (static: given when the context is made): FAIR, so the
+# tables a run applies at once (each in its own pool, lakehouse.apply.run) share the executors instead of
+# queueing, first come first served, behind the stages of whichever table asked first.
+SCHEDULER_SETTINGS = {"spark.scheduler.mode": "FAIR"}
+
 
 # JDBC drivers of the reconcile job's local sources (Debian's packages: `make jdbc`, `make mariadb`), given to the
 # local session when present (local_jar_settings); on Glue the job's connection brings its own driver.
@@ -179,7 +184,7 @@ def build_session(
         submitted = dict(SparkConf().getAll())  # what Glue's or EMR's spark-submit set, before the context
         partitions = parallelism(config, submitted)
         builder = SparkSession.builder.appName(app_name)
-        for key, value in catalog_conf(config).items():
+        for key, value in (catalog_conf(config) | SCHEDULER_SETTINGS).items():
             builder = builder.config(key, value)
         if partitions and "spark.default.parallelism" not in submitted:
             builder = builder.config("spark.default.parallelism", str(partitions))
@@ -208,7 +213,11 @@ def build_session(
         builder = builder.config("spark.default.parallelism", str(partitions))
         builder = builder.config("spark.sql.shuffle.partitions", str(partitions))
     for key, value in (
-        local_jar_settings(master) | LOCAL_STATIC_SETTINGS | catalog_conf(config) | settings
+        local_jar_settings(master)
+        | LOCAL_STATIC_SETTINGS
+        | SCHEDULER_SETTINGS
+        | catalog_conf(config)
+        | settings
     ).items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

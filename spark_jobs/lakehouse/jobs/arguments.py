@@ -46,7 +46,13 @@ def dms_arguments(parser: argparse.ArgumentParser) -> None:
         default="BI_",
         help="prefix of the pk-only before-image columns (key changes)",
     )
-    parser.add_argument("--parallel_tables", type=int, default=4, help="tables applied at once")
+    parser.add_argument(
+        "--parallel_tables",
+        type=int,
+        default=0,
+        help="tables applied at once; 0 (default): from the run's cores (a quarter of its default parallelism, "
+        "4 to 32), each table in its own pool of Spark's FAIR scheduler",
+    )
     parser.add_argument(
         "--no_primary_key",
         choices=["append", "skip"],

@@ -73,6 +73,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
             args.raw_path or None,
             args.consistency_settle_seconds,
             consistent_points=args.consistent_points == "true",
+            touched=[t.table for t in report.tables],
         )
     return finish(report, args, config)
 

@@ -97,7 +97,7 @@ def test_tombstones_written_to_the_millisecond_by_older_releases_still_bury_olde
         [('{"sensor":1,"at":"2026-03-01T10:00:00.123"}', 200, EARLY)],
         "key string, change_seq long, commit_ts timestamp",
     ).withColumn("change_seq", F.col("change_seq").cast("decimal(38,0)"))
-    state.bury(READINGS, legacy, "an older release")
+    state.bury([(READINGS, legacy)], "an older release")
 
     late = applied(
         spark, lake_config, dms.cdc(READINGS, COLUMNS, [("U", (1, EARLY, "stale"))], seqs=[150]), "b1"
