@@ -1,5 +1,6 @@
 """Where a CDC apply spends its time: one warm apply of a bench batch, then every Spark stage it ran
-(from the Spark event log) with its duration, rows, bytes read and shuffled, and the time in the MERGE.
+(from the Spark event log) with its duration, rows, bytes read and shuffled, and the time in the MERGE; the
+Spark jobs it ran and the table metadata loads it made (bench/many_tables.py's counters).
 
     .venv/bin/python bench/profile_cdc.py --rows 10000000
     .venv/bin/python bench/profile_cdc.py --rows 10000000 --variant dist-none+partitions-8
@@ -25,6 +26,7 @@ from datasets import DATA, Dataset  # noqa: E402
 from experiments import session_patches, table_setups  # noqa: E402
 from generate import write_schema  # noqa: E402
 from lake_runs import Lake, apply_in_session, backup_dir, refreshed, restore, table_name  # noqa: E402
+from many_tables import counting_loads, jobs_so_far  # noqa: E402
 
 EVENT_LOG = DATA / "eventlog"
 
@@ -112,15 +114,19 @@ def main(argv: Sequence[str]) -> int:
         setup(spark, table)
     refreshed(spark, table)
     app = spark.sparkContext.applicationId
-    with session_patches(spark, args.variant):
+    loads: list[str] = []
+    with session_patches(spark, args.variant), counting_loads(spark, loads):
         since_ms = time.time() * 1000
+        jobs_before = jobs_so_far(spark)
         started = time.perf_counter()
         report = apply_in_session(spark, lake, database, files, "profile")
         total = time.perf_counter() - started
+        jobs = jobs_so_far(spark) - jobs_before
     spark.stop()
     rows = [s for s in stages(EVENT_LOG / app) if s["submitted"] >= since_ms]
     print(f"variant {args.variant}: apply {total:.2f} s, of which MERGE {merge_seconds[-1]:.2f} s "
           f"(report {report.seconds} s); load {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(f"Spark jobs {jobs}, metadata loads {len(loads)} ({', '.join(sorted(set(loads)))})")
     print(
         "| stage | name | tasks | s | task CPU s | input rows | input MB | shuffle read MB | shuffle write MB |"
     )
