@@ -203,7 +203,7 @@ def _repair(
             result.reload_pending = True
             log.warning("%s: diverged; its reload asked of DMS is still pending", result.table)
             continue
-        rows_now = source_rows(plan, source) if result.source_empty else result.source_rows
+        rows_now = count_source_rows(plan, source) if result.source_empty else result.source_rows
         if result.source_empty and rows_now == 0:
             reason = refusal_to_empty(result.table, source.statistics(plan))
             if reason is None and not options.empty_clean_tables:
@@ -296,7 +296,7 @@ def epoch_micros(moment: datetime) -> int:
     return (moment - datetime(1970, 1, 1)) // timedelta(microseconds=1)
 
 
-def source_rows(plan: TablePlan, source: SourceSide) -> int:
+def count_source_rows(plan: TablePlan, source: SourceSide) -> int:
     """Asked again right before the repair: the source table's rows as the reader sees them (one segment sum
     over the whole key space: an empty table returns no sums)."""
     return sum(n for n, _ in source.segment_sums(plan, Level(HASH_BITS, 0, None)).values())
