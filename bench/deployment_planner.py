@@ -122,13 +122,16 @@ class Measured:
 
     @classmethod
     def from_results(cls, many_tables: Path | None = None, maintenance: Path | None = None) -> Measured:
-        """These defaults, with the per-table cost from a `bench/many_tables.py` JSON and the maintenance
+        """These defaults, with the per-table cost (and a pass's cost of a table with nothing due) from a
+        `bench/many_tables.py` JSON and the maintenance
         figures from a `bench/maintenance.py` JSON (its `planner` block) where given."""
         figures: dict[str, float] = {}
         sources: list[str] = []
         if many_tables is not None:
-            summary = json.loads(many_tables.read_text())["summary"]
-            figures["table_fixed_seconds"] = float(summary["seconds_per_table"])
+            document = json.loads(many_tables.read_text())
+            figures["table_fixed_seconds"] = float(document["summary"]["seconds_per_table"])
+            if passes := document.get("maintenance_passes"):  # the last finds nothing due: a table left alone
+                figures["maintenance_table_seconds"] = float(passes[-1]["seconds_per_table"])
             sources.append(many_tables.name)
         if maintenance is not None:
             planner = json.loads(maintenance.read_text()).get("planner", {})
@@ -345,7 +348,7 @@ def deployment_main(argv: Sequence[str]) -> int:
     parser.add_argument("--max-files-per-run", type=int, default=500, help="template MaxFilesPerRun")
     parser.add_argument("--refine-every", type=int, default=5, help="template RefineEveryNBatches")
     parser.add_argument("--maintenance-every", type=int, default=50, help="template MaintenanceEveryNBatches")
-    parser.add_argument("--many-tables", type=Path, help="a bench/many_tables.py JSON: the per-table cost")
+    parser.add_argument("--many-tables", type=Path, help="a bench/many_tables.py JSON: the per-table costs")
     parser.add_argument("--maintenance", type=Path, help="a bench/maintenance.py JSON with a planner block")
     parser.add_argument("--table-seconds", type=float, help="instead: the cost of each further table, s")
     parser.add_argument("--p95-minutes", type=float, default=5.0, help="the freshness goal")

@@ -4,7 +4,9 @@ through the real apply (`lakehouse.apply.cdc.apply_cdc`, as bench/run.py's cdc-s
 wall seconds, the Spark JVM's CPU seconds, the Spark jobs it ran, the table metadata loads and the commits it made into the tables it
 touched and into the pipeline's own shared tables (the ledger, the tombstones, the quarantine, freshness).
 Then a least-squares line through (tables touched, seconds): its slope is the warm cost of each further
-table, its intercept what a batch pays whatever its width. Not a test: nothing here asserts a timing.
+table, its intercept what a batch pays whatever its width. Then maintenance passes over the lake (the second
+finds little or nothing due: what a pass pays a table it leaves alone). Not a test: nothing here asserts a
+timing.
 
     .venv/bin/python bench/many_tables.py                                 # 100 tables, batches of 1/10/50/100
     .venv/bin/python bench/many_tables.py --tables 12 --widths 1 4 12 --rounds 1   # a smoke run
@@ -37,6 +39,7 @@ from lakehouse.apply.full_load import full_load  # noqa: E402
 from lakehouse.base.config import LakeConfig  # noqa: E402
 from lakehouse.io import iceberg  # noqa: E402
 from lakehouse.io.session import APPLY_TUNING, build_session  # noqa: E402
+from lakehouse.maintenance.run import maintain  # noqa: E402
 
 from tests.support import DmsWriter, manifest, schema_of  # noqa: E402
 
@@ -218,6 +221,25 @@ class ManyTables:
         )  # fmt: skip
 
 
+def maintenance_pass(spark: Any, config: LakeConfig) -> dict[str, Any]:
+    """One maintenance pass over the lake (lakehouse.maintenance.run.maintain, its defaults), timed."""
+    load, started = [round(x, 2) for x in os.getloadavg()], time.perf_counter()
+    report = maintain(spark, config)
+    wall = time.perf_counter() - started
+    tables = report.tables
+    return {
+        "wall_seconds": round(wall, 3),
+        "tables": len(tables),
+        "nothing_due": sum(t.nothing_due for t in tables),
+        "spark_jobs": report.spark_jobs,
+        "due_bytes": sum(t.due_bytes for t in tables),
+        "rewritten_bytes": sum(t.rewritten_bytes for t in tables),
+        "failed": len(report.failed),
+        "seconds_per_table": round(wall / max(1, len(tables)), 3),
+        "load_average": load,
+    }
+
+
 def summary(batches: Sequence[Batch]) -> dict[str, Any]:
     """Per width: median seconds, CPU, jobs, commits; and the lines through them (the per-table cost)."""
     widths = sorted({b.tables for b in batches})
@@ -280,7 +302,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=200, help="rows of each table")
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 10, 50, 100], help="tables per batch")
     parser.add_argument("--rounds", type=int, default=3, help="batches of each width (interleaved)")
-    parser.add_argument("--warmups", type=int, default=2, help="throw-away batches of the widest width")
+    parser.add_argument("--warmups", type=int, default=1, help="throw-away batches of the widest width")
+    parser.add_argument(
+        "--maintenance-passes",
+        type=int,
+        default=2,
+        help="timed passes after the batches (the last: nothing due)",
+    )
     args = parser.parse_args(argv)
     if max(args.widths) > args.tables:
         parser.error("--widths: no batch can touch more tables than --tables")
@@ -306,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"commits {batch.replica_commits} + {batch.shared_commits} (load {batch.load_average[0]})",
                     flush=True,
                 )
+        passes = [maintenance_pass(spark, lake.config) for _ in range(args.maintenance_passes)]
+        for number, done in enumerate(passes):
+            print(f"maintenance pass {number}: {done}", flush=True)
     finally:
         spark.stop()
     result: dict[str, Any] = {
@@ -317,6 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "full_load_seconds": round(load_seconds, 1),
         "batches": [asdict(b) for b in batches],
         "summary": summary(batches),
+        "maintenance_passes": passes,
     }
     RESULTS.mkdir(parents=True, exist_ok=True)
     out = RESULTS / f"many-tables-{started_at:%Y%m%dT%H%M%SZ}.json"

@@ -139,14 +139,17 @@ def test_the_first_pass_of_each_day_also_expires():
 
 
 def test_the_figures_come_from_the_benches_json(tmp_path):
-    """Given a many-tables result (0.42 s a further table) and a maintenance result with a planner block, Then
-    Measured takes those and keeps its other figures, naming the files it read."""
+    """Given a many-tables result (0.42 s a further table; two maintenance passes, the last 0.07 s a table) and
+    a maintenance result with a planner block, Then Measured takes those and keeps its other figures, naming
+    the files it read."""
     many = tmp_path / "many-tables-x.json"
-    many.write_text(json.dumps({"summary": {"seconds_per_table": 0.42}}))
+    passes = [{"seconds_per_table": 0.3}, {"seconds_per_table": 0.07}]
+    many.write_text(json.dumps({"summary": {"seconds_per_table": 0.42}, "maintenance_passes": passes}))
     maintenance = tmp_path / "maintenance-y.json"
     maintenance.write_text(json.dumps({"planner": {"rewrite_bytes_per_second": 2e7, "unknown": 1}}))
     measured = Measured.from_results(many, maintenance)
     assert (measured.table_fixed_seconds, measured.rewrite_bytes_per_second) == (0.42, 2e7)
+    assert measured.maintenance_table_seconds == 0.07  # the last pass: nothing due
     assert measured.overhead_seconds == Measured().overhead_seconds
     assert measured.sources == ("many-tables-x.json", "maintenance-y.json")
 
