@@ -1,10 +1,11 @@
 """What one CDC apply spends, counted (never timed): Spark jobs, metadata loads, commits and files read.
 
-A fixed small batch (a keyed table with inserts, updates and deletes, a second keyed table with updates only,
-a table without a primary key whose update goes to quarantine) is applied through the real apply on the
-shared session, and what it spent is compared with the constants below. A change that adds a Spark job or a
-metadata reload to every table's apply, or a commit to the shared tables, changes a figure here: the reviewer
-sees the constant change with it.
+A fixed small batch (a keyed table with inserts, updates and deletes, a second keyed table with an update and a
+delete, a table without a primary key whose update goes to quarantine) is applied through the real apply on the
+shared session, with the CDC job's session settings, and what it spent is compared with the constants below. A
+change that adds a Spark job or a metadata reload to every table's apply, or a commit to the shared tables per
+table (two tables delete: still one tombstone commit), changes a figure here: the reviewer sees the constant
+change with it.
 
 How each is counted:
 - Spark jobs: the status tracker's job ids, new since the apply began; a table's jobs are those of its job
@@ -164,7 +165,7 @@ def test_one_apply_spends_the_jobs_loads_and_commits_written_above(spark, lake_c
     batch = [
         dms.cdc(ORDERS, COLUMNS[ORDERS], [("U", (1, "paid")), ("I", (4, "new")), ("D", (2, None))]),
         dms.cdc(ORDERS, COLUMNS[ORDERS], [("U", (4, "paid"))]),
-        dms.cdc(ITEMS, COLUMNS[ITEMS], [("U", ("a", 11)), ("U", ("b", 21))]),
+        dms.cdc(ITEMS, COLUMNS[ITEMS], [("U", ("a", 11)), ("D", ("b", None))]),
         dms.cdc(EVENTS, COLUMNS[EVENTS], [("I", (2, "stop")), ("U", (2, "late"))]),
     ]
     run_id = "counted"
