@@ -17,6 +17,8 @@ The checks (`--checks`, all by default), each failure printed with its fix:
 - `dms`: CreateDmsTask=true needs the account's DMS roles (dms-vpc-role, and dms-cloudwatch-logs-role for the
   task's log) and a file cadence within DmsSettleSeconds; CreateDmsTask=false needs the task to write to this stack's raw bucket (its name is known before
   the stack exists).
+- `network`: with ReconcileSubnetId, the reconcile reaches S3, Glue, Secrets Manager, CloudWatch (and DMS with
+  RepairMode=reload) from that subnet: through a NAT gateway or VPC endpoints.
 - `lake-formation`: EnableLakeFormation=true needs the principal that deploys (the caller, or `--role-arn`,
   CloudFormation's service role) to be a Lake Formation data lake administrator: the stack registers the
   warehouses and grants permissions, which only an administrator may do.
@@ -195,6 +197,10 @@ def _leftovers(session: Any, target: Target) -> list[str]:
     )
 
 
+def _network(session: Any, target: Target) -> list[str]:
+    return preflight_checks.network_problems(target, preflight_checks.missing_endpoints(session, target))
+
+
 def _emr_quota(session: Any, target: Target) -> list[str]:
     if target.parameters.get("SparkEngine") != "emr-serverless":
         return []
@@ -215,6 +221,7 @@ CHECKS: dict[str, Callable[[Any, Target], list[str]]] = {
     "names": lambda _session, target: preflight_checks.name_problems(target),
     "leftovers": _leftovers,
     "emr-quota": _emr_quota,
+    "network": _network,
     "dms": _dms,
     "lake-formation": _lake_formation,
     "quicksight": _quicksight,

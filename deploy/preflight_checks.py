@@ -182,6 +182,30 @@ def own_task_problems(target: Target, task_target: Mapping[str, str] | None) -> 
     ]
 
 
+def reconcile_endpoints(target: Target) -> tuple[str, ...]:
+    """What the reconcile calls from the connection's subnet: the code and the lake (S3), its catalog, the
+    source's secret, its metrics, and DMS when it repairs by reload."""
+    wanted = ["s3", "glue", "secretsmanager", "monitoring"]
+    if target.parameters.get("RepairMode") == "reload":
+        wanted.append("dms")
+    return tuple(wanted)
+
+
+def network_problems(target: Target, missing: Iterable[str]) -> list[str]:
+    missing = list(missing)
+    if not missing:
+        return []
+    subnet, region = target.parameters.get("ReconcileSubnetId"), target.region
+    return [
+        f"ReconcileSubnetId={subnet}: the reconcile job runs there, and its route table has no NAT gateway and its "
+        f"VPC no endpoint for {', '.join(missing)}: the job would hang on those calls until its timeout. Add a "
+        "NAT gateway route, or the endpoints (aws ec2 create-vpc-endpoint --vpc-id <its VPC> --service-name "
+        f"com.amazonaws.{region}.<service>: --vpc-endpoint-type Gateway --route-table-ids <its route table> for "
+        "s3, --vpc-endpoint-type Interface --subnet-ids <subnet> --security-group-ids <group> "
+        "--private-dns-enabled for the others)."
+    ]
+
+
 # ---------------------------------------------------------------- AWS reads
 def existing_leftovers(session: Any, target: Target) -> list[stack_names.NamedResource]:
     """The stack's retained names that exist and that the stack (if any) does not own."""
@@ -239,6 +263,31 @@ def _exists(session: Any, resource: stack_names.NamedResource) -> bool:
             return False
         raise
     return True
+
+
+def missing_endpoints(session: Any, target: Target) -> list[str]:
+    """The services the reconcile needs that the connection's subnet reaches neither through a NAT gateway
+    nor through a VPC endpoint."""
+    subnet = target.parameters.get("ReconcileSubnetId")
+    if not subnet:
+        return []
+    ec2 = session.client("ec2")
+    vpc = ec2.describe_subnets(SubnetIds=[subnet])["Subnets"][0]["VpcId"]
+    tables = ec2.describe_route_tables(Filters=[{"Name": "association.subnet-id", "Values": [subnet]}])
+    if not tables["RouteTables"]:  # the subnet follows its VPC's main route table
+        tables = ec2.describe_route_tables(
+            Filters=[{"Name": "vpc-id", "Values": [vpc]}, {"Name": "association.main", "Values": ["true"]}]
+        )
+    routes = [route for table in tables["RouteTables"] for route in table.get("Routes", [])]
+    if any(
+        route.get("NatGatewayId") and route.get("DestinationCidrBlock") == "0.0.0.0/0" for route in routes
+    ):
+        return []
+    endpoints = ec2.describe_vpc_endpoints(Filters=[{"Name": "vpc-id", "Values": [vpc]}])["VpcEndpoints"]
+    services = {
+        e["ServiceName"].rsplit(".", 1)[-1] for e in endpoints if e.get("State", "available") == "available"
+    }
+    return [service for service in reconcile_endpoints(target) if service not in services]
 
 
 def emr_serverless_vcpu_quota(session: Any) -> float | None:

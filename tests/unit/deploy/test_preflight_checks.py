@@ -197,3 +197,29 @@ def test_a_first_create_names_the_parameters_it_cannot_do_without() -> None:
 
 def test_the_deploy_names_the_same_raw_bucket_as_the_template() -> None:
     assert preflight_checks.raw_bucket(_target(EnvironmentName="prod")) == f"prod-raw-{ACCOUNT}-{REGION}"
+
+
+def test_a_reconcile_subnet_without_a_way_to_the_services_it_calls_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Given ReconcileSubnetId in a VPC with an S3 gateway endpoint only and no NAT gateway, Then the check names
+    the endpoints the reconcile still lacks (Glue, Secrets Manager, CloudWatch; DMS with RepairMode=reload);
+    with a NAT gateway route, nothing."""
+    with offline_aws(monkeypatch, region=REGION):
+        ec2 = boto3.client("ec2")
+        vpc = ec2.create_vpc(CidrBlock="10.0.0.0/16")["Vpc"]["VpcId"]
+        subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.0.1.0/24")["Subnet"]["SubnetId"]
+        table = ec2.create_route_table(VpcId=vpc)["RouteTable"]["RouteTableId"]
+        ec2.associate_route_table(RouteTableId=table, SubnetId=subnet)
+        ec2.create_vpc_endpoint(VpcId=vpc, ServiceName=f"com.amazonaws.{REGION}.s3", RouteTableIds=[table])
+        session = boto3.Session(region_name=REGION)
+
+        problems = preflight.problems(
+            session, _target(ReconcileSubnetId=subnet, RepairMode="reload"), ["network"]
+        )
+        assert len(problems) == 1
+        assert "no endpoint for glue, secretsmanager, monitoring, dms" in problems[0]
+
+        nat = ec2.create_nat_gateway(SubnetId=subnet)["NatGateway"]["NatGatewayId"]
+        ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
+        assert preflight.problems(session, _target(ReconcileSubnetId=subnet), ["network"]) == []
