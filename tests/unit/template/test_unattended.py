@@ -140,11 +140,12 @@ def test_the_drain_can_list_every_key_it_reads_so_a_missing_one_is_404_not_403(t
     # added here (and to the role)
     shared = FUNCTIONS / "shared" / "lake_contracts"
     sources = [*(FUNCTIONS / "queue_drain").glob("*.py"), shared / "s3.py", shared / "reload_requests.py"]
-    assert sum(source.read_text().count("s3.get_object(") for source in sources) == 5
+    assert sum(source.read_text().count("s3.get_object(") for source in sources) == 6
     read = {
         where.full_load_marker_key,
         where.claim_key,
         where.pending_key("20260101T000000000000Z-0a1b2c3d"),
+        where.failed_key("20260101T000000000000Z-0a1b2c3d"),  # a moved-aside batch's oldest file
         where.reload_requests.key("sales.orders"),
         variables["LEASE_KEY"],
     }
