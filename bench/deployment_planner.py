@@ -53,6 +53,12 @@ class Deployment:
 
 
 GIB = 1024**3
+# `.venv/bin/python bench/many_tables.py --rounds 2 --warmups 1`, 2026-11-28T18:55Z at 103a422, load 3.3-5.9
+# (bench/results/many-tables-20261128T185532Z.json): the slope of a batch's seconds over the tables it touches
+# (1 to 100 small tables, warm session), and its lake's two maintenance passes: per table changed since the last
+# pass ((39.78 s - 38 tables x 0.018 s) / 64 tables with something due) and per table with nothing due.
+MANY_TABLES_SECONDS_PER_TABLE = 0.380
+MANY_TABLES_PASSES = (0.61, 0.018)
 # The mix of bench/generate.py's batches (10 % deletes, 15 % inserts, 75 % updates): the share of changes that
 # delete a row of an older data file (updates and deletes) and the share that write a new row (inserts, updates).
 DELETING_SHARE, WRITING_SHARE = 0.85, 0.90
@@ -71,8 +77,9 @@ class Measured:
       "Cost growth", `bench/scale.py`, 2026-11-26: 1,000 changes into 10M and 100M rows, 2.8 and 5.1 s; the MERGE
       reads the key column of each table it touches through a Bloom filter of the batch's keys);
     - a maintenance pass, sized to the changes and bounded: a run's fixed cost, `maintenance_table_seconds` for
-      each table it inspects (clean, history and the records: `maintained_tables_per_table` a source table),
-      and the bytes it rewrites at `rewrite_bytes_per_second`, at most `rewrite_budget_bytes` a pass (the
+      each table it inspects (`maintained_tables_per_table` a source table), `maintenance_due_table_seconds` for
+      each table changed since the last pass (its rewrite's jobs and commit; both bench/many_tables.py's
+      passes), and the bytes it rewrites at `rewrite_bytes_per_second`, at most `rewrite_budget_bytes` a pass (the
       slice; lakehouse.maintenance.options: 4 GiB), the rest due again next pass. What is due follows the
       changes: a change that deletes a row of an older file brings that file 1/rows closer to the rewrite
       threshold (`delete_ratio_threshold` of its rows deleted: 0.2), so each such change makes
@@ -84,10 +91,13 @@ class Measured:
 
     overhead_seconds: float = 39.2
     changes_per_second: float = 40_254.0
-    table_fixed_seconds: float = 1.30  # section 1, perfile-session (before bench/many_tables.py)
+    table_fixed_seconds: float = MANY_TABLES_SECONDS_PER_TABLE
     table_seconds_per_million_rows: float = 0.026
-    maintenance_table_seconds: float = 0.2  # the goal for an untouched table (not measured yet)
-    maintained_tables_per_table: float = 2.0  # the clean table and its history (the records are few)
+    maintenance_table_seconds: float = MANY_TABLES_PASSES[1]
+    maintenance_due_table_seconds: float = MANY_TABLES_PASSES[0]
+    maintained_tables_per_table: float = (
+        1.0  # the clean table (HistoryTables is empty by default; records few)
+    )
     rewrite_bytes_per_second: float = 10.5e6  # the full load's write rate: 2.0 GB in 190.6 s ("Cost growth")
     rewrite_budget_bytes: float = 4 * GIB
     delete_ratio_threshold: float = 0.2
@@ -110,13 +120,17 @@ class Measured:
     def bytes_due_per_change(self) -> float:
         return self.bytes_per_row * (DELETING_SHARE / self.delete_ratio_threshold + WRITING_SHARE)
 
-    def maintenance_seconds(self, tables: int, rewrite_bytes: float, expiry: bool = False) -> float:
-        """One pass over `tables` source tables that rewrites `rewrite_bytes` (within its budget) and, once a
-        day, expires snapshots and removes orphans."""
+    def maintenance_seconds(
+        self, tables: int, rewrite_bytes: float, expiry: bool = False, due_tables: int = 0
+    ) -> float:
+        """One pass over `tables` source tables, `due_tables` of them changed since the last pass (each costs
+        its rewrite's jobs and commit), that rewrites `rewrite_bytes` (within its budget) and, once a day,
+        expires snapshots and removes orphans."""
         visited = tables * self.maintained_tables_per_table
         return (
             self.overhead_seconds
             + visited * (self.maintenance_table_seconds + (self.expiry_seconds_per_table if expiry else 0.0))
+            + due_tables * self.maintenance_due_table_seconds
             + min(rewrite_bytes, self.rewrite_budget_bytes) / self.rewrite_bytes_per_second
         )
 
@@ -132,6 +146,10 @@ class Measured:
             figures["table_fixed_seconds"] = float(document["summary"]["seconds_per_table"])
             if passes := document.get("maintenance_passes"):  # the last finds nothing due: a table left alone
                 figures["maintenance_table_seconds"] = float(passes[-1]["seconds_per_table"])
+                first, alone = passes[0], float(passes[-1]["seconds_per_table"])
+                if due_tables := first["tables"] - first["nothing_due"]:
+                    spent = first["wall_seconds"] - first["nothing_due"] * alone
+                    figures["maintenance_due_table_seconds"] = spent / due_tables
             sources.append(many_tables.name)
         if maintenance is not None:
             planner = json.loads(maintenance.read_text()).get("planner", {})
@@ -213,7 +231,7 @@ def deployment_day(
     spacing = plan.file_interval / plan.tables
     changes_per_file = plan.changes_per_day * plan.file_interval / (plan.tables * 86_400)
     files = int(horizon / spacing)
-    clock, next_file, batches, due, rewritten, expired_days = 0.0, 0, 0, 0.0, 0.0, 0
+    clock, next_file, batches, due, rewritten, expired_days, since_pass = 0.0, 0, 0, 0.0, 0.0, 0, 0
     audit_period = plan.audit_every_minutes * 60 or float("inf")
     next_audit = audit_period
     runs: list[tuple[str, float]] = []
@@ -229,6 +247,7 @@ def deployment_day(
         clock += start + seconds
         fresh += [clock - (next_file + i + 1) * spacing for i in range(count)]
         next_file += count
+        since_pass += count
         due += count * changes_per_file * measured.bytes_due_per_change
         batches += 1
         runs.append(("cdc", start + seconds))
@@ -240,7 +259,10 @@ def deployment_day(
             expiry = int(clock // 86_400) >= expired_days
             expired_days += expiry
             slice_bytes = min(due, measured.rewrite_budget_bytes)
-            seconds = measured.maintenance_seconds(plan.tables, slice_bytes, expiry)
+            seconds = measured.maintenance_seconds(
+                plan.tables, slice_bytes, expiry, min(plan.tables, since_pass)
+            )
+            since_pass = 0
             due, rewritten = due - slice_bytes, rewritten + slice_bytes
             clock += start + seconds
             runs.append(("maintenance", start + seconds))

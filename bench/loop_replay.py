@@ -3,6 +3,7 @@ model of the same replay beside it. A benchmark, not a test: nothing here assert
 
     .venv/bin/python bench/loop_replay.py --tables 30 --interval 30 --minutes 6
     .venv/bin/python bench/loop_replay.py --tables 5 --interval 10 --minutes 1      # a smoke run
+    .venv/bin/python bench/loop_replay.py --remodel bench/results/loop-replay-<time>.json  # the model again
 
 Deploys as bench/freshness.py does (its own LocalStack on port 4578, the SQLite source, samconfig's local
 loop settings), with `--tables` small tables of its own added to the source and to the schema file. Once the
@@ -106,9 +107,11 @@ def local_measured(runs: Sequence[Run], tables: int) -> tuple[Measured, RunSize]
         table_fixed_seconds=per_table,
         table_seconds_per_million_rows=0.0,
         refine_seconds=(statistics.mean(refine) - overhead) if refine else 0.0,
-        maintenance_table_seconds=max(0.0, statistics.mean(maintenance) - overhead) / (2 * tables)
+        maintenance_table_seconds=max(0.0, statistics.mean(maintenance) - overhead) / tables
         if maintenance
         else 0.0,
+        maintenance_due_table_seconds=0.0,
+        maintained_tables_per_table=1.0,
         expiry_seconds_per_table=0.0,
         rewrite_bytes_per_second=1e18,
         sources=("the replay's own runs",),
@@ -237,15 +240,6 @@ def run(args: argparse.Namespace) -> int:
             stop.set()
             pipeline.close(delete_stack=True)
     load["end"] = loads()
-    measured, size = local_measured(runs, args.tables)
-    loop = {k: float(v) for k, v in parameters.items()}
-    plan = Deployment(
-        rows=args.rows * args.tables, tables=args.tables, changes_per_day=changes * 86_400 / (args.minutes * 60),
-        file_interval=args.interval, loop_wait=loop.get("LoopWaitSeconds", 60.0),
-        max_files_per_run=int(loop.get("MaxFilesPerRun", 500)), refine_every=int(loop.get("RefineEveryNBatches", 5)),
-        maintenance_every=int(loop.get("MaintenanceEveryNBatches", 50)), hours=args.minutes / 60,
-    )  # fmt: skip
-    model = deployment_day(plan, measured, size, "glue")
     replayed = percentiles(list(fresh.values()))
     counts = {
         kind: sum(r.kind == kind for r in runs if r.entered <= ended)
@@ -260,6 +254,33 @@ def run(args: argparse.Namespace) -> int:
         "load_average": load,
         "changes": changes,
         "replay": {"freshness": replayed, "runs": counts},
+        "runs": [asdict(r) for r in runs],
+        "freshness_by_file": fresh,
+    }
+    result |= model_beside(result)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    out = RESULTS / f"loop-replay-{started:%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result) + f"\n\nJSON: {out.relative_to(REPO)}")
+    return 0
+
+
+def model_beside(result: dict[str, Any]) -> dict[str, Any]:
+    """The planner's model of a replay (its tables, changes, loop settings and its own runs' figures) and the
+    ratios model / replay."""
+    settings, runs = result["settings"], [Run(**r) for r in result["runs"]]
+    measured, size = local_measured(runs, settings["tables"])
+    loop = {k: float(v) for k, v in settings["loop"].items()}
+    plan = Deployment(
+        rows=settings["rows"] * settings["tables"], tables=settings["tables"],
+        changes_per_day=result["changes"] * 86_400 / (settings["minutes"] * 60), file_interval=settings["interval"],
+        loop_wait=loop.get("LoopWaitSeconds", 60.0), max_files_per_run=int(loop.get("MaxFilesPerRun", 500)),
+        refine_every=int(loop.get("RefineEveryNBatches", 5)),
+        maintenance_every=int(loop.get("MaintenanceEveryNBatches", 50)), hours=settings["minutes"] / 60,
+    )  # fmt: skip
+    model = deployment_day(plan, measured, size, "glue")
+    replayed, counts = result["replay"]["freshness"], result["replay"]["runs"]
+    return {
         "model": {
             "freshness": {"p50": round(model.freshness_p50, 2), "p95": round(model.freshness_p95, 2)},
             "runs": {
@@ -276,13 +297,15 @@ def run(args: argparse.Namespace) -> int:
             "p95": round(model.freshness_p95 / replayed["p95"], 3),
             "cdc_runs": round(model.cdc_runs / max(1, counts["cdc"]), 3),
         },
-        "runs": [asdict(r) for r in runs],
-        "freshness_by_file": fresh,
     }
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    out = RESULTS / f"loop-replay-{started:%Y%m%dT%H%M%SZ}.json"
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(markdown(result) + f"\n\nJSON: {out.relative_to(REPO)}")
+
+
+def remodel(path: Path) -> int:
+    """The model of a replay written before, again (after a change to the planner), into the same JSON."""
+    result = json.loads(path.read_text())
+    result |= model_beside(result)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(markdown(result) + f"\n\nJSON: {path}")
     return 0
 
 
@@ -318,7 +341,10 @@ def main() -> int:
     parser.add_argument("--scale", type=float, default=0.01, help="the sample source's size")
     parser.add_argument("--port", type=int, default=4578, help="LocalStack port (4566 may be another run's)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the files applied")
+    parser.add_argument("--remodel", type=Path, help="a replay's JSON: model it again, run nothing")
     args = parser.parse_args()
+    if args.remodel:
+        return remodel(args.remodel)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         return run(args)

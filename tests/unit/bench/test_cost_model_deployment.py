@@ -26,6 +26,7 @@ FREE = Measured(  # runs cost only their fixed part: the schedule alone decides
     table_fixed_seconds=0.0,
     table_seconds_per_million_rows=0.0,
     maintenance_table_seconds=0.0,
+    maintenance_due_table_seconds=0.0,
     expiry_seconds_per_table=0.0,
 )
 
@@ -33,12 +34,13 @@ FREE = Measured(  # runs cost only their fixed part: the schedule alone decides
 TINY = Deployment(
     rows=2e6, tables=2, changes_per_day=100 * 2 * 1440, hours=0.1, refine_every=1000, audit_every_minutes=0
 )
-TINY_COSTS = Measured(  # a run 20 s, each further table 5 s; a pass 20 s + 0.2 s a table + 1 kB/s rewritten
-    overhead_seconds=20.0,
+TINY_COSTS = Measured(  # a run 20 s, each further table 5 s; a pass 20 s + 0.2 s a table inspected + 1 s a
+    overhead_seconds=20.0,  # table changed since the last pass + 1 kB/s rewritten
     changes_per_second=1e12,
     table_fixed_seconds=5.0,
     table_seconds_per_million_rows=0.0,
     maintenance_table_seconds=0.2,
+    maintenance_due_table_seconds=1.0,
     maintained_tables_per_table=2.0,
     rewrite_bytes_per_second=1000.0,
     rewrite_budget_bytes=1e9,
@@ -53,22 +55,23 @@ def test_a_tiny_deployment_computed_by_hand():
     Glue's 10 s start, runs of 20 s + 5 s for the second table, and a maintenance pass after 5 batches,
     When the 6 minutes are simulated, Then, by hand: the first drain at 60 s takes files 0-1 (ends 95 s), then
     one file a run (ends 125, 155, 185, 215 s); the pass rewrites the 6 files' 600 changes x 103 bytes due
-    (20 B x (0.85 / 0.2 + 0.9)) = 61,800 B at 1 kB/s, with 20 s + 4 tables x 0.2 s: 82.6 s (ends 307.6 s);
-    then files 6-9 in one run (ends 342.6), file 10 (372.6), file 11 (402.6). Freshness: 65, 35 x 5, 132.6,
-    102.6, 72.6, 42.6 x 3 s. Glue bills 8 CDC runs the 60 s minimum and the pass 92.6 s, 2 DPU each."""
+    (20 B x (0.85 / 0.2 + 0.9)) = 61,800 B at 1 kB/s, with 20 s + 4 tables inspected x 0.2 s + 2 tables
+    changed x 1 s: 84.6 s (ends 309.6 s); then files 6-9 in one run (ends 344.6), file 10 (374.6), file 11
+    (404.6). Freshness: 65, 35 x 5, 134.6, 104.6, 74.6, 44.6 x 3 s. Glue bills 8 CDC runs the 60 s minimum and
+    the pass 94.6 s, 2 DPU each."""
     plan = Deployment(**{**TINY.__dict__, "maintenance_every": 5})
     assert TINY_COSTS.bytes_due_per_change == pytest.approx(103.0)
-    assert TINY_COSTS.maintenance_seconds(2, 61_800) == pytest.approx(82.6)
+    assert TINY_COSTS.maintenance_seconds(2, 61_800, due_tables=2) == pytest.approx(84.6)
     day = deployment_day(plan, TINY_COSTS, RunSize(), "glue")
     assert (day.cdc_runs, day.refine_runs, day.maintenance_runs) == (8, 0, 1)
-    assert day.end_hours * 3600 == pytest.approx(402.6)
-    fresh = [65.0] + [35.0] * 5 + [132.6, 102.6, 72.6] + [42.6] * 3
-    assert day.freshness_p50 == pytest.approx(statistics.median(fresh)) == pytest.approx(42.6)
-    assert day.freshness_p95 == pytest.approx(102.6 + 0.45 * 30)
-    assert day.glue_dpu_hours == pytest.approx((8 * 60 + 92.6) * 2 / 3600)
+    assert day.end_hours * 3600 == pytest.approx(404.6)
+    fresh = [65.0] + [35.0] * 5 + [134.6, 104.6, 74.6] + [44.6] * 3
+    assert day.freshness_p50 == pytest.approx(statistics.median(fresh)) == pytest.approx(44.6)
+    assert day.freshness_p95 == pytest.approx(104.6 + 0.45 * 30)
+    assert day.glue_dpu_hours == pytest.approx((8 * 60 + 94.6) * 2 / 3600)
     assert day.rewritten_gb * 1e9 == pytest.approx(61_800)
     assert day.due_gb_left * 1e9 == pytest.approx(61_800)  # files 6-11, after the only pass
-    assert day.maintenance_hours * 3600 == pytest.approx(92.6)
+    assert day.maintenance_hours * 3600 == pytest.approx(94.6)
     assert day.changes == pytest.approx(1200)
 
 
@@ -139,17 +142,22 @@ def test_the_first_pass_of_each_day_also_expires():
 
 
 def test_the_figures_come_from_the_benches_json(tmp_path):
-    """Given a many-tables result (0.42 s a further table; two maintenance passes, the last 0.07 s a table) and
+    """Given a many-tables result (0.42 s a further table; two passes: 10 tables due in 10 s, then 0.05 s a
+    table with nothing due) and
     a maintenance result with a planner block, Then Measured takes those and keeps its other figures, naming
     the files it read."""
     many = tmp_path / "many-tables-x.json"
-    passes = [{"seconds_per_table": 0.3}, {"seconds_per_table": 0.07}]
+    passes = [
+        {"wall_seconds": 10.0, "tables": 12, "nothing_due": 2, "seconds_per_table": 0.83},
+        {"wall_seconds": 0.6, "tables": 12, "nothing_due": 12, "seconds_per_table": 0.05},
+    ]
     many.write_text(json.dumps({"summary": {"seconds_per_table": 0.42}, "maintenance_passes": passes}))
     maintenance = tmp_path / "maintenance-y.json"
     maintenance.write_text(json.dumps({"planner": {"rewrite_bytes_per_second": 2e7, "unknown": 1}}))
     measured = Measured.from_results(many, maintenance)
     assert (measured.table_fixed_seconds, measured.rewrite_bytes_per_second) == (0.42, 2e7)
-    assert measured.maintenance_table_seconds == 0.07  # the last pass: nothing due
+    assert measured.maintenance_table_seconds == 0.05  # the last pass: nothing due
+    assert measured.maintenance_due_table_seconds == pytest.approx((10.0 - 2 * 0.05) / 10)
     assert measured.overhead_seconds == Measured().overhead_seconds
     assert measured.sources == ("many-tables-x.json", "maintenance-y.json")
 

@@ -34,7 +34,7 @@ def test_the_planner_takes_the_replays_cdc_line_refine_mean_and_the_loops_own_ti
     """Given CDC runs of 20 s for 1 table and 29 s for 4 (3 s a further table), refine runs of 30 and 34 s, a
     maintenance run of 40 s over 5 tables, and 2 s of the loop's own time before each CDC run, Then a run's
     fixed part is 20 s, each further table 3 s, a refine run 12 s beyond it, a maintenance pass 20 s beyond it
-    over 10 tables inspected, and the start-up 2 s."""
+    over its 5 tables, and the start-up 2 s."""
     runs = [
         Run("cdc", 0, 20.0, 2.0, "a", 1),
         Run("cdc", 0, 29.0, 2.0, "b", 4),
