@@ -104,6 +104,7 @@ class Measured:
     bytes_per_row: float = 20.1
     expiry_seconds_per_table: float = 1.0  # an assumption: not measured
     refine_seconds: float = 0.0
+    commit_before_end_seconds: float = 0.0  # a run's commits come before its end by this much (0: at its end)
     sources: tuple[str, ...] = ()
 
     def table_seconds(self, rows: float) -> float:
@@ -223,7 +224,7 @@ def deployment_day(
     each run after its engine's start-up. Billed: Glue `dpus x max(60 s, start + run)` per run; EMR Serverless
     `workers x max(60 s, run)` per run (start-up unbilled), in vCPU- and GB-hours. Files land round-robin
     over the tables, so a batch of n files touches min(n, tables) tables; each file's freshness is the end of
-    the run that applied it less its landing."""
+    the run that applied it (less `commit_before_end_seconds`: its commit) less its landing."""
     warm = engine != "glue" and size.emr_pre_initialized
     start = size.glue_start_seconds if engine == "glue" else size.emr_start_seconds
     start = size.emr_warm_start_seconds if warm else start
@@ -245,7 +246,8 @@ def deployment_day(
         touched = min(count, plan.tables)
         seconds = measured.cdc_seconds(count * changes_per_file, touched, plan.rows_per_table)
         clock += start + seconds
-        fresh += [clock - (next_file + i + 1) * spacing for i in range(count)]
+        applied = clock - measured.commit_before_end_seconds
+        fresh += [applied - (next_file + i + 1) * spacing for i in range(count)]
         next_file += count
         since_pass += count
         due += count * changes_per_file * measured.bytes_due_per_change

@@ -14,7 +14,7 @@ each file's freshness (its name's time -> the commit that names it applied), the
 runs of the replay (their state's seconds, the tables each CDC batch touched) and the loop's own time before a
 run (DrainQueue entered -> the run's state entered). The planner (bench/deployment_planner.py) then models the
 same replay (tables, arrival rate, loop settings) with the local per-run figures: a CDC run's seconds fitted
-against the tables it touched, the refine and maintenance runs' means. Prints both, writes
+against the tables it touched, the refine and maintenance runs' means, how long before its end a run commits. Prints both, writes
 bench/results/loop-replay-<UTC time>.json; stops what it started, also on Ctrl-C or failure.
 """
 
@@ -89,10 +89,22 @@ def file_freshness(snapshots: Sequence[dict[str, Any]], since: float) -> dict[st
     return fresh
 
 
-def local_measured(runs: Sequence[Run], tables: int) -> tuple[Measured, RunSize]:
+def commit_tail(runs: Sequence[Run], committed: Sequence[float]) -> float:
+    """How long before its end a CDC run commits, on average: each run's end less the mean of the commits
+    (epoch seconds) made while it ran."""
+    tails = []
+    for run in (r for r in runs if r.kind == "cdc"):
+        end = run.entered + run.seconds
+        inside = [at for at in committed if run.entered <= at <= end]
+        if inside:
+            tails.append(end - statistics.mean(inside))
+    return statistics.mean(tails) if tails else 0.0
+
+
+def local_measured(runs: Sequence[Run], tables: int, tail: float = 0.0) -> tuple[Measured, RunSize]:
     """The planner's figures from the replay's own runs: a CDC run's seconds = a + b x tables touched (so the
     run's fixed cost a + b holds one table, each further table b), the refine and maintenance runs' means, and
-    the loop's own time before a run as the start-up."""
+    the loop's own time before a run as the start-up, and `tail`: how long before its end a run commits."""
     cdc = [r for r in runs if r.kind == "cdc"]
     if len({r.tables for r in cdc}) > 1:
         line = fit_line([(r.tables, r.seconds) for r in cdc])
@@ -112,6 +124,7 @@ def local_measured(runs: Sequence[Run], tables: int) -> tuple[Measured, RunSize]
         else 0.0,
         maintenance_due_table_seconds=0.0,
         maintained_tables_per_table=1.0,
+        commit_before_end_seconds=tail,
         expiry_seconds_per_table=0.0,
         rewrite_bytes_per_second=1e18,
         sources=("the replay's own runs",),
@@ -269,7 +282,9 @@ def model_beside(result: dict[str, Any]) -> dict[str, Any]:
     """The planner's model of a replay (its tables, changes, loop settings and its own runs' figures) and the
     ratios model / replay."""
     settings, runs = result["settings"], [Run(**r) for r in result["runs"]]
-    measured, size = local_measured(runs, settings["tables"])
+    landed = {name: cdc_file_time(name) for name in result["freshness_by_file"]}
+    committed = [at.timestamp() + result["freshness_by_file"][name] for name, at in landed.items() if at]
+    measured, size = local_measured(runs, settings["tables"], commit_tail(runs, committed))
     loop = {k: float(v) for k, v in settings["loop"].items()}
     plan = Deployment(
         rows=settings["rows"] * settings["tables"], tables=settings["tables"],
@@ -326,7 +341,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| freshness p95 (s) | {replay['freshness']['p95']:.1f} | {model['freshness']['p95']:.1f} | {ratio['p95']:.2f} |",
             f"\nLocal per-run figures: a CDC run {m['overhead_seconds']:.1f} s + {m['table_fixed_seconds']:.2f} s a "
             f"further table, the loop's own {model['start_seconds']:.1f} s before a run, a refine run "
-            f"{m['overhead_seconds'] + m['refine_seconds']:.1f} s. Load: {result['load_average']}.",
+            f"{m['overhead_seconds'] + m['refine_seconds']:.1f} s, the commits {m['commit_before_end_seconds']:.1f} s "
+            f"before a run's end. Load: {result['load_average']}.",
         ]
     )
 

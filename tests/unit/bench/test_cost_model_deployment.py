@@ -75,6 +75,18 @@ def test_a_tiny_deployment_computed_by_hand():
     assert day.changes == pytest.approx(1200)
 
 
+def test_a_file_is_applied_when_its_run_commits():
+    """Given the tiny deployment with commits 5 s before each run's end, Then every file is 5 s fresher."""
+    plan = Deployment(**{**TINY.__dict__, "maintenance_every": 5})
+    late = deployment_day(plan, TINY_COSTS, RunSize(), "glue")
+    early = deployment_day(
+        plan, Measured(**{**TINY_COSTS.__dict__, "commit_before_end_seconds": 5.0}), RunSize()
+    )
+    assert early.freshness_p50 == pytest.approx(late.freshness_p50 - 5.0)
+    assert early.freshness_p95 == pytest.approx(late.freshness_p95 - 5.0)
+    assert early.end_hours == late.end_hours
+
+
 def test_a_quiet_small_deployment_pays_the_minimum_per_run_on_both_engines():
     """Given one table and runs of 20 s (under the 60 s minimum), Then every run is billed 60 s: Glue 2 DPU
     each (its 10 s start-up inside the minute), EMR Serverless 2 workers x (4 vCPU, 16 GB) each."""

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from bench.loop_replay import Run, file_freshness, local_measured
+from bench.loop_replay import Run, commit_tail, file_freshness, local_measured
 
 
 def snapshot(at_ms: int, *files: str) -> dict:
@@ -48,3 +48,10 @@ def test_the_planner_takes_the_replays_cdc_line_refine_mean_and_the_loops_own_ti
     assert measured.refine_seconds == pytest.approx(12.0)
     assert measured.maintenance_seconds(5, 0.0) == pytest.approx(40.0)
     assert size.glue_start_seconds == pytest.approx(2.0)
+
+
+def test_a_run_commits_on_average_this_long_before_its_end():
+    """Given a CDC run from 100 s to 120 s that committed at 110 and 114 s, and one from 130 to 140 s that
+    committed at 136 s (a commit outside any run ignored), Then the tail is the mean of 8 and 4 s."""
+    runs = [Run("cdc", 100.0, 20.0), Run("refine", 121.0, 5.0), Run("cdc", 130.0, 10.0)]
+    assert commit_tail(runs, [110.0, 114.0, 136.0, 150.0]) == pytest.approx(6.0)
