@@ -13,6 +13,7 @@ from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.io import commit_conflicts, iceberg
 from lakehouse.io.iceberg import APPLIED_FILES
+from lakehouse.io.session import catalog_conf
 from lakehouse.maintenance import procedures
 from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
@@ -45,6 +46,17 @@ def applied(spark, config, path: str, run_id: str):
     return report
 
 
+def second_session(spark, config):
+    """Another SparkSession on the same JVM with its own catalog instance. The catalog's settings are given
+    again: a session that existed before the `spark` fixture (a pipeline test's) holds them only as run-time
+    settings, which newSession() does not copy."""
+    other = spark.newSession()
+    for key, value in catalog_conf(config).items():
+        if key != "spark.sql.extensions":
+            other.conf.set(key, value)
+    return other
+
+
 def operations(spark, table: str) -> list[str]:
     return [
         r[0] for r in spark.sql(f"SELECT operation FROM {table}.snapshots ORDER BY committed_at").collect()
@@ -59,7 +71,7 @@ def test_a_merge_that_loses_to_a_compaction_is_planned_again_and_commits_once(
     Then the CDC run does not fail: the MERGE is planned again and commits once, the table equals its oracle,
     and the ledger names the batch's file once."""
     table = loaded(spark, lake_config, dms)
-    other = spark.newSession()
+    other = second_session(spark, lake_config)
     real = iceberg.with_commit_properties
     injected = []
 
@@ -108,7 +120,7 @@ def test_a_compaction_that_loses_to_a_merge_gives_its_group_up_and_the_next_pass
     Then the pass does not fail: its group is given up and reported, the batch's changes stay, the table equals
     its oracle; and the next pass compacts it."""
     table = loaded(spark, lake_config, dms)
-    other = spark.newSession()
+    other = second_session(spark, lake_config)
     real = procedures.check_before_commit
     batch = dms.cdc(ITEMS, COLUMNS, [("U", (4, "four", 40)), ("D", (5, None, None))])
     injected = []
