@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import json
 import logging
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -230,10 +231,7 @@ def _with_file_order(
     decoded = {_normalise(spark_paths[f.uri]): _facts(position, f) for position, f in readable}
     path = F.col(SPARK_PATH)
     # `coalesce` evaluates its second lookup, and the decoding, only for a path the first did not find
-    found = F.coalesce(
-        F.try_element_at(_facts_map(exact), path),
-        F.try_element_at(_facts_map(decoded), _normalise_column(path)),
-    )
+    found = F.coalesce(_facts_of(exact, path), _facts_of(decoded, _normalise_column(path)))
     return (
         raw.withColumn(_FOUND, found)
         .withColumn(FILE_URI, F.coalesce(F.col(f"{_FOUND}.uri"), path))
@@ -247,14 +245,21 @@ _FOUND = "_dms_found_file"
 _FACTS_TYPE = "map<string,struct<uri:string,position:int,sequence_base:string>>"
 
 
-def _facts_map(rows: dict[str, FileFacts]) -> Column:
-    """`rows` (path → the file's facts) as a constant map: one JSON literal, which the optimizer folds (a
-    literal per value would cost a py4j call each)."""
-    document = {
-        path: {"uri": uri, "position": position, "sequence_base": base}
-        for path, (uri, position, base) in rows.items()
-    }
-    return F.from_json(F.lit(json.dumps(document)), _FACTS_TYPE)
+def _facts_of(rows: dict[str, FileFacts], path: Column) -> Column:
+    """The facts of the file read from `path` (None: not in `rows`), from constants in the plan, at a cost per
+    record that does not grow with the batch's files. Spark searches a map key by key, and the paths share
+    their prefix: one map of a 200-file batch's 600 spellings cost 2-3 CPU-s per million records (bench/
+    RESULTS.md, "The CDC apply got slower"). So the paths are spread over as many small maps as there are
+    paths, by their CRC-32 (Spark's crc32 of the path's UTF-8 bytes is zlib's), and a record looks in one."""
+    buckets = max(1, len(rows))
+    spread: list[dict[str, dict[str, object]]] = [{} for _ in range(buckets)]
+    for spelling, (uri, position, base) in rows.items():
+        bucket = zlib.crc32(spelling.encode("utf-8")) % buckets
+        spread[bucket][spelling] = {"uri": uri, "position": position, "sequence_base": base}
+    # one JSON literal, which the optimizer folds (a literal per value would cost a py4j call each)
+    maps = F.from_json(F.lit(json.dumps(spread)), f"array<{_FACTS_TYPE}>")
+    bucket_of_path = (F.pmod(F.crc32(path.cast("binary")), F.lit(buckets)) + 1).cast("int")
+    return F.try_element_at(F.element_at(maps, bucket_of_path), path)
 
 
 FileFacts = tuple[str, int, str | None]  # URI, position in the batch, synthesized sequence base

@@ -36,12 +36,16 @@ TUNING = {
     "spark.sql.optimizer.runtime.bloomFilter.numBits": "33554432",
     "spark.sql.autoBroadcastJoinThreshold": "10MB",  # Spark's default, said: APPLY_TUNING turns it off
     # Partitions from the input's size: a shuffle starts with spark.sql.shuffle.partitions (twice the
-    # executor cores, parallelism()) and adaptive execution coalesces neighbours up to the advisory size, so a
-    # small batch on 80 cores runs a few tasks, not 160 of a few kB. parallelismFirst=false lets the advisory
-    # size decide (Spark's default keeps at least defaultParallelism partitions of 1 MB: many tiny tasks).
+    # executor cores, parallelism()) and adaptive execution coalesces neighbours, keeping defaultParallelism
+    # partitions (the same count) while each holds at least the minimum size (2 MB), and none over the
+    # advisory size: a small batch on 80 cores runs a few tasks, not 160 of a few kB, and a large one keeps
+    # every core busy. Coalescing by the advisory size alone (parallelismFirst=false) ran a 1M-change batch's
+    # shuffles as 2 tasks and its MERGE's last as 1 on 2 cores (one idle): 10M-row CDC from Parquet took 12.9 s,
+    # 10.4 s with this (bench/RESULTS.md, "The CDC apply got slower").
     "spark.sql.adaptive.enabled": "true",
     "spark.sql.adaptive.coalescePartitions.enabled": "true",
-    "spark.sql.adaptive.coalescePartitions.parallelismFirst": "false",
+    "spark.sql.adaptive.coalescePartitions.parallelismFirst": "true",
+    "spark.sql.adaptive.coalescePartitions.minPartitionSize": "2MB",
     "spark.sql.adaptive.advisoryPartitionSizeInBytes": "64MB",
 }
 

@@ -104,27 +104,36 @@ def test_shuffle_partitions_is_no_longer_a_constant_4_of_the_job_arguments_or_th
         parse_job_arguments(["--shuffle_partitions", "-1"])
 
 
-def test_adaptive_execution_coalesces_by_size_not_to_the_default_parallelism():
-    assert TUNING["spark.sql.adaptive.coalescePartitions.parallelismFirst"] == "false"
+def test_adaptive_execution_keeps_the_cores_busy_and_coalesces_small_partitions():
+    assert TUNING["spark.sql.adaptive.coalescePartitions.parallelismFirst"] == "true"
+    assert TUNING["spark.sql.adaptive.coalescePartitions.minPartitionSize"] == "2MB"
     assert TUNING["spark.sql.adaptive.advisoryPartitionSizeInBytes"] == "64MB"
 
 
-def test_a_small_shuffle_on_many_partitions_runs_as_one_task(spark):
-    """Given 16 shuffle partitions (8 cores' worth) and a shuffle of about 25 MB (300k rows), When it runs, Then
-    adaptive execution reads it as one partition of at most 64 MB (Spark's default, parallelismFirst, keeps
-    defaultParallelism partitions of at least 1 MB: 3 here, as many as the cluster's cores on AWS); the
-    result is whole."""
+def _partitions_after_shuffle(spark, rows: int) -> tuple[int, tuple]:
     from pyspark.sql import functions as F
 
     previous = spark.conf.get("spark.sql.shuffle.partitions")
     spark.conf.set("spark.sql.shuffle.partitions", "16")
     try:
-        rows = spark.range(0, 300_000, numPartitions=4).select(
+        data = spark.range(0, rows, numPartitions=4).select(
             "id", F.sha2(F.col("id").cast("string"), 256).alias("payload")
         )
-        shuffled = rows.repartition("id")
-        assert shuffled.rdd.getNumPartitions() == 1
+        shuffled = data.repartition("id")
         total = shuffled.agg(F.count("*"), F.sum("id"), F.countDistinct("payload")).first()
-        assert tuple(total) == (300_000, 300_000 * 299_999 // 2, 300_000)
+        return shuffled.rdd.getNumPartitions(), tuple(total)
     finally:
         spark.conf.set("spark.sql.shuffle.partitions", previous)
+
+
+def test_a_large_shuffle_keeps_one_partition_per_core_and_a_small_one_runs_as_one_task(spark):
+    """Given 16 shuffle partitions (8 cores' worth) and the session's defaultParallelism (2 here),
+    When a shuffle of about 25 MB (300k rows) runs, Then adaptive execution keeps at least defaultParallelism
+    partitions, fewer than 16 (every core busy; by the advisory size alone it ran as one task while a core idled);
+    When a shuffle of about 100 kB (1k rows) runs, Then it is one partition (under the 2 MB minimum);
+    and both results are whole."""
+    cores = spark.sparkContext.defaultParallelism
+    partitions, total = _partitions_after_shuffle(spark, 300_000)
+    assert cores >= 2 and cores <= partitions < 16  # neighbours joined up to about 25 MB / cores each
+    assert total == (300_000, 300_000 * 299_999 // 2, 300_000)
+    assert _partitions_after_shuffle(spark, 1_000) == (1, (1_000, 1_000 * 999 // 2, 1_000))
