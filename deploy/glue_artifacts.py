@@ -4,8 +4,9 @@
     python -m deploy.glue_artifacts --list                                                     # lakehouse.zip's files
 
 Entry scripts under `<JobCodePrefix>/scripts/`, the `lakehouse` library as `<JobCodePrefix>/lib/lakehouse.zip`
-(the jobs' `--extra-py-files`), the Iceberg Spark runtime the tests ran on at `IcebergJarKey` (the jobs'
-`--extra-jars`) and, when given, the schema file at `SchemaFileKey` (docs/CONTRACTS.md).
+(the jobs' `--extra-py-files`), when asked for, the Iceberg Spark runtime the tests ran on at `IcebergJarKey`
+(the jobs' `--extra-jars`; by default they run Glue's own Iceberg) and, when given, the schema file at
+`SchemaFileKey` (docs/CONTRACTS.md).
 
 Two layouts. The template's defaults are fixed keys (`glue/scripts/…`, `glue/lib/lakehouse.zip`,
 `glue/jars/<jar>`, `config/schema.json`): what the local stack publishes after its deploy. `make deploy`
@@ -87,7 +88,8 @@ def iceberg_runtime_jar() -> Path:
 
 
 def iceberg_jar_key() -> str:
-    """The template's default `IcebergJarKey` (the fixed layout)."""
+    """The pinned runtime's key in the fixed layout (`IcebergJarKey` of a stack that asks for it; the template's
+    default is empty: Glue's own Iceberg)."""
     return f"{FIXED_CODE_PREFIX}/jars/{ICEBERG_RUNTIME_JAR}"
 
 
@@ -129,16 +131,18 @@ def code_artifacts(prefix: str) -> list[Artifact]:
 
 
 def release(schema_file: Path | None = None, iceberg_jar: Path | None = None) -> Release:
-    """The versioned layout: the code (six scripts and the library) under `glue/code/<hash of them>/`, the jar
-    under `glue/jars/<its hash>/`, the schema file as `config/schema-<its hash>.json` (without one, the
-    stack keeps the schema file it has: no SchemaFileKey parameter)."""
+    """The versioned layout: the code (six scripts and the library) under `glue/code/<hash of them>/`, an
+    Iceberg runtime jar when one is given under `glue/jars/<its hash>/` (without one, no jar and no
+    IcebergJarKey parameter), the schema file as `config/schema-<its hash>.json` (without one, the stack keeps
+    the schema file it has: no SchemaFileKey parameter)."""
     unversioned = code_artifacts("")
     code_prefix = f"glue/code/{content_hash([a.key.encode() + (a.body or b'') for a in unversioned])}"
     artifacts = code_artifacts(code_prefix)
-    jar = iceberg_jar or iceberg_runtime_jar()
-    jar_key = f"glue/jars/{file_hash(jar)}/{jar.name}"
-    artifacts.append(Artifact(jar_key, path=jar))
-    parameters = {"JobCodePrefix": code_prefix, "IcebergJarKey": jar_key}
+    parameters = {"JobCodePrefix": code_prefix}
+    if iceberg_jar is not None:
+        jar_key = f"glue/jars/{file_hash(iceberg_jar)}/{iceberg_jar.name}"
+        artifacts.append(Artifact(jar_key, path=iceberg_jar))
+        parameters["IcebergJarKey"] = jar_key
     if schema_file is not None:
         body = schema_file.read_bytes()
         schema_key = f"config/schema-{content_hash([body])}.json"

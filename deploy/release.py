@@ -7,10 +7,12 @@
    `--parameter-overrides` (on an update, what neither names keeps the stack's current value);
 2. the preflight (deploy.preflight): every check, each failure with its fix, before anything is built;
 3. `sam build`;
-4. the release (deploy.glue_artifacts.release): the job code, the library, the Iceberg jar and the schema file
-   under keys that hold a hash of their content, passed as the template's `JobCodePrefix`, `IcebergJarKey`,
-   `SchemaFileKey`; on an update they are published before `sam deploy`, so the new stack never names a key
-   that is missing, and the old keys stay for a rollback;
+4. the release (deploy.glue_artifacts.release): the job code, the library and the schema file under keys that
+   hold a hash of their content, passed as the template's `JobCodePrefix`, `SchemaFileKey`; on an update they
+   are published before `sam deploy`, so the new stack never names a key that is missing, and the old keys stay
+   for a rollback. The jobs run Glue's own Iceberg (`IcebergJarKey` empty) unless the parameters say
+   `IcebergJarKey=pinned`: then the runtime the tests run on is published too and its key passed instead (a key
+   of a jar of your own, uploaded by you, is passed as given);
 5. `sam deploy` with all of them (the command line's overrides replace samconfig's, so both are passed);
 6. the release again, after a first create (the artifacts bucket is the stack's own): keys already there are skipped.
 """
@@ -75,8 +77,20 @@ def deploy_command(
 
 
 def _override(key: str, value: str) -> str:
-    """K=V as sam deploy reads it: a value with a space is quoted, or sam would split it."""
-    return f'{key}="{value}"' if any(c.isspace() for c in value) else f"{key}={value}"
+    """K=V as sam deploy reads it: a value with a space is quoted, or sam would split it, and so is an empty one
+    (sam reads `K=` as no parameter at all)."""
+    return f'{key}="{value}"' if not value or any(c.isspace() for c in value) else f"{key}={value}"
+
+
+# `IcebergJarKey=pinned`: publish the Iceberg runtime the tests run on and run the jobs on it.
+PINNED_ICEBERG = "pinned"
+
+
+def iceberg_jar_to_publish(overrides: Mapping[str, str]) -> Path | None:
+    """The jar the release publishes: the tests' Iceberg runtime when the parameters ask for it, else none."""
+    if overrides.get("IcebergJarKey") == PINNED_ICEBERG:
+        return glue_artifacts.iceberg_runtime_jar()
+    return None
 
 
 def artifacts_bucket(cloudformation: Any, stack_name: str) -> str | None:
@@ -127,12 +141,14 @@ def main(argv: Sequence[str] | None = None, session: Any = None) -> int:
         return 2
     sam = args.sam or sam_executable()
     _run(build_command(sam, args.config_env))
-    release = glue_artifacts.release(args.schema_file)
+    release = glue_artifacts.release(args.schema_file, iceberg_jar_to_publish(overrides))
     s3 = session.client("s3")
     bucket = artifacts_bucket(cloudformation, stack_name)
     if bucket is not None:
         glue_artifacts.publish(s3, bucket, release.artifacts, overwrite=False)
-    parameters = dict(overrides) | dict(release.parameters)
+    # Glue's own Iceberg unless a jar is named: said on every deploy, so an update that no longer asks for the
+    # pinned jar goes back to Glue's (sam deploy would keep the stack's previous key).
+    parameters = {"IcebergJarKey": ""} | dict(overrides) | dict(release.parameters)
     _run(deploy_command(sam, stack_name, args.config_env, parameters, not args.no_confirm_changeset))
     bucket = artifacts_bucket(cloudformation, stack_name)
     if bucket is None:

@@ -13,9 +13,10 @@ script with the same arguments:
   (`--snake_case` ones, as `lakehouse.base.config` tells ours from Glue's), then the task's run arguments
   (argparse keeps the last of a repeated option, so a run argument overrides a default as on Glue); dynamic
   values through `States.Array`, as Step Functions has no other way to build a list;
-- `SparkSubmitParameters`: `--py-files` (the Glue job's `--extra-py-files`), `--jars` (its `--extra-jars`:
-  the pinned Iceberg runtime) and the Iceberg catalog settings `lakehouse.io.session.catalog_conf` gives a
-  Glue-catalog session with the job's `--catalog_name` and `--warehouse`;
+- `SparkSubmitParameters`: `--py-files` (the Glue job's `--extra-py-files`), `--jars ${IcebergJars}` (the
+  template's choice of Iceberg runtime, as the Glue jobs' `--datalake-formats` / `--extra-jars` make it: the
+  release's own, or the pinned jar) and the Iceberg catalog settings `lakehouse.io.session.catalog_conf` gives
+  a Glue-catalog session with the job's `--catalog_name` and `--warehouse`;
 - Retry error names mapped to EMR Serverless's (`GLUE_TO_EMR_ERRORS`); an unknown Glue error name is an error
   here, never silently copied.
 Values of the Glue job's arguments are kept as written in the template: `!Sub` text keeps its `${Name}`
@@ -46,6 +47,7 @@ GLUE_SYNC = "arn:aws:states:::glue:startJobRun.sync"
 EMR_SYNC = "arn:aws:states:::emr-serverless:startJobRun.sync"
 GLUE_STATE_MACHINE = "PipelineStateMachine"
 APPLICATION_ID = "${EmrApplicationId}"
+ICEBERG_JARS = "${IcebergJars}"
 EXECUTION_ROLE_ARN = "${EmrJobRoleArn}"
 
 # What Glue's refusals to start a run are on EMR Serverless (StartJobRun's documented errors; Step Functions
@@ -133,8 +135,7 @@ def spark_submit_parameters(glue_job: dict[str, Any]) -> str:
     parts = []
     if "--extra-py-files" in defaults:
         parts += ["--py-files", as_text(defaults["--extra-py-files"])]
-    if "--extra-jars" in defaults:
-        parts += ["--jars", as_text(defaults["--extra-jars"])]
+    parts += ["--jars", ICEBERG_JARS]
     for key, value in catalog_conf(config).items():
         if " " in key or " " in value:
             raise EngineError(f"a Spark setting with a blank cannot go on a spark-submit line: {key}={value}")

@@ -108,6 +108,14 @@ def iceberg_runtime_jar() -> str:
     return str(jar)
 
 
+def with_iceberg_extensions(extensions: str | None) -> str:
+    """`spark.sql.extensions` with Iceberg's among them: what the engine's launch already set stays (Glue's own
+    Iceberg, `--datalake-formats`, leaves it to the job; a `--conf` or an EMR image may not), Iceberg's is not
+    named twice."""
+    names = [name.strip() for name in (extensions or "").split(",") if name.strip()]
+    return ",".join(names if ICEBERG_EXTENSIONS in names else [*names, ICEBERG_EXTENSIONS])
+
+
 def catalog_conf(config: LakeConfig) -> dict[str, str]:
     """Spark settings of the Iceberg catalog. Glue: GlueCatalog + S3FileIO; local: a hadoop warehouse.
     On EMR Serverless the same settings also go on the spark-submit line (tools/emr_serverless_asl.py derives
@@ -188,7 +196,8 @@ def build_session(
         submitted = dict(SparkConf().getAll())  # what Glue's or EMR's spark-submit set, before the context
         partitions = parallelism(config, submitted)
         builder = SparkSession.builder.appName(app_name)
-        for key, value in (catalog_conf(config) | SCHEDULER_SETTINGS).items():
+        launched = {"spark.sql.extensions": with_iceberg_extensions(submitted.get("spark.sql.extensions"))}
+        for key, value in (catalog_conf(config) | SCHEDULER_SETTINGS | launched).items():
             builder = builder.config(key, value)
         if partitions and "spark.default.parallelism" not in submitted:
             builder = builder.config("spark.default.parallelism", str(partitions))

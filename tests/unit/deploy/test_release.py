@@ -42,7 +42,7 @@ def test_a_release_names_every_artifact_by_its_content(tmp_path: Path, small_jar
     parameter the jobs read, under the prefix the template's defaults do not use."""
     schema = tmp_path / "schema.json"
     schema.write_text('{"version": 1, "tables": {}}')
-    first, second = glue_artifacts.release(schema), glue_artifacts.release(schema)
+    first, second = glue_artifacts.release(schema, small_jar), glue_artifacts.release(schema, small_jar)
     assert first == second
     prefix = first.parameters["JobCodePrefix"]
     assert [a.key for a in first.artifacts] == [
@@ -56,7 +56,7 @@ def test_a_release_names_every_artifact_by_its_content(tmp_path: Path, small_jar
     assert first.parameters["SchemaFileKey"].startswith("config/schema-")
 
     schema.write_text('{"version": 1, "tables": {"a": {}}}')
-    changed = glue_artifacts.release(schema).parameters
+    changed = glue_artifacts.release(schema, small_jar).parameters
     assert changed["SchemaFileKey"] != first.parameters["SchemaFileKey"]
     assert {k: v for k, v in changed.items() if k != "SchemaFileKey"} == {
         k: v for k, v in first.parameters.items() if k != "SchemaFileKey"
@@ -66,10 +66,11 @@ def test_a_release_names_every_artifact_by_its_content(tmp_path: Path, small_jar
     defaults = {name: declared[name]["Default"] for name in first.parameters}
     assert defaults == {
         "JobCodePrefix": glue_artifacts.FIXED_CODE_PREFIX,
-        "IcebergJarKey": glue_artifacts.iceberg_jar_key(),
+        "IcebergJarKey": "",  # Glue's own Iceberg
         "SchemaFileKey": glue_artifacts.SCHEMA_KEY,
     }
-    assert glue_artifacts.release().parameters.keys() == {"JobCodePrefix", "IcebergJarKey"}
+    assert glue_artifacts.release().parameters.keys() == {"JobCodePrefix"}
+    assert glue_artifacts.release().artifacts == first.artifacts[: len(glue_artifacts.GLUE_SCRIPTS) + 1]
 
 
 class FakeSam:
@@ -140,6 +141,7 @@ def test_a_first_deploy_builds_deploys_with_the_users_parameters_and_the_keys_th
         "DmsReplicationInstanceArn": INSTANCE,
         "DmsSourceEndpointArn": SOURCE,
         "AlarmEmail": "ops@example.com",
+        "IcebergJarKey": '""',  # Glue's own Iceberg, said (sam reads a bare `K=` as nothing)
         **keys,
     }
     assert sam.commands[1][sam.commands[1].index("--stack-name") + 1] == STACK
@@ -161,6 +163,32 @@ def test_an_update_publishes_the_new_code_before_the_stack_names_it(
     assert sam.bucket_at_deploy == {a.key for a in expected.artifacts}
     assert "SchemaFileKey" not in _parameters(sam.commands[1])
     assert _parameters(sam.commands[1])["JobCodePrefix"] == expected.parameters["JobCodePrefix"]
+
+
+def test_the_pinned_iceberg_runtime_is_published_and_named_only_when_asked_for(
+    aws: Any, monkeypatch: pytest.MonkeyPatch, small_jar: Path
+) -> None:
+    """Given a deployed stack, When make deploy runs with `IcebergJarKey=pinned`, Then the tests' Iceberg runtime
+    is in the bucket at its versioned key before sam deploy, which gets that key; When it runs again without it,
+    Then no jar is published and sam deploy gets an empty IcebergJarKey (back to Glue's own Iceberg); a key of
+    the user's own jar is passed as given."""
+    create_stack()
+    code, sam = _deploy(aws, monkeypatch, "--parameter-overrides", "IcebergJarKey=pinned")
+    assert code == 0
+    pinned = glue_artifacts.release(iceberg_jar=small_jar)
+    jar_key = pinned.parameters["IcebergJarKey"]
+    assert jar_key.startswith("glue/jars/") and jar_key.endswith(f"/{small_jar.name}")
+    assert jar_key in sam.bucket_at_deploy
+    assert _parameters(sam.commands[1])["IcebergJarKey"] == jar_key
+
+    boto3.client("s3").delete_object(Bucket=BUCKET, Key=jar_key)
+    code, sam = _deploy(aws, monkeypatch)
+    assert code == 0
+    assert jar_key not in sam.bucket_at_deploy
+    assert _parameters(sam.commands[1])["IcebergJarKey"] == '""'
+
+    code, sam = _deploy(aws, monkeypatch, "--parameter-overrides", "IcebergJarKey=jars/mine.jar")
+    assert code == 0 and _parameters(sam.commands[1])["IcebergJarKey"] == "jars/mine.jar"
 
 
 def test_a_first_deploy_without_what_it_needs_stops_before_building(

@@ -20,6 +20,17 @@ def test_glue_catalog_uses_glue_catalog_and_s3_file_io():
     assert conf["spark.sql.session.timeZone"] == "UTC"
 
 
+def test_a_glue_session_adds_icebergs_extensions_to_those_the_engine_launched_with():
+    """Given the `spark.sql.extensions` a Glue or EMR launch set (none, another's, Iceberg's already), When a
+    Glue-catalog session is built, Then Iceberg's extensions are added once and no launched one is dropped."""
+    from lakehouse.io.session import ICEBERG_EXTENSIONS, with_iceberg_extensions
+
+    other = "com.example.SessionExtensions"
+    assert with_iceberg_extensions(None) == ICEBERG_EXTENSIONS
+    assert with_iceberg_extensions(f" {other} ") == f"{other},{ICEBERG_EXTENSIONS}"
+    assert with_iceberg_extensions(f"{ICEBERG_EXTENSIONS},{other}") == f"{ICEBERG_EXTENSIONS},{other}"
+
+
 def test_local_catalog_is_a_hadoop_warehouse_folder(tmp_path):
     conf = catalog_conf(LakeConfig(catalog_type="hadoop", warehouse=str(tmp_path)))
     assert conf["spark.sql.catalog.lake.type"] == "hadoop"

@@ -159,7 +159,7 @@ def test_each_run_is_the_glue_jobs_script_with_its_arguments_library_and_catalog
     submit = shlex.split(spark_submit["SparkSubmitParameters"])
     options = list(zip(submit[::2], submit[1::2], strict=True))
     assert ("--py-files", job["DefaultArguments"]["--extra-py-files"]["Fn::Sub"]) in options
-    assert ("--jars", job["DefaultArguments"]["--extra-jars"]["Fn::Sub"]) in options
+    assert ("--jars", emr_serverless_asl.ICEBERG_JARS) in options
     conf = dict(value.split("=", 1) for option, value in options if option == "--conf")
     warehouse = job["DefaultArguments"]["--warehouse"]["Fn::Sub"]
     assert conf == catalog_conf(LakeConfig(catalog_type="glue", catalog_name="lake", warehouse=warehouse))
@@ -201,6 +201,8 @@ def test_every_placeholder_of_the_emr_definition_is_substituted_with_what_the_gl
             assert value == {"Fn::GetAtt": ["EmrApplication", "ApplicationId"]}
         elif name == "EmrJobRoleArn":
             assert value == {"Fn::GetAtt": ["EmrJobRole", "Arn"]}
+        elif name == "IcebergJars":  # the Glue jobs' Iceberg as a run's jars (test_iceberg_runtime.py)
+            assert value["Fn::If"][0] == "HasIcebergJar"
         elif name == "CsvDelimiter":
             assert value == {"Fn::If": ["CsvDelimiterIsTab", "tab", {"Ref": "CsvDelimiter"}]}
         elif template["Parameters"].get(name, {}).get("Type") == "Number":

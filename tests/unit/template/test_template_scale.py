@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -194,33 +193,6 @@ def test_whatever_names_the_state_machine_names_the_one_of_the_engine_in_use(tem
         executions = {name for kind, name in arns if kind == "execution"}
         assert not executions or machine in executions, logical
     assert ("WatchdogFunction", "stateMachine") in seen and ("LeaseFunction", "execution") in seen
-
-
-# ---------------------------------------------------------------- item 6: one Iceberg runtime
-def test_glue_runs_one_iceberg_the_pinned_runtime_the_tests_run_on(template):
-    """Given every Glue job, Then Glue's own Iceberg is not asked for (no --datalake-formats) and the runtime is
-    the pinned jar the local tests load (lakehouse.io.session), first on the classpath, where deploy.glue_artifacts
-    uploads it; the EMR runs take the same jar."""
-    from lakehouse.io.session import iceberg_runtime_jar
-
-    from deploy.glue_artifacts import iceberg_jar_key
-
-    pinned = Path(iceberg_runtime_jar()).name
-    assert pinned == "iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
-    assert iceberg_jar_key() == f"glue/jars/{pinned}" == template["Parameters"]["IcebergJarKey"]["Default"]
-    for name, job in _glue_jobs(template).items():
-        arguments = job["DefaultArguments"]
-        assert "--datalake-formats" not in arguments, name
-        assert arguments["--extra-jars"] == {"Fn::Sub": "s3://${ArtifactsBucket}/${IcebergJarKey}"}, name
-        assert arguments["--user-jars-first"] == "true", name
-        assert not any("iceberg" in str(v).lower() for k, v in arguments.items() if k.startswith("--conf")), (
-            name
-        )
-    emr = json.loads(EMR_ASL.read_text())
-    for state in emr["States"].values():
-        if state.get("Resource") == emr_serverless_asl.EMR_SYNC:
-            submit = state["Parameters"]["JobDriver"]["SparkSubmit"]["SparkSubmitParameters"]
-            assert "--jars s3://${ArtifactsBucket}/${IcebergJarKey}" in submit
 
 
 # ---------------------------------------------------------------- item 6: EMR architecture and image

@@ -11,7 +11,6 @@ import json
 import re
 import sys
 import tomllib
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -383,26 +382,6 @@ def test_state_survives_a_stack_update_or_delete(template):
             assert resource.get("UpdateReplacePolicy") == "Retain", name
     for bucket in ("RawBucket", "ArtifactsBucket"):
         assert template["Resources"][bucket]["Properties"]["VersioningConfiguration"] == {"Status": "Enabled"}
-
-
-# ---------------------------------------------------------------- 9. what runs on Glue is what was tested
-@pytest.mark.parametrize("job", GLUE_JOBS)
-def test_glue_runs_the_iceberg_runtime_the_tests_ran_on(template, job):
-    """Glue's own Iceberg (1.10.0 on Glue 5.1) is not what the tests use: the jobs load the pinned runtime
-    first (--user-jars-first), uploaded by deploy/glue_artifacts.py from the same wheel the tests use."""
-    from lakehouse.io.session import iceberg_runtime_jar
-
-    from deploy import glue_artifacts
-
-    arguments = template["Resources"][job]["Properties"]["DefaultArguments"]
-    assert arguments["--extra-jars"] == {"Fn::Sub": "s3://${ArtifactsBucket}/${IcebergJarKey}"}
-    assert glue_artifacts.iceberg_runtime_jar() == Path(iceberg_runtime_jar())  # the jar the tests load
-    assert arguments["--user-jars-first"] == "true"
-    import pyspark
-
-    # Glue 5.1 runs Spark 3.5 (Scala 2.12): the runtime's build and the tests' PySpark must be the same line.
-    assert template["Resources"][job]["Properties"]["GlueVersion"] == "5.1"
-    assert pyspark.__version__.startswith("3.5.") and "-3.5_2.12-" in glue_artifacts.iceberg_jar_key()
 
 
 # ---------------------------------------------------------------- 10. parameters a guided deploy can't get wrong
