@@ -41,6 +41,10 @@ LOAD_STARTED = "dms.load.started-at"  # when DMS started that load (UTC)
 # the raw zone that was written before this moment was removed by the reload: superseded, not lost.
 LOAD_ENDED = "dms.load.ended-at"
 
+# Every commit writes a new metadata.json, and a table commits at most once a batch (a minute or more apart). A
+# reader pinned to one file (DuckDB's iceberg_scan of a metadata.json, Snowflake's METADATA_FILE_PATH) broke when
+# Iceberg deleted it, 50 commits later (an hour). Iceberg keeps the newest 1440 now: a day of commits at one a
+# minute, longer for a table that changes less often (docs/DEPLOY.md, "Reading the lake from other engines").
 TABLE_PROPERTIES = {
     "format-version": "2",
     "write.delete.mode": "merge-on-read",
@@ -48,7 +52,7 @@ TABLE_PROPERTIES = {
     "write.merge.mode": "merge-on-read",
     "write.parquet.compression-codec": "zstd",
     "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "50",
+    "write.metadata.previous-versions-max": "1440",
 }
 
 
