@@ -121,8 +121,9 @@ def test_a_glue_task_becomes_an_emr_serverless_task_in_the_same_place():
     assert submit["EntryPointArguments.$"].endswith(
         "'--manifest', $.batch.value.manifest_uri, '--reload', 'true')"
     )
+    # the jars are the template's choice of Iceberg runtime (its IcebergJars substitution), whatever the Glue job's
     assert submit["SparkSubmitParameters"].startswith(
-        "--py-files s3://${ArtifactsBucket}/glue/lib/lakehouse.zip --jars s3://${ArtifactsBucket}/glue/jars/runtime.jar"
+        "--py-files s3://${ArtifactsBucket}/glue/lib/lakehouse.zip --jars ${IcebergJars} "
     )
     assert (
         "--conf spark.sql.catalog.lake.warehouse=s3://${CleanBucket}/warehouse/"
