@@ -18,8 +18,10 @@ from tests.support import DmsWriter, manifest, rows_of, schema_of
 
 pytestmark = pytest.mark.spark
 
+# The source's names in mixed case, as PostgreSQL (quoted) and MySQL allow: the clean table's are lower case.
+SOURCE_COLUMNS = ["Id", "Name", "Amount"]
 SCHEMA = schema_of(
-    {"sales.customer": (["id"], [("id", "int"), ("name", "varchar(20)"), ("amount", "decimal(7,2)")])}
+    {"sales.customer": (["Id"], [("Id", "int"), ("Name", "varchar(20)"), ("Amount", "decimal(7,2)")])}
 )
 COLUMNS = ["id", "name", "amount"]
 LOADED = [(1, "Ann", Decimal("1.50")), (2, "Bob", Decimal("2.00")), (3, "Cy", Decimal("3.00"))]
@@ -29,11 +31,11 @@ CHANGED = [(1, "Ann", Decimal("1.50")), (2, "Bob", Decimal("20.00")), (4, "Di", 
 def _write(spark: Any, config: Any, raw: Path) -> str:
     """The pipeline's full load of LOADED, then one CDC batch (update 2, delete 3, insert 4): CHANGED."""
     dms = DmsWriter(raw)
-    dms.load("sales.customer", COLUMNS, LOADED, snapshot_seq=10)
+    dms.load("sales.customer", SOURCE_COLUMNS, LOADED, snapshot_seq=10)
     full_load(spark, config, SCHEMA, str(dms.root))
     return dms.cdc(
         "sales.customer",
-        COLUMNS,
+        SOURCE_COLUMNS,
         [("U", (2, "Bob", 20)), ("D", (3, "Cy", 3)), ("I", (4, "Di", 4))],
         seqs=[20, 21, 22],
     )
@@ -104,9 +106,14 @@ def test_duckdb_reads_the_current_table_through_its_folder(written):
 
 def test_pyiceberg_reads_the_current_table_from_its_metadata(written):
     """Given the same table, When PyIceberg reads its current metadata.json (on AWS: the Glue catalog's
-    `metadata_location`, what `load_catalog("glue").load_table` reads), Then it reads the same rows."""
+    `metadata_location`, what `load_catalog("glue").load_table` reads), Then it reads the same rows, under
+    lower-case column names whatever the source's case (Athena lower-cases every name it is asked for)."""
+    from pyiceberg.table import StaticTable
+
     _, metadata = written
     assert _pyiceberg_rows(metadata) == CHANGED
+    names = StaticTable.from_metadata(metadata).schema().column_names
+    assert [n for n in names if not n.startswith("dms_")] == COLUMNS
 
 
 def test_a_reader_pinned_to_a_metadata_file_still_reads_it_an_hour_of_commits_later(
