@@ -38,6 +38,13 @@ SAMPLE = {
 }
 
 
+def _sample_choice(value: Any) -> Any:
+    """A value chosen by the sample stack's conditions: no IcebergJarKey (Glue's own Iceberg)."""
+    if isinstance(value, dict) and set(value) == {"Fn::If"} and value["Fn::If"][0] == "HasIcebergJar":
+        return value["Fn::If"][2]
+    return value
+
+
 def _text(value: Any, values: dict[str, str] = SAMPLE) -> str:
     if isinstance(value, str):
         return value
@@ -53,7 +60,10 @@ def _job_argv(
 ) -> list[str]:
     """The job's arguments as Glue passes them to the script: its defaults, then the run's."""
     defaults = template["Resources"][job]["Properties"]["DefaultArguments"]
-    merged = {name: _text(value, values) for name, value in defaults.items()} | run_arguments
+    defaults = {name: _sample_choice(value) for name, value in defaults.items()}
+    merged = {
+        name: _text(value, values) for name, value in defaults.items() if value != {"Ref": "AWS::NoValue"}
+    } | run_arguments
     return [item for name, value in merged.items() for item in (name, value)]
 
 
