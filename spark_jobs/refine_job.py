@@ -1,4 +1,4 @@
-"""Glue job: bring the refined zone (sales_enriched, daily aggregates) up to date with the clean zone."""
+"""Glue job: bring the refined zone (one table per model of the models folder) up to date with the clean zone."""
 
 import os
 import sys

@@ -1,5 +1,5 @@
-"""The refine job (`spark_jobs/refine_job.py`): bring the refined zone up to date with the clean zone,
-incrementally."""
+"""The refine job (`spark_jobs/refine_job.py`): bring each model's refined table up to date with the clean zone,
+incrementally; a model that failed (the others still refreshed) fails the run, so it is alarmed."""
 
 from __future__ import annotations
 
@@ -25,6 +25,11 @@ def parser() -> argparse.ArgumentParser:
         help="read the clean tables at their current snapshots, or at the newest consistent point the CDC "
         "runs recorded (never half a source transaction)",
     )
+    parser.add_argument(
+        "--models_uri",
+        default=None,
+        help="the models folder (a local folder or an s3:// prefix of <name>.sql files); default: the examples",
+    )
     parser.add_argument("--run_id", default="refine", help="names the run in the commits and the report")
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
     return parser
@@ -33,11 +38,15 @@ def parser() -> argparse.ArgumentParser:
 def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     spark = build_session(config, "refine")
     options = RefineOptions(
-        args.source_schema, args.refined_location, args.min_interval_seconds, args.read_at
+        args.source_schema,
+        args.refined_location,
+        args.min_interval_seconds,
+        args.read_at,
+        args.models_uri or None,
     )
     report = refine(spark, config, options, args.run_id)
     publish_report(report.to_dict(), args.report_uri, config)
-    return 0
+    return 1 if report.failed else 0
 
 
 main = job_main(parser, run)

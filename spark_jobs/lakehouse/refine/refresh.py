@@ -1,51 +1,43 @@
-"""Refined zone: a denormalized sales table and daily business aggregates, kept up to date incrementally.
+"""Refined zone: one Iceberg table per model of the models folder (lakehouse.refine.models), kept up to date
+incrementally.
 
     clean zone (one Iceberg table per source table, CDC-applied)
-        │  changed keys since the snapshots consumed last time
+        │  rows changed since the snapshots each model consumed last time
         ▼
-    sales_enriched            web_sales ⟕ date_dim ⟕ time_dim ⟕ item ⟕ customer ⟕ customer_address
-        │  changed rows since the sales_enriched snapshot consumed last time
-        ▼
-    daily_revenue_by_category, daily_revenue_by_state
+    models/<name>.sql  →  refined table <name>   (a model may ref() another: refreshed after it)
 
-Incremental, not a nightly rebuild. Each refined table records, in the snapshot summary of the very
-commit that writes it, the snapshot ids of its inputs it has consumed (`refine.consumed.<table>`). The
-next run reads the inputs as of their current snapshots and compares them with the consumed ones:
+Each refined table records, in the snapshot summary of the very commit that writes it, the snapshot ids of its
+inputs it has consumed (`refine.consumed.<input>`: a source's table name, `<schema>.<table>` when the model
+names the schema, or the ref'd model's name) and a hash of the model's text (`refine.model`). The next run
+reads the inputs as of their current snapshots (or the newest consistent point, `read_at="consistent"`):
 
-- Changed keys of a clean table = keys whose (key, dms_change_seq, dms_commit_ts) differ between the two
-  snapshots, in either direction (an insert, an update, a delete, a reload). Iceberg 1.10's changelog
-  scan refuses merge-on-read delete files ("Delete files are currently not supported in changelog
-  scans") and its incremental read silently skips overwrite snapshots, so a snapshot comparison it is;
-  it reads only the key and the two change columns of each version.
-- Affected sales = changed web_sales keys, plus every sale whose item, customer, customer address,
-  date or time row changed (a dimension update or delete changes the enriched rows that use it).
-- Those sales are recomputed from the clean tables and MERGEd: changed rows updated, new ones
-  inserted, vanished ones deleted. Untouched rows are not rewritten.
-- The aggregates do the same one level up: the sales_enriched rows that changed since the consumed
-  snapshot (each row carries the `refine_batch` that last wrote it) name the affected
-  (day, category) and (day, state) groups, in their old and new versions; only those groups are
-  recomputed and MERGEd (a group left without sales is deleted).
+- none of them moved: the table is unchanged and gets no commit;
+- an incremental model (a `unique_key`): each moved input's changed rows are found by comparing its two
+  snapshots (Iceberg 1.10's changelog scan refuses merge-on-read delete files and its incremental read skips
+  overwrite snapshots, so a snapshot comparison it is, on the rows' hashes); the keys they reach are traced
+  through the model (lakehouse.refine.changes), recomputed from the inputs as they are now, and MERGEd:
+  changed rows updated, new ones inserted, keys that no longer come out deleted. Untouched rows are not
+  rewritten;
+- otherwise the model is rebuilt, and its report says why: new table, model or inputs changed, a consumed
+  snapshot left its input's history (expired, or the input was rolled back), no unique_key,
+  materialized='table', or a plan whose changes cannot be traced to its keys.
 
-A re-run without clean-zone changes commits nothing. A refined table with no consumed state, or whose
-consumed snapshot is no longer in its input's history (expired, or the input was rolled back), is
-rebuilt in full, as is the first run. Because each level records its own inputs, a run that fails
-between two commits is completed by the next run.
+A model with an error (in the file, in its SQL, or at run time) fails alone, its report naming the file and
+line; the others still refresh (a model that refs it waits). Because each table records its own inputs, a run
+that fails between two commits is completed by the next run. With no model at all, the run does nothing.
 
-Dimension joins are left joins: a sale whose item or customer was deleted stays, with null attributes
-(it is grouped under a null category or state), exactly what a recomputation from the clean tables gives.
-
-This module is the job (plan, MERGE, report, entry point); the refined tables' names and pure DataFrame
-steps are in `lakehouse.refine.tables`, the consumed snapshots and the reads as of a snapshot in
-`lakehouse.refine.consumed`.
-"""
+This module is the job (plan, writes, report); the models' files in `lakehouse.refine.models`, the change
+tracing in `lakehouse.refine.changes`, the consumed snapshots in `lakehouse.refine.consumed`."""
 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -54,22 +46,19 @@ from pyspark.sql import types as T
 
 from lakehouse.audit.consistent import POINT_AT, last_point
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.names import (
-    CHANGE_SEQ_COLUMN,
-    COMMIT_TS_COLUMN,
-    properties_sql,
-    quote,
-    sql_string,
-    table_name,
-)
+from lakehouse.base.names import properties_sql, quote, sql_string, table_name
 from lakehouse.io.iceberg import (
     TABLE_PROPERTIES,
     current_snapshot_id,
     ensure_namespace,
     overwrite_rows,
+    replace_table,
+    snapshot_properties,
     table_exists,
     with_commit_properties,
 )
+from lakehouse.io.storage import list_objects, read_text
+from lakehouse.refine.changes import affected_keys, changed_rows, incremental_blocker, null_safe_join
 from lakehouse.refine.consumed import (
     CONSUMED_PREFIX,
     REFINE_RUN_ID,
@@ -78,28 +67,23 @@ from lakehouse.refine.consumed import (
     read_as_of,
     seconds_since_commit,
 )
-from lakehouse.refine.tables import (
-    AGGREGATE_DAY,
-    AGGREGATES,
-    BATCH_COLUMN,
-    SALES_ENRICHED,
-    SALES_KEY,
-    SOURCE_KEYS,
-    affected_sales,
-    changed_keys,
-    daily_revenue,
-    enrich_sales,
-    null_safe_join,
-)
+from lakehouse.refine.models import Model, ModelError, ModelFolder, Reference, load_folder
+from lakehouse.refine.plans import model_hash_of, rebuild_reason
 
 log = logging.getLogger(__name__)
+
+# The example models, beside the library in a checkout (a deployed job is given its folder: --models_uri).
+EXAMPLE_MODELS = str(Path(__file__).resolve().parents[3] / "models")
+MODEL_HASH = "refine.model"
+SPARK_LINE = re.compile(r"line (\d+)")
 
 
 @dataclass(frozen=True)
 class RefineOptions:
     """Where the source tables are in the clean zone (`<source_schema>_<table>`, lower case), where new
-    refined tables go (a location prefix, for the Glue catalog; None: the catalog's default), and the
-    bounded cadence: a run within `min_interval_seconds` of the last refine commit does nothing."""
+    refined tables go (a location prefix, for the Glue catalog; None: the catalog's default), the bounded
+    cadence (a run within `min_interval_seconds` of the last refine commit does nothing), and the models
+    folder (a local folder or an s3:// prefix; None: the example models)."""
 
     source_schema: str = "main"
     refined_location: str | None = None
@@ -107,37 +91,52 @@ class RefineOptions:
     # "current": the clean tables' current snapshots; "consistent": their snapshots at the newest recorded
     # consistent point (lakehouse.audit.consistent), so the refined zone never holds half a source transaction.
     read_at: str = "current"
+    models_uri: str | None = None
 
-    def clean_name(self, table: str) -> str:
-        """The clean table the full load and CDC write for `<source_schema>.<table>` (names.table_name)."""
-        return table_name(self.source_schema, table)
+    def clean_name(self, table: str, schema: str | None = None) -> str:
+        """The clean table the full load and CDC write for `<schema>.<table>` (names.table_name)."""
+        return table_name(schema or self.source_schema, table)
 
 
 @dataclass
 class RefinedTableReport:
     table: str
-    mode: str = "unchanged"  # "built" (full), "incremental", "unchanged"
-    changed_inputs: dict[str, int] = field(default_factory=dict)  # input → changed keys
-    affected: int = 0  # sales (sales_enriched) or groups (aggregates) recomputed
+    mode: str = "unchanged"  # "built" (full), "incremental", "unchanged", "failed", "waiting"
+    changed_inputs: dict[str, int] = field(
+        default_factory=dict
+    )  # input → changed rows (before + after images)
+    affected: int = 0  # keys recomputed (incremental)
     snapshot_id: int | None = None
     seconds: float = 0.0
+    reason: str | None = None  # why it was rebuilt, or why it waits
+    error: str | None = None  # why it failed: <model file>:<line>: <message>
 
 
 @dataclass
 class RefineReport:
     run_id: str
     batch: int
-    status: str = "done"  # "done", or "waiting" when a clean table has no data (or no consistent point) yet
+    # "done"; "waiting" when no model's inputs have data (or a consistent point) yet; "too-soon"; "no-models"
+    status: str = "done"
     consistent_point: str | None = None  # the source moment its inputs were read at (read_at consistent)
     tables: list[RefinedTableReport] = field(default_factory=list)
     seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[RefinedTableReport]:
+        return [t for t in self.tables if t.mode == "failed"]
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-# ------------------------------------------------------------------------------------------------
-# The job
+def read_models(uri: str | None = None, endpoint_url: str | None = None) -> ModelFolder:
+    """The `.sql` files of the models folder (a missing folder has none), parsed and ordered."""
+    try:
+        files = [o.uri for o in list_objects(uri or EXAMPLE_MODELS, endpoint_url) if o.uri.endswith(".sql")]
+    except FileNotFoundError:
+        files = []
+    return load_folder((f, read_text(f, endpoint_url)) for f in files)
 
 
 class _Refiner:
@@ -148,117 +147,126 @@ class _Refiner:
         self.run_id = run_id
         self.batch = time.time_ns() // 1_000_000
         self.report = RefineReport(run_id, self.batch)
+        self.source_snapshots: dict[Reference, int] = {}
+        self.refreshed: dict[str, int] = {}  # model → its refined table's snapshot after this run
 
     def refined(self, name: str) -> str:
         return self.config.table(self.config.refined_database, name)
 
-    def clean(self, source: str) -> str:
-        return self.config.clean_table(self.options.clean_name(source))
+    def input_table(self, reference: Reference) -> str:
+        if reference.kind == "ref":
+            return self.refined(reference.name)
+        return self.config.clean_table(self.options.clean_name(reference.name, reference.schema))
 
-    def commit_properties(self, consumed: dict[str, int]) -> dict[str, str]:
+    def inputs_of(self, model: Model) -> dict[Reference, int] | str:
+        """Each input's snapshot to read, or why the model waits."""
+        inputs: dict[Reference, int] = {}
+        for reference in model.references:
+            snapshot = (
+                self.refreshed.get(reference.name)
+                if reference.kind == "ref"
+                else self.source_snapshots.get(reference)
+            )
+            if snapshot is None:
+                return f"{self.input_table(reference)} has no data yet"
+            inputs[reference] = snapshot
+        return inputs
+
+    def commit_properties(self, model: Model, inputs: Mapping[Reference, int]) -> dict[str, str]:
         point = {POINT_AT: self.report.consistent_point} if self.report.consistent_point else {}
-        return (
-            {f"{CONSUMED_PREFIX}{name}": str(sid) for name, sid in consumed.items()}
-            | {REFINE_RUN_ID: self.run_id}
-            | point
-        )
+        consumed = {f"{CONSUMED_PREFIX}{r.input_name}": str(s) for r, s in inputs.items()}
+        return consumed | {REFINE_RUN_ID: self.run_id, MODEL_HASH: model_hash_of(model)} | point
 
-    def plan(self, table: str, inputs: dict[str, int]) -> tuple[str, dict[str, int] | None]:
-        """ "build", "incremental" (with the consumed snapshots) or "unchanged"."""
-        if not table_exists(self.spark, table):
-            return "build", None
-        consumed = consumed_snapshots(self.spark, table)
-        if consumed is None or set(consumed) != set(inputs):
-            return "build", None
-        if consumed == inputs:
-            return "unchanged", consumed
-        for name, sid in consumed.items():
-            if not is_in_history(self.spark, self._input_table(name), sid, inputs[name]):
-                log.warning(
-                    "%s: consumed snapshot %s of %s is gone from its history: rebuilding", table, sid, name
-                )
-                return "build", None
-        return "incremental", consumed
+    def evaluator(self, model: Model, views: list[str]) -> Any:
+        """A function of the inputs (input name → DataFrame) giving the model's rows over them; the temporary
+        views it makes are added to `views` (Spark may resolve them again until the rows are written)."""
 
-    def _input_table(self, name: str) -> str:
-        return self.refined(SALES_ENRICHED) if name == SALES_ENRICHED else self.clean(name)
+        def evaluate(frames: Mapping[str, DataFrame]) -> DataFrame:
+            names = {}
+            for name, frame in frames.items():
+                names[name] = f"refine_in_{abs(hash((model.name, threading.get_ident())))}_{len(views)}"
+                views.append(names[name])
+                frame.createOrReplaceTempView(names[name])
+            return self.spark.sql(model.render(lambda r: names[r.input_name]))
 
-    # --- sales_enriched -------------------------------------------------------------------------
+        return evaluate
 
-    def refine_sales(self, inputs: dict[str, int]) -> RefinedTableReport:
-        table = self.refined(SALES_ENRICHED)
-        report = RefinedTableReport(SALES_ENRICHED)
-        mode, consumed = self.plan(table, inputs)
-        report.mode = "built" if mode == "build" else mode
-        now = {name: read_as_of(self.spark, self.clean(name), sid) for name, sid in inputs.items()}
-        if mode == "build":
-            rows = self._enrich(now)
-            self._write_full(table, rows, self.commit_properties(inputs))
-        elif mode == "incremental":
+    def refresh(self, model: Model) -> RefinedTableReport:
+        views: list[str] = []
+        try:
+            return self._refresh(model, views)
+        finally:
+            for view in views:
+                self.spark.catalog.dropTempView(view)
+
+    # --- one model --------------------------------------------------------------------------------
+
+    def _refresh(self, model: Model, views: list[str]) -> RefinedTableReport:
+        report = RefinedTableReport(model.name)
+        inputs = self.inputs_of(model)
+        if isinstance(inputs, str):
+            report.mode, report.reason = "waiting", inputs
+            return report
+        table = self.refined(model.name)
+        exists = table_exists(self.spark, table)
+        consumed = consumed_snapshots(self.spark, table) if exists else None
+        summary = _newest_summary_value(self.spark, table, MODEL_HASH) if exists else None
+        by_name = {r.input_name: s for r, s in inputs.items()}
+        reason = rebuild_reason(model, exists, consumed, by_name, summary)
+        if reason is None and consumed == by_name:
+            report.snapshot_id = current_snapshot_id(self.spark, table)
+            self.refreshed[model.name] = report.snapshot_id or 0
+            return report
+        if reason is None:
             assert consumed is not None
-            changed = {}
-            for name, key in SOURCE_KEYS.items():
-                if consumed[name] == inputs[name]:
-                    changed[name] = now[name].select(*key).limit(0)
+            for reference, snapshot in inputs.items():
+                if not is_in_history(
+                    self.spark, self.input_table(reference), consumed[reference.input_name], snapshot
+                ):
+                    reason = f"consumed snapshot {consumed[reference.input_name]} of {reference.input_name} is no longer in its history"
+                    log.warning("%s: %s: rebuilding", table, reason)
+                    break
+        evaluate = self.evaluator(model, views)
+        now = {r.input_name: read_as_of(self.spark, self.input_table(r), s) for r, s in inputs.items()}
+        rows = evaluate(now)
+        missing = [k for k in model.unique_key if k not in rows.columns]
+        if missing:
+            raise model.error(f"unique_key {missing} is not a column of the SELECT ({rows.columns})")
+        if reason is None:
+            blocker = incremental_blocker(rows)
+            if blocker is not None:
+                reason = f"cannot be refreshed incrementally: {blocker}"
+            elif exists and _schema_of(self.spark.table(table).schema) != _schema_of(rows.schema):
+                reason = "its columns changed"
+        properties = self.commit_properties(model, inputs)
+        if reason is not None:
+            report.mode, report.reason = "built", reason
+            self._write_full(table, rows, properties)
+        else:
+            assert consumed is not None
+            report.mode = "incremental"
+            before = {
+                r.input_name: read_as_of(self.spark, self.input_table(r), consumed[r.input_name])
+                for r in inputs
+            }
+            changes = {}
+            for name in now:
+                if consumed[name] == by_name[name]:
                     continue
-                before = read_as_of(self.spark, self.clean(name), consumed[name])
-                changed[name] = changed_keys(before, now[name], key, (CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN))
-                changed[name] = changed[name].localCheckpoint()
-                report.changed_inputs[name] = changed[name].count()
-            affected = affected_sales(now["web_sales"], now["customer"], changed).localCheckpoint()
-            report.affected = affected.count()
-            rows = self._enrich(
-                {**now, "web_sales": now["web_sales"].join(affected, list(SALES_KEY), "left_semi")}
-            )
-            self._merge(table, affected, rows, SALES_KEY, self.commit_properties(inputs))
+                removed, added = (frame.localCheckpoint() for frame in changed_rows(before[name], now[name]))
+                report.changed_inputs[name] = removed.count() + added.count()
+                changes[name] = (removed, added)
+            keys = affected_keys(evaluate, before, now, changes, model.unique_key)
+            assert keys is not None  # an input moved, or the table would be unchanged
+            keys = keys.localCheckpoint()
+            report.affected = keys.count()
+            recomputed = null_safe_join(rows, keys, model.unique_key, "left_semi")
+            self._merge(table, keys, recomputed, model.unique_key, properties)
         report.snapshot_id = current_snapshot_id(self.spark, table)
+        self.refreshed[model.name] = report.snapshot_id or 0
         return report
 
-    def _enrich(self, tables: dict[str, DataFrame]) -> DataFrame:
-        rows = enrich_sales(
-            tables["web_sales"],
-            tables["date_dim"],
-            tables["time_dim"],
-            tables["item"],
-            tables["customer"],
-            tables["customer_address"],
-        )
-        return rows.withColumn(BATCH_COLUMN, F.lit(self.batch).cast("bigint"))
-
-    # --- aggregates -----------------------------------------------------------------------------
-
-    def refine_aggregate(
-        self, name: str, groups: Sequence[str], enriched_snapshot: int
-    ) -> RefinedTableReport:
-        table = self.refined(name)
-        enriched = self.refined(SALES_ENRICHED)
-        report = RefinedTableReport(name)
-        inputs = {SALES_ENRICHED: enriched_snapshot}
-        mode, consumed = self.plan(table, inputs)
-        report.mode = "built" if mode == "build" else mode
-        now = read_as_of(self.spark, enriched, enriched_snapshot)
-        group_key = (AGGREGATE_DAY, *groups)
-        if mode == "build":
-            self._write_full(table, daily_revenue(now, groups), self.commit_properties(inputs))
-        elif mode == "incremental":
-            assert consumed is not None
-            before = read_as_of(self.spark, enriched, consumed[SALES_ENRICHED])
-            changed = changed_keys(before, now, SALES_KEY, (BATCH_COLUMN,)).localCheckpoint()
-            report.changed_inputs[SALES_ENRICHED] = changed.count()
-            touched = (
-                before.join(changed, list(SALES_KEY), "left_semi")
-                .select(*group_key)
-                .unionByName(now.join(changed, list(SALES_KEY), "left_semi").select(*group_key))
-                .distinct()
-                .localCheckpoint()
-            )
-            report.affected = touched.count()
-            values = daily_revenue(null_safe_join(now, touched, group_key, "left_semi"), groups)
-            self._merge(table, touched, values, group_key, self.commit_properties(inputs), null_safe=True)
-        report.snapshot_id = current_snapshot_id(self.spark, table)
-        return report
-
-    # --- writes ---------------------------------------------------------------------------------
+    # --- writes -----------------------------------------------------------------------------------
 
     def _write_full(self, table: str, rows: DataFrame, properties: dict[str, str]) -> None:
         if not table_exists(self.spark, table):
@@ -266,40 +274,48 @@ class _Refiner:
             name = table.rsplit(".", 1)[1]
             where = f"{location.rstrip('/')}/{self.config.refined_database}.db/{name}" if location else None
             create_refined_table(self.spark, table, rows.schema, where)
-        overwrite_rows(self.spark, table, _aligned(self.spark, table, rows), properties)
+        elif _schema_of(self.spark.table(table).schema) != _schema_of(rows.schema):
+            replace_table(
+                self.spark, table, rows, {}, properties
+            )  # the history stays: time travel still works
+            return
+        overwrite_rows(self.spark, table, rows, properties)
 
     def _merge(
-        self,
-        table: str,
-        keys: DataFrame,
-        rows: DataFrame,
-        key: Sequence[str],
-        properties: dict[str, str],
-        null_safe: bool = False,
+        self, table: str, keys: DataFrame, rows: DataFrame, key: Sequence[str], properties: dict[str, str]
     ) -> None:
-        """MERGE `rows` for exactly the `keys`: a key without a row is deleted from the table. One
-        commit, carrying `properties`, even when nothing changed (the consumed snapshots advance)."""
+        """MERGE `rows` for exactly the `keys` (null-safe: a null is one key value): a key without a row is
+        deleted from the table. One commit, carrying `properties`, even when nothing changed (the consumed
+        snapshots advance)."""
         present = rows.withColumn("__present", F.lit(True))
-        source = null_safe_join(keys.select(*key), present, key, "left").withColumn(
-            "__present", F.coalesce(F.col("__present"), F.lit(False))
-        )
+        source = null_safe_join(
+            keys.select(*[F.col(quote(k)) for k in key]), present, key, "left"
+        ).withColumn("__present", F.coalesce(F.col("__present"), F.lit(False)))
         columns = [f.name for f in self.spark.table(table).schema.fields]
         view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
         source.select(*[F.col(quote(c)) for c in columns], "__present").createOrReplaceTempView(view)
-        equals = "<=>" if null_safe else "="
-        on = " AND ".join(f"t.{quote(k)} {equals} s.{quote(k)}" for k in key)
+        on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in key)
         updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in key)
         statement = (
             f"MERGE INTO {table} t USING {view} s ON {on} "
             "WHEN MATCHED AND NOT s.__present THEN DELETE "
-            f"WHEN MATCHED THEN UPDATE SET {updates} "
-            f"WHEN NOT MATCHED AND s.__present THEN INSERT ({', '.join(quote(c) for c in columns)}) "
+            + (f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else "")
+            + f"WHEN NOT MATCHED AND s.__present THEN INSERT ({', '.join(quote(c) for c in columns)}) "
             f"VALUES ({', '.join(f's.{quote(c)}' for c in columns)})"
         )
         try:
             with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
         finally:
             self.spark.catalog.dropTempView(view)
+
+
+def _schema_of(schema: T.StructType) -> list[tuple[str, str]]:
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def _newest_summary_value(spark: SparkSession, table: str, key: str) -> str | None:
+    """`key` of the newest commit on the table's lineage that records it."""
+    return next((summary[key] for summary in snapshot_properties(spark, table) if key in summary), None)
 
 
 def create_refined_table(
@@ -313,9 +329,13 @@ def create_refined_table(
     )
 
 
-def _aligned(spark: SparkSession, table: str, rows: DataFrame) -> DataFrame:
-    target = spark.table(table).schema
-    return rows.select(*[F.col(quote(f.name)).cast(f.dataType).alias(f.name) for f in target.fields])
+def model_failure(model: Model, error: BaseException) -> ModelError:
+    """The error as `<file>:<line>: <message>`: Spark's line of the rendered SQL is the file's line."""
+    if isinstance(error, ModelError):
+        return error
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    line = SPARK_LINE.search(str(error))
+    return model.error(message, int(line.group(1)) if line else None)
 
 
 def refine(
@@ -323,47 +343,86 @@ def refine(
     config: LakeConfig,
     options: RefineOptions = RefineOptions(),
     run_id: str = "refine",
+    models: ModelFolder | None = None,
 ) -> RefineReport:
-    """Bring the refined zone up to date with the clean zone's current snapshots (see the module doc)."""
+    """Bring each model's refined table up to date with the clean zone (see the module doc)."""
     started = time.monotonic()
     refiner = _Refiner(spark, config, options, run_id)
-    ensure_namespace(spark, config.catalog_name, config.refined_database)
-    inputs: dict[str, int] = {}
-    if options.read_at == "consistent":
-        point = last_point(spark, config)
-        names = {name: options.clean_name(name) for name in SOURCE_KEYS}
-        if point is None or any(clean not in point.snapshots for clean in names.values()):
-            log.warning("refine: no consistent point of every clean table recorded yet; nothing to refine")
-            refiner.report.status = "waiting"
-            return refiner.report
-        inputs = {name: point.snapshots[clean] for name, clean in names.items()}
-        refiner.report.consistent_point = point.at.isoformat()
-    for name in SOURCE_KEYS if not inputs else ():
-        table = refiner.clean(name)
-        snapshot = current_snapshot_id(spark, table) if table_exists(spark, table) else None
-        if snapshot is None:
-            log.warning("refine: %s has no data yet; nothing to refine", table)
-            refiner.report.status = "waiting"
-            return refiner.report
-        inputs[name] = snapshot
-    if options.min_interval_seconds > 0 and seconds_since_commit(spark, refiner.refined(SALES_ENRICHED)) < (
-        options.min_interval_seconds
+    folder = models if models is not None else read_models(options.models_uri, config.s3_endpoint_url)
+    for name, error in folder.errors.items():
+        log.error("refine: model %s: %s", name, error)
+    if not folder.models and not folder.errors:
+        log.info("refine: no model in %s: nothing to refine", options.models_uri or EXAMPLE_MODELS)
+        refiner.report.status = "no-models"
+        return refiner.report
+    sources = {r for m in folder.models for r in m.sources}
+    if not _read_sources(spark, config, refiner, sources):
+        return refiner.report
+    tables = [refiner.refined(m.name) for m in folder.models]
+    if (
+        options.min_interval_seconds > 0
+        and tables
+        and min(seconds_since_commit(spark, t) for t in tables) < (options.min_interval_seconds)
     ):
         log.info("refine: last refine is younger than %ss; skipping this run", options.min_interval_seconds)
         refiner.report.status = "too-soon"
         return refiner.report
-
-    def timed(step: Any, *args: Any) -> RefinedTableReport:
+    ensure_namespace(spark, config.catalog_name, config.refined_database)
+    failed = set(folder.errors)
+    for model in folder.models:
         begun = time.monotonic()
-        report = step(*args)
+        if set(model.refs) & failed:
+            report = RefinedTableReport(model.name, "failed")
+            report.error = str(
+                model.error(f"ref({sorted(set(model.refs) & failed)[0]!r}) failed in this run")
+            )
+        else:
+            try:
+                report = refiner.refresh(model)
+            except Exception as error:  # one model's failure stops that model alone
+                report = RefinedTableReport(model.name, "failed", error=str(model_failure(model, error)))
         report.seconds = round(time.monotonic() - begun, 3)
-        log.info("refine: %s %s (%d affected)", report.table, report.mode, report.affected)
-        return report
-
-    sales = timed(refiner.refine_sales, inputs)
-    refiner.report.tables.append(sales)
-    assert sales.snapshot_id is not None
-    for name, groups in AGGREGATES.items():
-        refiner.report.tables.append(timed(refiner.refine_aggregate, name, groups, sales.snapshot_id))
+        if report.mode == "failed":
+            failed.add(model.name)
+            log.error("refine: %s failed: %s", model.name, report.error)
+        else:
+            log.info(
+                "refine: %s %s (%d affected) %s",
+                model.name,
+                report.mode,
+                report.affected,
+                report.reason or "",
+            )
+        refiner.report.tables.append(report)
+    for name, error in folder.errors.items():
+        refiner.report.tables.append(RefinedTableReport(name, "failed", error=str(error)))
+    if refiner.report.tables and all(t.mode == "waiting" for t in refiner.report.tables):
+        refiner.report.status, refiner.report.tables = "waiting", []
     refiner.report.seconds = round(time.monotonic() - started, 3)
     return refiner.report
+
+
+def _read_sources(
+    spark: SparkSession, config: LakeConfig, refiner: _Refiner, sources: set[Reference]
+) -> bool:
+    """The snapshot of each source to read; False (the report waiting) when a consistent point is asked for
+    and none covers every source yet."""
+    options = refiner.options
+    names = {r: options.clean_name(r.name, r.schema) for r in sources}
+    if options.read_at == "consistent":
+        point = last_point(spark, config)
+        if point is None or any(clean not in point.snapshots for clean in names.values()):
+            log.warning("refine: no consistent point of every clean table recorded yet; nothing to refine")
+            refiner.report.status = "waiting"
+            return False
+        refiner.source_snapshots = {r: point.snapshots[clean] for r, clean in names.items()}
+        refiner.report.consistent_point = point.at.isoformat()
+        return True
+    for reference in sources:
+        table = refiner.input_table(reference)
+        snapshot = current_snapshot_id(spark, table) if table_exists(spark, table) else None
+        if snapshot is None:
+            log.warning("refine: %s has no data yet", table)
+        else:
+            refiner.source_snapshots[reference] = snapshot
+    return True

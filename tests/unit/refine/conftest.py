@@ -11,7 +11,8 @@ from lakehouse.apply.clean_table import clean_schema
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.iceberg import append_rows, create_table, ensure_namespace
-from pyspark.sql import SparkSession
+from lakehouse.refine.refresh import read_models
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from tools import sample_data as S
@@ -46,3 +47,34 @@ def load_clean_zone_directly(spark: SparkSession, config: LakeConfig, db: Path) 
         frame = spark.createDataFrame(data, T.StructType(fields))
         append_rows(spark, table, frame, {})
     return schema
+
+
+# The example models (models/*.sql): the demo's star
+SALES_ENRICHED = "sales_enriched"
+SALES_KEY = ("ws_item_sk", "ws_order_number")
+AGGREGATES: dict[str, tuple[str, ...]] = {
+    "daily_revenue_by_category": ("category",),
+    "daily_revenue_by_state": ("customer_state",),
+}
+SOURCE_KEYS: dict[str, tuple[str, ...]] = {
+    "web_sales": SALES_KEY,
+    "date_dim": ("d_date_sk",),
+    "time_dim": ("t_time_sk",),
+    "item": ("i_item_sk",),
+    "customer": ("c_customer_sk",),
+    "customer_address": ("ca_address_sk",),
+}
+
+
+def example_model_rows(spark: SparkSession, name: str, inputs: dict[str, DataFrame]) -> DataFrame:
+    """An example model's SELECT run straight over the given input frames (source or model name → frame)."""
+    model = next(m for m in read_models().models if m.name == name)
+    for input_name, frame in inputs.items():
+        frame.createOrReplaceTempView(f"example_input_{input_name}")
+    return spark.sql(model.render(lambda reference: f"example_input_{reference.input_name}"))
+
+
+def enrich_sales(*frames: DataFrame) -> DataFrame:
+    """The example sales_enriched over web_sales, date_dim, time_dim, item, customer, customer_address."""
+    spark = frames[0].sparkSession
+    return example_model_rows(spark, SALES_ENRICHED, dict(zip(SOURCE_KEYS, frames, strict=True)))

@@ -25,9 +25,9 @@ from lakehouse.base.schema import SchemaFile
 from lakehouse.io.iceberg import snapshot_properties
 from lakehouse.refine.consumed import read_as_of
 from lakehouse.refine.refresh import RefineOptions, refine
-from lakehouse.refine.tables import BATCH_COLUMN, SALES_ENRICHED, SALES_KEY, SOURCE_KEYS, enrich_sales
 
 from tests.support import manifest, rows_of
+from tests.unit.refine.conftest import SALES_ENRICHED, SALES_KEY, SOURCE_KEYS, enrich_sales
 from tools import sample_data as S
 
 pytestmark = pytest.mark.spark
@@ -145,7 +145,7 @@ def test_a_transaction_split_across_batches_is_never_half_in_the_refined_zone(
         # And the refined zone is the enrichment of exactly those snapshots, and says so
         assert report.status == "done" and report.consistent_point == point.at.isoformat()
         expected = enrich_sales(*[read_as_of(spark, names[t], snapshots[t]) for t in SOURCE_KEYS])
-        refined = spark.table(config.table(config.refined_database, SALES_ENRICHED)).drop(BATCH_COLUMN)
+        refined = spark.table(config.table(config.refined_database, SALES_ENRICHED))
         assert sorted_rows(refined) == sorted_rows(expected), number
         # (while the current snapshots, read as a plain reader would, show half of X after the first batch)
         current = {t: clean_at(spark, names[t], _current(spark, names[t]), SOURCE_KEYS[t]) for t in x_tables}

@@ -11,16 +11,15 @@ from lakehouse.apply.cdc import apply_cdc
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
 from lakehouse.refine.refresh import RefineReport, refine
-from lakehouse.refine.tables import (
+
+from tests.support import manifest, rows_of, snapshot_count
+from tests.unit.refine.conftest import (
     AGGREGATES,
-    BATCH_COLUMN,
     SALES_ENRICHED,
     SALES_KEY,
     enrich_sales,
+    load_clean_zone_directly,
 )
-
-from tests.support import manifest, rows_of, snapshot_count
-from tests.unit.refine.conftest import load_clean_zone_directly
 from tools import sample_data as S
 
 pytestmark = pytest.mark.spark
@@ -73,7 +72,7 @@ def recomputed_sales(lake: Lake) -> list[tuple]:
 
 
 def refined_sales(lake: Lake) -> list[tuple]:
-    frame = lake.spark.table(lake.refined(SALES_ENRICHED)).drop(BATCH_COLUMN)
+    frame = lake.spark.table(lake.refined(SALES_ENRICHED))
     return [tuple(r) for r in frame.orderBy(*SALES_KEY).collect()]
 
 

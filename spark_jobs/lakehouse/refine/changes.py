@@ -1,0 +1,175 @@
+"""What an incremental refine computes (lakehouse.refine.refresh), as DataFrame steps that read and write nothing:
+the rows that changed between two versions of an input, the model's keys those changes reach, and whether the
+model's plan lets them be traced at all.
+
+Affected keys, for a model Q over inputs S1…Sn and the changed rows Δ of one input Si (its before images Δ⁻,
+read with the other inputs as they were, and its after images Δ⁺, with the others as they are now):
+
+    keys( Q[Si := Δ] EXCEPT Q[Si := ∅] )
+
+Q[Si := Δ] holds every output row a changed row takes part in; subtracting Q[Si := ∅] removes the rows that
+take no part in it but an outer join keeps anyway (a sale whose item did not change still comes out of
+`sales LEFT JOIN item`, with the same nulls with Δ as with nothing). The union over every changed input, old
+and new, is every key whose row may differ: its row is then recomputed from the inputs as they are now, and a
+key that no longer comes out is deleted. This holds for selections, projections, inner, outer and semi joins,
+unions, and one aggregate at the top (its group keys): a group is recomputed whenever a changed row falls in it.
+It does not hold for anti joins (NOT EXISTS, NOT IN), windows, limits, an aggregate below a join or a filter
+(a changed row then moves a value every row sees), or non-deterministic expressions: such a model is rebuilt
+(`incremental_blocker` says why)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+HASH_COLUMNS = ("__refine_h1", "__refine_h2")
+# Operators a changed row passes through row by row (the optimized plan's node names).
+ROW_WISE = {
+    "Project",
+    "Filter",
+    "Join",
+    "Union",
+    "Generate",
+    "SubqueryAlias",
+    "View",
+    "ResolvedHint",
+    "Sort",
+    "Repartition",
+    "RepartitionByExpression",
+}
+RELATIONS = {
+    "RelationV2",
+    "DataSourceV2Relation",
+    "DataSourceV2ScanRelation",
+    "LocalRelation",
+    "LogicalRDD",
+    "Relation",
+    "LogicalRelation",
+    "Range",
+}
+ROW_WISE_JOINS = {"Inner", "LeftOuter", "RightOuter", "FullOuter", "LeftSemi", "Cross"}
+
+Evaluate = Callable[[Mapping[str, DataFrame]], DataFrame]
+
+
+def with_row_hash(frame: DataFrame) -> DataFrame:
+    """The rows with two 64-bit hashes of all their values (a null and its position count: (null, 1) and
+    (1, null) differ)."""
+    values: list[Any] = []
+    for name in frame.columns:
+        column = F.col(f"`{name}`")
+        values += [column, column.isNull()]
+    return frame.withColumn(HASH_COLUMNS[0], F.xxhash64(*values)).withColumn(
+        HASH_COLUMNS[1], F.xxhash64(F.lit("refine"), *values)
+    )
+
+
+def changed_rows(before: DataFrame, after: DataFrame) -> tuple[DataFrame, DataFrame]:
+    """(before images, after images): the rows of `before` that `after` no longer holds as they were, and the
+    rows of `after` that `before` did not hold (an insert, an update's two images, a delete, a key move). The
+    versions are compared on their rows' hashes; only the changed rows are read in full."""
+    hashed_before, hashed_after = with_row_hash(before), with_row_hash(after)
+    old, new = hashed_before.select(*HASH_COLUMNS), hashed_after.select(*HASH_COLUMNS)
+    removed = hashed_before.join(old.subtract(new), list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
+    added = hashed_after.join(new.subtract(old), list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
+    return removed, added
+
+
+def empty_like(frame: DataFrame) -> DataFrame:
+    """No rows, the same columns: an empty local relation, which the optimizer propagates (an inner join with it
+    is empty without reading the other side)."""
+    return frame.sparkSession.createDataFrame([], frame.schema)
+
+
+def keys_reached(
+    evaluate: Evaluate, inputs: Mapping[str, DataFrame], name: str, delta: DataFrame, key: Sequence[str]
+) -> DataFrame:
+    """The model's keys the rows `delta` of input `name` take part in, the other inputs as given."""
+    with_delta = evaluate({**inputs, name: delta})
+    without = evaluate({**inputs, name: empty_like(delta)})
+    return with_delta.subtract(without).select(*[F.col(f"`{k}`") for k in key])
+
+
+def affected_keys(
+    evaluate: Evaluate,
+    before: Mapping[str, DataFrame],
+    after: Mapping[str, DataFrame],
+    changes: Mapping[str, tuple[DataFrame, DataFrame]],
+    key: Sequence[str],
+) -> DataFrame | None:
+    """Every key whose row may differ between the model over `before` and over `after`, from each changed
+    input's (before images, after images); None when no input changed."""
+    parts = [
+        keys_reached(evaluate, before, name, removed, key).unionByName(
+            keys_reached(evaluate, after, name, added, key)
+        )
+        for name, (removed, added) in changes.items()
+    ]
+    if not parts:
+        return None
+    union = parts[0]
+    for part in parts[1:]:
+        union = union.unionByName(part)
+    return union.distinct()
+
+
+def incremental_blocker(rows: DataFrame) -> str | None:
+    """Why the model's changes cannot be traced to its keys (module doc), or None when they can."""
+    plan = rows._jdf.queryExecution().optimizedPlan()
+    return _blocker(plan, aggregate_allowed=True)
+
+
+def _children(node: Any) -> list[Any]:
+    children = node.children()
+    return [children.apply(i) for i in range(children.size())]
+
+
+def _blocker(node: Any, aggregate_allowed: bool) -> str | None:
+    name = str(node.nodeName())
+    try:
+        if not bool(node.deterministic()):
+            return "it has a non-deterministic expression"
+    except Exception:  # an older plan does not answer: its nodes are still checked
+        pass
+    if name in RELATIONS:
+        return None
+    if name == "Aggregate":
+        if not aggregate_allowed:
+            return (
+                "it aggregates below a join, a filter or another aggregate (a change moves every row's value)"
+            )
+        return _first(_children(node), aggregate_allowed=False)
+    if name == "Join":
+        join_type = str(node.joinType())
+        if join_type not in ROW_WISE_JOINS:
+            return f"it has an anti join ({join_type}: NOT EXISTS, NOT IN or EXCEPT)"
+        return _first(_children(node), aggregate_allowed=False)
+    if name in ("Project", "Sort", "SubqueryAlias", "View", "ResolvedHint"):
+        return _first(_children(node), aggregate_allowed)
+    if name in ROW_WISE:
+        return _first(_children(node), aggregate_allowed=False)
+    return f"it uses {name}, whose output a changed row does not reach row by row"
+
+
+def _first(children: list[Any], aggregate_allowed: bool) -> str | None:
+    for child in children:
+        why = _blocker(child, aggregate_allowed)
+        if why is not None:
+            return why
+    return None
+
+
+def null_safe_join(left: DataFrame, right: DataFrame, columns: Sequence[str], how: str) -> DataFrame:
+    """Join on columns that may be null (a group with a null category is still one group)."""
+    renamed = right.select(
+        *[F.col(f"`{c}`").alias(f"__r_{c}") if c in columns else F.col(f"`{c}`") for c in right.columns]
+    )
+    condition = None
+    for c in columns:
+        term = left[f"`{c}`"].eqNullSafe(renamed[f"`__r_{c}`"])
+        condition = term if condition is None else condition & term
+    joined = left.join(renamed, condition, how)
+    return joined if how in ("left_semi", "left_anti") else joined.drop(*[f"__r_{c}" for c in columns])
