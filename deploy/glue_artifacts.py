@@ -4,7 +4,8 @@
     python -m deploy.glue_artifacts --list                                                     # lakehouse.zip's files
 
 Entry scripts under `<JobCodePrefix>/scripts/`, the `lakehouse` library as `<JobCodePrefix>/lib/lakehouse.zip`
-(the jobs' `--extra-py-files`), when asked for, the Iceberg Spark runtime the tests ran on at `IcebergJarKey`
+(the jobs' `--extra-py-files`), the refined models (`models/*.sql`) under `<JobCodePrefix>/models/` (the refine
+job's `--models_uri`), when asked for, the Iceberg Spark runtime the tests ran on at `IcebergJarKey`
 (the jobs' `--extra-jars`; by default they run Glue's own Iceberg) and, when given, the schema file at
 `SchemaFileKey` (docs/CONTRACTS.md).
 
@@ -33,6 +34,7 @@ SPARK_JOBS = REPO / "spark_jobs"
 # The contracts the library shares with the Lambdas (their layer's source): the pure ones it imports travel in
 # the same zip (lake_contracts.config and .s3 need pydantic and botocore, which the jobs never import).
 SHARED = REPO / "functions" / "shared"
+MODELS = REPO / "models"  # the refined models (docs/CONTRACTS.md), published beside the code
 SHARED_CONTRACTS = (
     "__init__.py",
     "dms_files.py",
@@ -127,7 +129,14 @@ def file_hash(path: Path) -> str:
 
 def code_artifacts(prefix: str) -> list[Artifact]:
     scripts = [Artifact(f"{prefix}/scripts/{s}", body=(SPARK_JOBS / s).read_bytes()) for s in GLUE_SCRIPTS]
-    return [*scripts, Artifact(f"{prefix}/lib/lakehouse.zip", body=lakehouse_zip())]
+    refined = [Artifact(f"{prefix}/models/{p.name}", body=p.read_bytes()) for p in model_files()]
+    return [*scripts, Artifact(f"{prefix}/lib/lakehouse.zip", body=lakehouse_zip()), *refined]
+
+
+def model_files(models: Path | None = None) -> list[Path]:
+    """The refined models the refine job reads (`<JobCodePrefix>/models/`: its --models_uri)."""
+    folder = models or MODELS
+    return sorted(folder.glob("*.sql")) if folder.is_dir() else []
 
 
 def release(schema_file: Path | None = None, iceberg_jar: Path | None = None) -> Release:
@@ -138,7 +147,8 @@ def release(schema_file: Path | None = None, iceberg_jar: Path | None = None) ->
     unversioned = code_artifacts("")
     code_prefix = f"glue/code/{content_hash([a.key.encode() + (a.body or b'') for a in unversioned])}"
     artifacts = code_artifacts(code_prefix)
-    parameters = {"JobCodePrefix": code_prefix}
+    # no model: the loop starts no refine run (HasRefineModels)
+    parameters = {"JobCodePrefix": code_prefix, "HasRefineModels": "true" if model_files() else "false"}
     if iceberg_jar is not None:
         jar_key = f"glue/jars/{file_hash(iceberg_jar)}/{iceberg_jar.name}"
         artifacts.append(Artifact(jar_key, path=iceberg_jar))

@@ -48,6 +48,7 @@ def test_a_release_names_every_artifact_by_its_content(tmp_path: Path, small_jar
     assert [a.key for a in first.artifacts] == [
         *(f"{prefix}/scripts/{s}" for s in glue_artifacts.GLUE_SCRIPTS),
         f"{prefix}/lib/lakehouse.zip",
+        *(f"{prefix}/models/{m.name}" for m in glue_artifacts.model_files()),
         first.parameters["IcebergJarKey"],
         first.parameters["SchemaFileKey"],
     ]
@@ -68,9 +69,11 @@ def test_a_release_names_every_artifact_by_its_content(tmp_path: Path, small_jar
         "JobCodePrefix": glue_artifacts.FIXED_CODE_PREFIX,
         "IcebergJarKey": "",  # Glue's own Iceberg
         "SchemaFileKey": glue_artifacts.SCHEMA_KEY,
+        "HasRefineModels": "true",  # the example models
     }
-    assert glue_artifacts.release().parameters.keys() == {"JobCodePrefix"}
-    assert glue_artifacts.release().artifacts == first.artifacts[: len(glue_artifacts.GLUE_SCRIPTS) + 1]
+    assert glue_artifacts.release().parameters.keys() == {"JobCodePrefix", "HasRefineModels"}
+    code = len(glue_artifacts.GLUE_SCRIPTS) + 1 + len(glue_artifacts.model_files())
+    assert glue_artifacts.release().artifacts == first.artifacts[:code]
 
 
 class FakeSam:

@@ -32,7 +32,8 @@ def stack(monkeypatch: pytest.MonkeyPatch):
 
 def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tmp_path: Path, capsys):
     """Given a deployed stack (moto) and a schema file, When `python -m deploy.glue_artifacts` runs,
-    Then the six entry scripts, lakehouse.zip, the tested Iceberg runtime jar and config/schema.json are in
+    Then the six entry scripts, lakehouse.zip, the refined models, the tested Iceberg runtime jar and
+    config/schema.json are in
     the artifacts bucket at the keys the template's Glue jobs name, and the zip holds the package at its root."""
     schema = tmp_path / "schema.json"
     schema.write_text('{"version": 1, "tables": {}}')
@@ -50,6 +51,7 @@ def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tm
         "glue/lib/lakehouse.zip",
         "glue/jars/iceberg-spark-runtime-3.5_2.12-1.10.2.jar",
         "config/schema.json",
+        *(f"glue/models/{m.name}" for m in glue_artifacts.model_files()),
     }
     jar = stack.head_object(Bucket=BUCKET, Key="glue/jars/iceberg-spark-runtime-3.5_2.12-1.10.2.jar")
     assert jar["ContentLength"] == glue_artifacts.iceberg_runtime_jar().stat().st_size
