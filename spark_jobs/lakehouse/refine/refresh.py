@@ -349,8 +349,8 @@ def refine(
     started = time.monotonic()
     refiner = _Refiner(spark, config, options, run_id)
     folder = models if models is not None else read_models(options.models_uri, config.s3_endpoint_url)
-    for name, error in folder.errors.items():
-        log.error("refine: model %s: %s", name, error)
+    for name, refused in folder.errors.items():
+        log.error("refine: model %s: %s", name, refused)
     if not folder.models and not folder.errors:
         log.info("refine: no model in %s: nothing to refine", options.models_uri or EXAMPLE_MODELS)
         refiner.report.status = "no-models"
@@ -379,8 +379,8 @@ def refine(
         else:
             try:
                 report = refiner.refresh(model)
-            except Exception as error:  # one model's failure stops that model alone
-                report = RefinedTableReport(model.name, "failed", error=str(model_failure(model, error)))
+            except Exception as failure:  # one model's failure stops that model alone
+                report = RefinedTableReport(model.name, "failed", error=str(model_failure(model, failure)))
         report.seconds = round(time.monotonic() - begun, 3)
         if report.mode == "failed":
             failed.add(model.name)
@@ -394,8 +394,8 @@ def refine(
                 report.reason or "",
             )
         refiner.report.tables.append(report)
-    for name, error in folder.errors.items():
-        refiner.report.tables.append(RefinedTableReport(name, "failed", error=str(error)))
+    for name, refused in folder.errors.items():
+        refiner.report.tables.append(RefinedTableReport(name, "failed", error=str(refused)))
     if refiner.report.tables and all(t.mode == "waiting" for t in refiner.report.tables):
         refiner.report.status, refiner.report.tables = "waiting", []
     refiner.report.seconds = round(time.monotonic() - started, 3)
