@@ -1,160 +1,44 @@
-"""Put batches the drain moved aside (`manifests/failed/`, alarm `batch-moved-aside`) back in line, once the
-cause is fixed (docs/DEPLOY.md, "Operate"):
+"""Put batches the drain moved aside back in line: now `lakectl requeue` (lakectl.batches holds the rules).
+Kept for the commands already written down:
 
-    python -m tools.requeue_batch --stack-name dms-iceberg-lake             # list them, with the reason
+    python -m tools.requeue_batch --stack-name dms-iceberg-lake             # list pending and failed batches
     python -m tools.requeue_batch --stack-name dms-iceberg-lake --run-id 20261124T101500000000Z-1a2b3c4d
     python -m tools.requeue_batch --stack-name dms-iceberg-lake --all
-
-A requeued batch goes back to `manifests/pending/` with its attempts reset: the next drain hands it out before
-any new file, and it gets `MaxManifestAttempts` runs again. Its files are applied exactly once whatever was
-applied of them before (the ledger), and in any order relative to what came since.
-
-A batch is judged by its OLDEST file, by the time in the file's name (when DMS wrote it; a batch without a
-timestamp-named file, by when it was drained): one written `TombstoneRetentionDays` ago or longer (the stack's
-parameter) is refused with an error naming that file and the horizon (lake_contracts.resend_horizon): the
-maintenance job may have dropped the tombstones of rows deleted since, so the batch's older changes would bring
-those deleted rows back. A batch drained yesterday can hold files written months ago (an outage, a re-send).
-The alarm `moved-aside-batch-aging` fires at half the retention, counted from the same oldest file. A refused
-batch's changes need a reload of its tables (DMS ReloadTables) instead.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
+import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
 
-from lake_contracts.resend_horizon import (
-    MIN_TOMBSTONE_RETENTION_DAYS,
-    beyond_retention,
-    oldest_cdc_file,
-    resend_horizon,
+from lakectl.batches import (
+    FAILED,
+    PENDING,
+    FailedBatch,
+    TooOldToRequeueError,
+    batch_age_from,
+    drained_at,
+    failed_batches,
+    pending_batches,
+    requeue,
 )
+from lakectl.cli import main as lakectl
 
-FAILED = "manifests/failed/"
-PENDING = "manifests/pending/"
-
-
-class TooOldToRequeueError(ValueError):
-    """The batch is older than the tombstones: requeued, it would bring deleted rows back."""
-
-
-def drained_at(run_id: str) -> datetime | None:
-    """When the drain created batch `run_id` (`<yyyymmddThhmmssffffff>Z-<hex>`), or None."""
-    try:
-        return datetime.strptime(run_id[:22], "%Y%m%dT%H%M%S%fZ").replace(tzinfo=UTC)
-    except ValueError:
-        return None
-
-
-@dataclass(frozen=True)
-class FailedBatch:
-    key: str
-    run_id: str
-    files: int
-    reason: str
-    oldest_file: str | None = None  # its file with the oldest name time
-    oldest_written_at: datetime | None = None  # UTC, naive: that file's time
-
-
-def batch_age_from(document: dict[str, Any], run_id: str) -> tuple[str, datetime] | None:
-    """What a batch's age is judged by: its oldest timestamp-named file (URI, name time, UTC naive); without
-    one, when it was drained (`run id`, its time); None when neither is known."""
-    oldest = oldest_cdc_file(str(f["uri"]) for f in document.get("files", []) if isinstance(f, dict))
-    if oldest is not None:
-        return oldest
-    drained = drained_at(run_id)
-    return (f"(drained as {run_id})", drained.replace(tzinfo=None)) if drained is not None else None
-
-
-def failed_batches(s3: Any, bucket: str) -> list[FailedBatch]:
-    found = []
-    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=FAILED):
-        for item in page.get("Contents", []):
-            head = s3.head_object(Bucket=bucket, Key=item["Key"])
-            reason = head.get("Metadata", {}).get("reason", "")
-            try:
-                document = json.loads(s3.get_object(Bucket=bucket, Key=item["Key"])["Body"].read())
-                run_id, files = str(document["run_id"]), len(document["files"])
-                age_from = batch_age_from(document, run_id)
-            except (ValueError, KeyError, TypeError, AttributeError):
-                run_id, files, age_from = "", -1, None  # corrupt: listed, never requeued
-            oldest, written = age_from if age_from else (None, None)
-            found.append(FailedBatch(item["Key"], run_id, files, reason, oldest, written))
-    return sorted(found, key=lambda b: b.key)
-
-
-def requeue(
-    s3: Any,
-    bucket: str,
-    batch: FailedBatch,
-    tombstone_retention_days: int = MIN_TOMBSTONE_RETENTION_DAYS,
-    now: datetime | None = None,
-) -> str:
-    """Move one failed batch back to pending with its attempts reset; returns the pending key. Refused when
-    corrupt, or when its oldest file (by its name's time; without one, the batch by its drain time) was
-    written before the re-send horizon, `tombstone_retention_days` before `now` (TooOldToRequeueError naming
-    that file and the horizon). The manifest is read again: what is moved is what was judged."""
-    if batch.files < 0:
-        raise ValueError(f"{batch.key} is not a manifest (corrupt): inspect it, it cannot be requeued")
-    document = json.loads(s3.get_object(Bucket=bucket, Key=batch.key)["Body"].read())
-    moment = now or datetime.now(UTC)
-    horizon = resend_horizon(moment, tombstone_retention_days)
-    age_from = batch_age_from(document, batch.run_id)
-    if age_from is None or beyond_retention(age_from[1], moment, tombstone_retention_days):
-        oldest, written = age_from if age_from else ("(no file time, no drain time)", None)
-        raise TooOldToRequeueError(
-            f"{batch.key}: its oldest file {oldest} was written {written or 'at an unknown time'}, before the"
-            f" re-send horizon {horizon} (TombstoneRetentionDays is {tombstone_retention_days}): its deletes'"
-            " tombstones may be gone, so its older changes would bring deleted rows back. Not requeued: reload"
-            " its tables instead (DMS ReloadTables)."
-        )
-    document["attempts"] = 0
-    target = PENDING + batch.key.removeprefix(FAILED)
-    s3.put_object(
-        Bucket=bucket, Key=target, Body=json.dumps(document).encode(), ContentType="application/json"
-    )
-    s3.delete_object(Bucket=bucket, Key=batch.key)
-    return target
+__all__ = [
+    "FAILED",
+    "PENDING",
+    "FailedBatch",
+    "TooOldToRequeueError",
+    "batch_age_from",
+    "drained_at",
+    "failed_batches",
+    "pending_batches",
+    "requeue",
+]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import boto3
-
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--stack-name", default="dms-iceberg-lake")
-    chosen = parser.add_mutually_exclusive_group()
-    chosen.add_argument("--run-id", action="append", default=[], help="requeue this batch (repeatable)")
-    chosen.add_argument("--all", action="store_true", help="requeue every failed batch")
-    args = parser.parse_args(argv)
-    stack = boto3.client("cloudformation").describe_stacks(StackName=args.stack_name)["Stacks"][0]
-    bucket = {o["OutputKey"]: o["OutputValue"] for o in stack["Outputs"]}["ArtifactsBucketName"]
-    parameters = {p["ParameterKey"]: p.get("ParameterValue") for p in stack.get("Parameters", [])}
-    retention = int(parameters.get("TombstoneRetentionDays") or MIN_TOMBSTONE_RETENTION_DAYS)
-    s3 = boto3.client("s3")
-    batches = failed_batches(s3, bucket)
-    if not args.all and not args.run_id:
-        for batch in batches:
-            oldest = f"oldest file {batch.oldest_written_at} {batch.oldest_file}" if batch.oldest_file else ""
-            print(f"{batch.run_id or '(corrupt)'}  {batch.files} files  {oldest}  {batch.reason}")
-        return 0
-    wanted = [b for b in batches if args.all or b.run_id in args.run_id]
-    unknown = set(args.run_id) - {b.run_id for b in batches}
-    if unknown:
-        parser.error(f"no failed batch with run id {sorted(unknown)}")
-    refused = 0
-    for batch in wanted:
-        try:
-            print(f"requeued {batch.run_id}: s3://{bucket}/{requeue(s3, bucket, batch, retention)}")
-        except TooOldToRequeueError as error:
-            print(f"refused {batch.run_id}: {error}")
-            refused += 1
-    return 1 if refused else 0
+    return lakectl(["requeue", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":

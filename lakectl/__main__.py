@@ -1,0 +1,3 @@
+from lakectl.cli import main
+
+raise SystemExit(main())

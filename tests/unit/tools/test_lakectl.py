@@ -1,0 +1,326 @@
+"""lakectl, the operator's command, against a stack in moto (no network): every resource found through the
+stack's outputs and parameters, each command's effect on the stack's objects."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import boto3
+import pytest
+import yaml
+from lake_contracts.dms_files import cdc_file_name
+
+from lakectl import cli
+from tests.offline_aws import offline_aws
+
+STACK = "lake-test"
+ARTIFACTS, RAW = "test-artifacts", "test-raw"
+TASK_ARN = "arn:aws:dms:us-east-1:123456789012:task:ABCDEFG"
+RUN_ID = "20261124T101500000000Z-1a2b3c4d"
+
+
+def stack_template(queue_url: str, state_machine_arn: str) -> str:
+    """Only what lakectl reads of the pipeline's stack: its outputs (literal here) and parameters."""
+    outputs = {
+        "ArtifactsBucketName": ARTIFACTS,
+        "RawBucketName": RAW,
+        "QueueUrl": queue_url,
+        "StateMachineArn": state_machine_arn,
+        "ReconcileJobName": "test-reconcile",
+    }
+    return yaml.safe_dump(
+        {
+            "Parameters": {
+                "TombstoneRetentionDays": {"Type": "Number", "Default": 35},
+                "RepairMode": {"Type": "String", "Default": "reload"},
+                "DmsReplicationTaskArn": {"Type": "String", "Default": TASK_ARN},
+            },
+            "Resources": {"Placeholder": {"Type": "AWS::SQS::Queue"}},
+            "Outputs": {key: {"Value": value} for key, value in outputs.items()},
+        }
+    )
+
+
+class Aws:
+    def __init__(self) -> None:
+        self.s3 = boto3.client("s3")
+        self.sqs = boto3.client("sqs")
+        self.sfn = boto3.client("stepfunctions")
+        self.glue = boto3.client("glue")
+        for bucket in (ARTIFACTS, RAW):
+            self.s3.create_bucket(Bucket=bucket)
+        self.queue_url = self.sqs.create_queue(QueueName="test-files.fifo", Attributes={"FifoQueue": "true"})[
+            "QueueUrl"
+        ]
+        role = "arn:aws:iam::123456789012:role/test"
+        self.state_machine = self.sfn.create_state_machine(
+            name="test-pipeline",
+            definition=json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}}),
+            roleArn=role,
+        )["stateMachineArn"]
+        self.glue.create_job(
+            Name="test-reconcile", Role=role, Command={"Name": "glueetl", "ScriptLocation": "s3://x/y.py"}
+        )
+        boto3.client("cloudformation").create_stack(
+            StackName=STACK, TemplateBody=stack_template(self.queue_url, self.state_machine)
+        )
+
+    def put(self, bucket: str, key: str, document: Any) -> None:
+        self.s3.put_object(Bucket=bucket, Key=key, Body=json.dumps(document).encode())
+
+    def keys(self, prefix: str) -> list[str]:
+        return [
+            o["Key"] for o in self.s3.list_objects_v2(Bucket=ARTIFACTS, Prefix=prefix).get("Contents", [])
+        ]
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch):
+    with offline_aws(monkeypatch):
+        yield Aws()
+
+
+def lakectl(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    """Runs the command with --json; (exit code, the JSON document it printed, or stderr when it failed)."""
+    code = cli.main([*argv, "--stack-name", STACK, "--json"])
+    out, err = capsys.readouterr()
+    return code, json.loads(out) if out.strip() else err
+
+
+def manifest(run_id: str, uris: list[str], attempts: int) -> dict[str, Any]:
+    return {
+        "version": 1,
+        "run_id": run_id,
+        "created_at": "x",
+        "attempts": attempts,
+        "files": [{"uri": u} for u in uris],
+    }
+
+
+def test_start_chooses_the_full_load_from_its_marker_and_never_starts_a_second_execution(aws, capsys) -> None:
+    """Given no full-load marker, When the operator starts the pipeline, Then its input is {} (the full load
+    runs); Given one running, a second start starts nothing; Given the marker (and none running), Then the
+    input is {"skip_full_load": true}."""
+    code, first = lakectl(capsys, "start")
+    code_again, again = lakectl(capsys, "start")
+    aws.sfn.stop_execution(executionArn=first["execution_arn"])
+    aws.put(ARTIFACTS, "manifests/full-load.json", {"started_at": "2026-11-24T10:00:00Z"})
+    _, resumed = lakectl(capsys, "start")
+
+    assert (code, first["started"], first["input"]) == (0, True, {})
+    assert (code_again, again) == (
+        0,
+        {"started": False, "execution_arn": first["execution_arn"], "reason": "already running"},
+    )
+    assert resumed["input"] == {"skip_full_load": True}
+    inputs = [
+        json.loads(aws.sfn.describe_execution(executionArn=e["executionArn"])["input"])
+        for e in sorted(
+            aws.sfn.list_executions(stateMachineArn=aws.state_machine)["executions"],
+            key=lambda e: e["startDate"],
+        )
+    ]
+    assert inputs == [{}, {"skip_full_load": True}]
+
+
+def test_status_gathers_lease_execution_queue_batches_last_run_and_divergence(aws, capsys) -> None:
+    """Given a lease held by a running execution, a message on the queue, a pending and a failed batch, a CDC
+    run report with freshness and a reconcile report with one diverged table, When the operator asks the
+    status, Then the JSON names each of them, and the human output says them in lines."""
+    holder = aws.sfn.start_execution(stateMachineArn=aws.state_machine, name="run-1", input="{}")[
+        "executionArn"
+    ]
+    aws.put(
+        ARTIFACTS,
+        "locks/pipeline-lease.json",
+        {"holder": holder, "epoch": 3, "acquired_at": "2026-11-24T10:00:00Z"},
+    )
+    aws.sqs.send_message(
+        QueueUrl=aws.queue_url, MessageBody="{}", MessageGroupId="g", MessageDeduplicationId="1"
+    )
+    aws.put(ARTIFACTS, f"manifests/pending/{RUN_ID}.json", manifest(RUN_ID, ["s3://raw/a.csv"], 1))
+    aws.put(
+        ARTIFACTS,
+        "manifests/failed/20261124T090000000000Z-0000beef.json",
+        manifest("20261124T090000000000Z-0000beef", ["s3://raw/b.csv", "s3://raw/c.csv"], 3),
+    )
+    freshness = {
+        "tables": [
+            {
+                "source_table": "sales.orders",
+                "newest_source_commit_ts": "2026-11-24T10:14:00",
+                "applied_through_ts": "2026-11-24T10:13:00",
+                "last_batch_id": RUN_ID,
+            }
+        ]
+    }
+    aws.put(
+        ARTIFACTS,
+        f"manifests/reports/{RUN_ID}.json",
+        {
+            "run_id": RUN_ID,
+            "job": "cdc",
+            "tables": [],
+            "totals": {"inserted_or_updated": 4},
+            "freshness": freshness,
+        },
+    )
+    aws.put(
+        ARTIFACTS,
+        "manifests/reports/reconcile-2026-11-24T10:20:00Z.json",
+        {
+            "run_id": "reconcile-1",
+            "tables": [
+                {"table": "sales.orders", "missing": 0, "extra": 0, "differing": 0},
+                {
+                    "table": "sales.customer",
+                    "missing": 2,
+                    "extra": 0,
+                    "differing": 1,
+                    "in_flight": 0,
+                    "repaired": True,
+                },
+            ],
+        },
+    )
+
+    code, status = lakectl(capsys, "status")
+    cli.main(["status", "--stack-name", STACK])
+    text = capsys.readouterr().out
+
+    assert code == 0
+    assert status["lease"] == {"holder": holder, "epoch": 3, "acquired_at": "2026-11-24T10:00:00Z"}
+    assert status["execution"]["arn"] == holder
+    assert (status["queue"]["waiting"], status["full_load_recorded"]) == (1, False)
+    assert [(b["run_id"], b["files"], b["reason"]) for b in status["pending_batches"]] == [
+        (RUN_ID, 1, "1 attempt(s) so far")
+    ]
+    assert [(b["run_id"], b["files"]) for b in status["failed_batches"]] == [
+        ("20261124T090000000000Z-0000beef", 2)
+    ]
+    assert status["last_run"]["run_id"] == RUN_ID
+    assert status["last_run"]["freshness"] == [
+        {
+            "table": "sales.orders",
+            "newest_source_change": "2026-11-24T10:14:00",
+            "applied_through": "2026-11-24T10:13:00",
+            "last_batch": RUN_ID,
+        }
+    ]
+    assert status["last_reconcile"]["diverged"] == [
+        {
+            "table": "sales.customer",
+            "missing": 2,
+            "extra": 0,
+            "differing": 1,
+            "in_flight": 0,
+            "repaired": True,
+        }
+    ]
+    assert f"lease       {holder} (epoch 3" in text
+    assert "  sales.customer: 2 missing, 0 extra, 1 differing" in text
+
+
+def test_requeue_lists_pending_and_failed_batches_and_puts_failed_ones_back_in_line(aws, capsys) -> None:
+    """Given a pending and a failed batch, When the operator lists, Then both are named; When they requeue
+    all, Then the failed one is pending with its attempts reset and failed/ is empty."""
+    recent = datetime.now(UTC).replace(tzinfo=None) - timedelta(hours=1)
+    uri = f"s3://{RAW}/dms/sales/orders/{cdc_file_name(recent)}"
+    failed_id = "20261124T090000000000Z-0000beef"
+    aws.put(ARTIFACTS, f"manifests/pending/{RUN_ID}.json", manifest(RUN_ID, [uri], 0))
+    aws.put(ARTIFACTS, f"manifests/failed/{failed_id}.json", manifest(failed_id, [uri], 3))
+
+    _, listed = lakectl(capsys, "requeue")
+    code, requeued = lakectl(capsys, "requeue", "--all")
+
+    assert [b["run_id"] for b in listed["pending"]] == [RUN_ID]
+    assert [b["run_id"] for b in listed["failed"]] == [failed_id]
+    assert (code, requeued) == (
+        0,
+        {"requeued": [{"run_id": failed_id, "key": f"manifests/pending/{failed_id}.json"}], "refused": []},
+    )
+    assert aws.keys("manifests/failed/") == []
+    moved = json.loads(
+        aws.s3.get_object(Bucket=ARTIFACTS, Key=f"manifests/pending/{failed_id}.json")["Body"].read()
+    )
+    assert moved == manifest(failed_id, [uri], 0)
+
+
+def test_redrive_queues_a_raw_file_as_its_s3_event_and_refuses_one_past_the_tombstones(aws, capsys) -> None:
+    """Given a raw file written an hour ago and one written 40 days ago (TombstoneRetentionDays 35), When the
+    operator re-drives both, Then the queue holds the first one's Object Created event and the second is
+    refused (its changes would bring rows deleted since back)."""
+    now = datetime.now(UTC).replace(tzinfo=None)
+    young, old = (
+        f"dms/sales/orders/{cdc_file_name(now - age)}" for age in (timedelta(hours=1), timedelta(days=40))
+    )
+    for key in (young, old):
+        aws.s3.put_object(Bucket=RAW, Key=key, Body=b"I,1\n")
+
+    code, result = lakectl(capsys, "redrive", young, f"s3://{RAW}/{old}")
+
+    assert code == 1
+    assert result["sent"] == [young]
+    assert [r["key"] for r in result["refused"]] == [old]
+    (message,) = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10)["Messages"]
+    event = json.loads(message["Body"])
+    assert (
+        event["detail-type"],
+        event["detail"]["bucket"]["name"],
+        event["detail"]["object"]["key"],
+        event["detail"]["object"]["size"],
+    ) == ("Object Created", RAW, young, 4)
+
+
+def test_reconcile_runs_under_the_lease_holder_and_refuses_without_one(aws, capsys) -> None:
+    """Given no lease, When the operator asks for a reconcile, Then it is refused naming `lakectl start`;
+    Given the lease held at epoch 4, Then the reconcile job runs with the holder, the epoch, the stack's
+    RepairMode and DMS task, and a report under manifests/reports/reconcile-*."""
+    refused_code, refused = lakectl(capsys, "reconcile")
+    holder = "arn:aws:states:us-east-1:123456789012:execution:test-pipeline:run-1"
+    aws.put(ARTIFACTS, "locks/pipeline-lease.json", {"holder": holder, "epoch": 4})
+
+    code, result = lakectl(capsys, "reconcile")
+
+    assert refused_code == 2 and "lakectl start" in refused
+    assert code == 0
+    arguments = aws.glue.get_job_run(JobName="test-reconcile", RunId=result["job_run_id"])["JobRun"][
+        "Arguments"
+    ]
+    assert {k: v for k, v in arguments.items() if k not in ("--run_id", "--report_uri")} == {
+        "--lease_uri": f"s3://{ARTIFACTS}/locks/pipeline-lease.json",
+        "--lease_holder": holder,
+        "--lease_epoch": "4",
+        "--repair_mode": "reload",
+        "--dms_task_arn": TASK_ARN,
+        "--fail_on_divergence": "false",
+    }
+    assert arguments["--report_uri"] == f"s3://{ARTIFACTS}/manifests/reports/{result['run_id']}.json"
+
+
+def test_reload_asks_dms_for_the_table_of_the_stacks_task(aws, capsys, monkeypatch) -> None:
+    """Given the stack's DMS task, When the operator reloads sales.orders, Then DMS is asked to reload that
+    table (data-reload) of that task; a name without its schema is refused."""
+    asked: list[dict[str, Any]] = []
+
+    class Dms:
+        def reload_tables(self, **request: Any) -> dict[str, Any]:
+            asked.append(request)
+            return {"ReplicationTaskArn": request["ReplicationTaskArn"]}
+
+    made = cli.session_clients(None, None)
+    clients = lambda service: Dms() if service == "dms" else made(service)  # noqa: E731
+
+    code = cli.main(["reload", "sales.orders", "--stack-name", STACK], clients=clients)
+    bad = cli.main(["reload", "orders", "--stack-name", STACK], clients=clients)
+
+    assert (code, bad) == (0, 2)
+    assert asked == [
+        {
+            "ReplicationTaskArn": TASK_ARN,
+            "TablesToReload": [{"SchemaName": "sales", "TableName": "orders"}],
+            "ReloadOption": "data-reload",
+        }
+    ]
