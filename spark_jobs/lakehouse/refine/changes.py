@@ -88,9 +88,12 @@ def keys_reached(
     evaluate: Evaluate, inputs: Mapping[str, DataFrame], name: str, delta: DataFrame, key: Sequence[str]
 ) -> DataFrame:
     """The model's keys the rows `delta` of input `name` take part in, the other inputs as given."""
-    with_delta = evaluate({**inputs, name: delta})
-    without = evaluate({**inputs, name: empty_like(delta)})
-    return with_delta.subtract(without).select(*[F.col(f"`{k}`") for k in key])
+    columns = [*[F.col(f"`{k}`") for k in key], *HASH_COLUMNS]
+    with_delta = with_row_hash(evaluate({**inputs, name: delta})).select(*columns)
+    without = with_row_hash(evaluate({**inputs, name: empty_like(delta)})).select(*columns)
+    return with_delta.subtract(without).select(
+        *[F.col(f"`{k}`") for k in key]
+    )  # rows compared by their hashes
 
 
 def affected_keys(

@@ -1,0 +1,170 @@
+"""The example models (models/*.sql) refreshed incrementally against a rebuild: a synthetic clean zone of N sales
+with their dimensions, the first refine (a build), then a change of a fraction of the sales (updates and
+deletes), then of the same fraction of the items (reclassified), each followed by an incremental refine, then
+the same state rebuilt from scratch (every refined table dropped). Seconds of each refine, per model, with its
+mode and the keys it recomputed; the machine's load beside them.
+
+    .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--out bench/results/…json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
+
+from lakehouse.base.config import LakeConfig  # noqa: E402
+from lakehouse.io.iceberg import TABLE_PROPERTIES, ensure_namespace  # noqa: E402
+from lakehouse.io.session import build_session  # noqa: E402
+from lakehouse.refine.refresh import RefineReport, refine  # noqa: E402
+from pyspark.sql import DataFrame, SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+
+ITEMS = 1000
+
+
+def money(column: Any) -> Any:
+    return (column % 10000 / 100).cast("decimal(7,2)")
+
+
+def source_tables(spark: SparkSession, rows: int) -> dict[str, DataFrame]:
+    """The six sources the example models read, with the columns they use."""
+    sales = spark.range(rows).select(
+        (F.col("id") % ITEMS + 1).alias("ws_item_sk"),
+        (F.col("id") / ITEMS).cast("bigint").alias("ws_order_number"),
+        (F.col("id") * 7 % 365 + 1).alias("ws_sold_date_sk"),
+        (F.col("id") % 24 + 1).alias("ws_sold_time_sk"),
+        (F.col("id") % max(rows // 100, 1) + 1).alias("ws_bill_customer_sk"),
+        (F.col("id") % 20 + 1).cast("int").alias("ws_quantity"),
+        *[
+            money(F.col("id") * (n + 3)).alias(name)
+            for n, name in enumerate(
+                [
+                    "ws_list_price",
+                    "ws_sales_price",
+                    "ws_ext_sales_price",
+                    "ws_ext_discount_amt",
+                    "ws_coupon_amt",
+                    "ws_net_paid",
+                    "ws_ext_wholesale_cost",
+                    "ws_net_profit",
+                ]
+            )
+        ],
+    )
+    dates = spark.range(1, 366).select(
+        F.col("id").alias("d_date_sk"),
+        F.date_add(F.lit("2024-01-01").cast("date"), F.col("id").cast("int")).alias("d_date"),
+        F.lit(2024).alias("d_year"),
+        (F.col("id") % 12 + 1).cast("int").alias("d_moy"),
+        F.when(F.col("id") % 30 == 0, "Y").otherwise("N").alias("d_holiday"),
+    )
+    times = spark.range(1, 25).select(F.col("id").alias("t_time_sk"), F.col("id").cast("int").alias("t_hour"))
+    items = spark.range(1, ITEMS + 1).select(
+        F.col("id").alias("i_item_sk"),
+        F.format_string("item-%d", "id").alias("i_item_id"),
+        F.format_string("product %d", "id").alias("i_product_name"),
+        F.format_string("category-%d", F.col("id") % 10).alias("i_category"),
+        F.format_string("class-%d", F.col("id") % 50).alias("i_class"),
+        F.format_string("brand-%d", F.col("id") % 100).alias("i_brand"),
+    )
+    customers = spark.range(1, max(rows // 100, 1) + 1).select(
+        F.col("id").alias("c_customer_sk"),
+        (F.col("id") % max(rows // 200, 1) + 1).alias("c_current_addr_sk"),
+        F.format_string("first-%d", "id").alias("c_first_name"),
+        F.format_string("last-%d", "id").alias("c_last_name"),
+    )
+    addresses = spark.range(1, max(rows // 200, 1) + 1).select(
+        F.col("id").alias("ca_address_sk"),
+        F.format_string("S%d", F.col("id") % 50).alias("ca_state"),
+        F.format_string("city-%d", F.col("id") % 500).alias("ca_city"),
+    )
+    return {
+        "web_sales": sales,
+        "date_dim": dates,
+        "time_dim": times,
+        "item": items,
+        "customer": customers,
+        "customer_address": addresses,
+    }
+
+
+def timed_refine(spark: SparkSession, config: LakeConfig, run_id: str) -> dict[str, Any]:
+    begun = time.monotonic()
+    report: RefineReport = refine(spark, config, run_id=run_id)
+    seconds = time.monotonic() - begun
+    assert not report.failed, report.failed
+    return {
+        "seconds": round(seconds, 2),
+        "load": os.getloadavg()[0],
+        "models": {
+            t.table: {
+                "mode": t.mode,
+                "seconds": t.seconds,
+                "affected": t.affected,
+                "changed": t.changed_inputs,
+            }
+            for t in report.tables
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--fraction", type=float, default=0.01)
+    parser.add_argument("--work", default=None)
+    parser.add_argument("--out", default=None, help="the results file (JSON)")
+    args = parser.parse_args()
+    work = Path(args.work or tempfile.mkdtemp(prefix="bench-refine-"))
+    config = LakeConfig(
+        warehouse=str(work / "warehouse"), staging_dir=str(work / "staging"), shuffle_partitions=4
+    )
+    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
+    spark = build_session(config, "bench-refine-models")
+    ensure_namespace(spark, config.catalog_name, config.clean_database)
+    for name, frame in source_tables(spark, args.rows).items():
+        writer = frame.writeTo(config.clean_table(f"main_{name}")).using("iceberg")
+        for key, value in TABLE_PROPERTIES.items():
+            writer = writer.tableProperty(key, value)
+        writer.createOrReplace()
+    results: dict[str, Any] = {"rows": args.rows, "fraction": args.fraction, "cores": os.cpu_count()}
+    results["build"] = timed_refine(spark, config, "build")
+
+    sales, items = config.clean_table("main_web_sales"), config.clean_table("main_item")
+    every = max(int(1 / args.fraction), 1)
+    spark.sql(
+        f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 "
+        f"WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every} = 0"
+    )
+    spark.sql(f"DELETE FROM {sales} WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every * 10} = 1")
+    results["sales_changed"] = timed_refine(spark, config, "sales-changed")
+    spark.sql(f"UPDATE {items} SET i_category = 'reclassified' WHERE i_item_sk % {every} = 0")
+    results["items_changed"] = timed_refine(spark, config, "items-changed")
+
+    for table in results["build"]["models"]:
+        spark.sql(f"DROP TABLE {config.table(config.refined_database, table)}")
+    results["rebuild"] = timed_refine(spark, config, "rebuild")
+    results["command"] = " ".join(["bench/refine_models.py", *sys.argv[1:]])
+    results["at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = json.dumps(results, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n", encoding="utf-8")
+    spark.stop()
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
