@@ -145,7 +145,7 @@ LAMBDA_DIRS := $(patsubst %/app.py,%,$(wildcard functions/*/app.py))
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy spark_jobs functions/shared localaws tools deploy bench
+	$(BIN)/mypy spark_jobs functions/shared localaws tools lakectl deploy bench
 	@for dir in $(LAMBDA_DIRS); do \
 	  echo "MYPYPATH=$$dir $(BIN)/mypy $$dir"; MYPYPATH=$$dir $(BIN)/mypy $$dir || exit 1; \
 	done

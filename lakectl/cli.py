@@ -34,7 +34,7 @@ def session_clients(region: str | None, endpoint_url: str | None) -> Clients:
 
     def client(service: str) -> Any:
         if service not in made:
-            made[service] = session.client(service, endpoint_url=endpoint_url)  # type: ignore[call-overload]
+            made[service] = session.client(service, endpoint_url=endpoint_url)
         return made[service]
 
     return client

@@ -23,6 +23,7 @@ TOP_FOLDERS = (
     "spark_jobs",
     "functions",
     "tools",
+    "lakectl",
     "localaws",
     "deploy",
     "bench",
@@ -32,7 +33,7 @@ TOP_FOLDERS = (
     "docs",
 )
 # The product's and the tests' Python files (committed or new, not ignored), as the repository has them.
-PYTHON_FOLDERS = ("spark_jobs", "functions", "localaws", "tools", "deploy", "bench", "tests")
+PYTHON_FOLDERS = ("spark_jobs", "functions", "localaws", "tools", "lakectl", "deploy", "bench", "tests")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 # A design note kept outside the repository, an issue number of a tracker the repository does not hold.
 OUTSIDE = re.compile(r"DESIGN\.md|\bissues? ?#?\d+\b|\bissue-\d+\b", flags=re.I)
