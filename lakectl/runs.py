@@ -9,7 +9,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from lakectl.stack import FULL_LOAD_MARKER_KEY, LEASE_KEY, Clients, Stack, read_json
+from lakectl.stack import FULL_LOAD_MARKER_KEY, LEASE_KEY, Clients, Stack, object_exists, read_json
 
 EXECUTION_ENDED = ("SUCCEEDED", "FAILED", "TIMED_OUT", "ABORTED")
 GLUE_RUN_ENDED = ("SUCCEEDED", "FAILED", "STOPPED", "TIMEOUT", "ERROR")
@@ -25,7 +25,7 @@ def execution_input(s3: Any, stack: Stack) -> dict[str, Any]:
     """`{"skip_full_load": true}` once the full load is recorded (`manifests/full-load.json`): the loop resumes
     and a pending batch is applied first. `{}` before: the execution waits for DMS's full load and applies it.
     The other choice would skip the initial load, or load it again over the changes since."""
-    return {"skip_full_load": True} if read_json(s3, stack.artifacts_bucket, FULL_LOAD_MARKER_KEY) else {}
+    return {"skip_full_load": True} if object_exists(s3, stack.artifacts_bucket, FULL_LOAD_MARKER_KEY) else {}
 
 
 def start_pipeline(stack: Stack, clients: Clients, now: datetime | None = None) -> dict[str, Any]:

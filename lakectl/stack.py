@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
 from lake_contracts.resend_horizon import MIN_TOMBSTONE_RETENTION_DAYS
 
 LEASE_KEY = "locks/pipeline-lease.json"
@@ -61,6 +62,16 @@ def load_stack(cloudformation: Any, name: str) -> Stack:
         for resource in page.get("StackResourceSummaries", []):
             resources[resource["LogicalResourceId"]] = resource.get("PhysicalResourceId", "")
     return Stack(name, outputs, parameters, resources)
+
+
+def object_exists(s3: Any, bucket: str, key: str) -> bool:
+    try:
+        s3.head_object(Bucket=bucket, Key=key)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+            return False
+        raise
+    return True
 
 
 def read_json(s3: Any, bucket: str, key: str) -> dict[str, Any] | None:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from lakectl.batches import FailedBatch, failed_batches, pending_batches
-from lakectl.stack import FULL_LOAD_MARKER_KEY, LEASE_KEY, Clients, Stack, read_json
+from lakectl.stack import FULL_LOAD_MARKER_KEY, LEASE_KEY, Clients, Stack, object_exists, read_json
 
 REPORTS = "manifests/reports/"
 RECONCILE_REPORTS = REPORTS + "reconcile-"
@@ -130,7 +130,7 @@ def collect_status(stack: Stack, clients: Clients, now: datetime | None = None) 
         "stack": stack.name,
         "lease": {k: lease.get(k) for k in ("holder", "epoch", "acquired_at")} if lease else None,
         "execution": running_execution(clients("stepfunctions"), stack.output("StateMachineArn")),
-        "full_load_recorded": read_json(s3, bucket, FULL_LOAD_MARKER_KEY) is not None,
+        "full_load_recorded": object_exists(s3, bucket, FULL_LOAD_MARKER_KEY),
         "queue": queue_state(clients("sqs"), clients("cloudwatch"), stack.output("QueueUrl"), moment),
         "pending_batches": [batch_row(b) for b in pending_batches(s3, bucket)],
         "failed_batches": [batch_row(b) for b in failed_batches(s3, bucket)],
