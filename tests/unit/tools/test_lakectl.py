@@ -12,7 +12,7 @@ import pytest
 import yaml
 from lake_contracts.dms_files import cdc_file_name
 
-from lakectl import cli
+from lakectl import cli, runs
 from tests.offline_aws import offline_aws
 
 STACK = "lake-test"
@@ -325,3 +325,19 @@ def test_reload_asks_dms_for_the_table_of_the_stacks_task(aws, capsys, monkeypat
             "ReloadOption": "data-reload",
         }
     ]
+
+
+def test_a_wait_shows_each_state_until_the_run_ends() -> None:
+    """Given a Glue run that is STARTING, then RUNNING, then SUCCEEDED, When the operator waits on it, Then the
+    progress display is told each state and the wait returns the final one."""
+    states = iter(["STARTING", "RUNNING", "SUCCEEDED"])
+
+    class Glue:
+        def get_job_run(self, JobName: str, RunId: str) -> dict[str, Any]:
+            return {"JobRun": {"JobRunState": next(states)}}
+
+    shown: list[str] = []
+    final = runs.wait_for_glue_run(Glue(), "test-reconcile", "jr_1", shown.append, poll_seconds=0)
+
+    assert final == "SUCCEEDED"
+    assert [line.split(" after ")[0] for line in shown] == ["STARTING", "RUNNING", "SUCCEEDED"]
