@@ -3,12 +3,16 @@ checked against the source by row checksums; rollover; injected faults; a failin
 
 import io
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 
-from localaws import replication
+from localaws import replication, sam_app
 from localaws.pipeline_run import LocalPipeline
 
 pytestmark = pytest.mark.integration
@@ -332,6 +336,50 @@ def test_faults_retry_poison_file_and_poison_message(make_pipeline) -> None:
         )
         bodies = [m["Body"] for m in dead.get("Messages", [])]
         assert any("not an EventBridge S3 event" in b for b in bodies), bodies
+    operate_with_lakectl(pipeline)
+
+
+def lakectl(pipeline: LocalPipeline, *command: str) -> tuple[int, dict]:
+    """The installed console script, run as docs/DEPLOY.md ("Operate") gives it for the local AWS."""
+    script = Path(sys.executable).parent / "lakectl"
+    argv = [str(script), "--stack-name", pipeline.stack_name, "--endpoint-url", pipeline.endpoint_url]
+    environment = os.environ | {
+        "AWS_DEFAULT_REGION": sam_app.REGION,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+    }
+    done = subprocess.run(
+        [*argv, *command, "--json"], capture_output=True, text=True, env=environment, timeout=120
+    )
+    assert done.stdout.strip(), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def operate_with_lakectl(pipeline: LocalPipeline) -> None:
+    """Given the running pipeline that quarantined a poison file, When the operator runs lakectl against its
+    stack, Then status names the execution holding the lease, the recorded full load, no batch out of line and
+    the last run's freshness; start starts no second execution; requeue lists nothing; redrive refuses the
+    poison file (named 2020: past the tombstones); reload asks the local DMS for a table's reload."""
+    code, status = lakectl(pipeline, "status")
+    assert code == 0, status
+    assert status["execution"] and status["lease"]["holder"] == status["execution"]["arn"], status
+    assert (status["full_load_recorded"], status["pending_batches"], status["failed_batches"]) == (
+        True,
+        [],
+        [],
+    )
+    assert status["last_run"] and status["last_run"]["freshness"], status["last_run"]
+
+    code, start = lakectl(pipeline, "start")
+    assert (code, start["started"], start["execution_arn"]) == (0, False, status["execution"]["arn"])
+    assert lakectl(pipeline, "requeue") == (0, {"pending": [], "failed": []})
+
+    poison = f"dms/{pipeline.source_schema}/item/{POISON_FILE}"
+    code, redriven = lakectl(pipeline, "redrive", poison)
+    assert (code, redriven["sent"], [r["key"] for r in redriven["refused"]]) == (1, [], [poison])
+
+    code, reload = lakectl(pipeline, "reload", f"{pipeline.source_schema}.item")
+    assert (code, reload["reload"]) == (0, "requested"), reload
 
 
 def test_a_failing_dms_task_fails_the_execution_with_a_clear_error(make_pipeline) -> None:
