@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import boto3
+from botocore.exceptions import BotoCoreError, ClientError
 
 from lakectl.batches import TooOldToRequeueError, failed_batches, pending_batches, requeue
 from lakectl.repairs import redrive, reload_table
@@ -167,7 +168,7 @@ def main(argv: Sequence[str] | None = None, clients: Clients | None = None) -> i
     try:
         stack = load_stack(made("cloudformation"), args.stack_name)
         result, text = COMMANDS[args.command][0](stack, made, args)
-    except (LookupError, NoLeaseHolderError, ValueError) as error:
+    except (LookupError, NoLeaseHolderError, ValueError, ClientError, BotoCoreError) as error:
         print(f"lakectl {args.command}: {error}", file=sys.stderr)
         return 2
     print(json.dumps(result, indent=2, default=str) if args.json else text)

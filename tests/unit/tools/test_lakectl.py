@@ -341,3 +341,12 @@ def test_a_wait_shows_each_state_until_the_run_ends() -> None:
 
     assert final == "SUCCEEDED"
     assert [line.split(" after ")[0] for line in shown] == ["STARTING", "RUNNING", "SUCCEEDED"]
+
+
+def test_a_stack_that_does_not_exist_is_an_error_naming_it(aws, capsys) -> None:
+    """Given no stack of that name, When the operator asks its status, Then lakectl exits 2 with AWS's error
+    naming the stack (no traceback)."""
+    code = cli.main(["status", "--stack-name", "no-such-stack"])
+
+    assert code == 2
+    assert "no-such-stack" in capsys.readouterr().err
