@@ -88,7 +88,7 @@ def keys_reached(
     evaluate: Evaluate, inputs: Mapping[str, DataFrame], name: str, delta: DataFrame, key: Sequence[str]
 ) -> DataFrame:
     """The model's keys the rows `delta` of input `name` take part in, the other inputs as given."""
-    columns = [*[F.col(f"`{k}`") for k in key], *HASH_COLUMNS]
+    columns = [*[F.col(f"`{k}`") for k in key], *[F.col(h) for h in HASH_COLUMNS]]
     with_delta = with_row_hash(evaluate({**inputs, name: delta})).select(*columns)
     without = with_row_hash(evaluate({**inputs, name: empty_like(delta)})).select(*columns)
     return with_delta.subtract(without).select(
