@@ -70,11 +70,19 @@ def with_row_hash(frame: DataFrame) -> DataFrame:
 def changed_rows(before: DataFrame, after: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(before images, after images): the rows of `before` that `after` no longer holds as they were, and the
     rows of `after` that `before` did not hold (an insert, an update's two images, a delete, a key move). The
-    versions are compared on their rows' hashes; only the changed rows are read in full."""
+    versions are compared on their rows' hashes in one join, kept; only the changed rows are then read in full."""
     hashed_before, hashed_after = with_row_hash(before), with_row_hash(after)
-    old, new = hashed_before.select(*HASH_COLUMNS), hashed_after.select(*HASH_COLUMNS)
-    removed = hashed_before.join(old.subtract(new), list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
-    added = hashed_after.join(new.subtract(old), list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
+    old = hashed_before.select(*HASH_COLUMNS, F.lit(True).alias("__old"))
+    new = hashed_after.select(*HASH_COLUMNS, F.lit(True).alias("__new"))
+    differ = (
+        old.join(new, list(HASH_COLUMNS), "full_outer")
+        .where(F.col("__old").isNull() | F.col("__new").isNull())
+        .localCheckpoint()
+    )
+    gone = differ.where(F.col("__new").isNull()).select(*HASH_COLUMNS)
+    came = differ.where(F.col("__old").isNull()).select(*HASH_COLUMNS)
+    removed = hashed_before.join(gone, list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
+    added = hashed_after.join(came, list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
     return removed, added
 
 
