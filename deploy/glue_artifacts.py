@@ -35,6 +35,9 @@ SPARK_JOBS = REPO / "spark_jobs"
 # the same zip (lake_contracts.config and .s3 need pydantic and botocore, which the jobs never import).
 SHARED = REPO / "functions" / "shared"
 MODELS = REPO / "models"  # the refined models (docs/CONTRACTS.md), published beside the code
+# The example models' tables, which the BI examples read (bi/queries: the Athena named queries, and the QuickSight
+# dataset): the stack creates those only when the folder holds all three (template parameter ExampleModels).
+EXAMPLE_MODELS = ("sales_enriched", "daily_revenue_by_category", "daily_revenue_by_state")
 SHARED_CONTRACTS = (
     "__init__.py",
     "dms_files.py",
@@ -127,9 +130,9 @@ def file_hash(path: Path) -> str:
     return digest.hexdigest()[:HASH_LENGTH]
 
 
-def code_artifacts(prefix: str) -> list[Artifact]:
+def code_artifacts(prefix: str, models: Path | None = None) -> list[Artifact]:
     scripts = [Artifact(f"{prefix}/scripts/{s}", body=(SPARK_JOBS / s).read_bytes()) for s in GLUE_SCRIPTS]
-    refined = [Artifact(f"{prefix}/models/{p.name}", body=p.read_bytes()) for p in model_files()]
+    refined = [Artifact(f"{prefix}/models/{p.name}", body=p.read_bytes()) for p in model_files(models)]
     return [*scripts, Artifact(f"{prefix}/lib/lakehouse.zip", body=lakehouse_zip()), *refined]
 
 
@@ -137,6 +140,11 @@ def model_files(models: Path | None = None) -> list[Path]:
     """The refined models the refine job reads (`<JobCodePrefix>/models/`: its --models_uri)."""
     folder = models or MODELS
     return sorted(folder.glob("*.sql")) if folder.is_dir() else []
+
+
+def has_example_models(models: Iterable[Path]) -> bool:
+    """Whether the models include the example models the BI examples read (template parameter ExampleModels)."""
+    return set(EXAMPLE_MODELS) <= {p.stem for p in models}
 
 
 def release(schema_file: Path | None = None, iceberg_jar: Path | None = None) -> Release:
@@ -148,7 +156,11 @@ def release(schema_file: Path | None = None, iceberg_jar: Path | None = None) ->
     code_prefix = f"glue/code/{content_hash([a.key.encode() + (a.body or b'') for a in unversioned])}"
     artifacts = code_artifacts(code_prefix)
     # no model: the loop starts no refine run (HasRefineModels)
-    parameters = {"JobCodePrefix": code_prefix, "HasRefineModels": "true" if model_files() else "false"}
+    parameters = {
+        "JobCodePrefix": code_prefix,
+        "HasRefineModels": "true" if model_files() else "false",
+        "ExampleModels": "true" if has_example_models(model_files()) else "false",
+    }
     if iceberg_jar is not None:
         jar_key = f"glue/jars/{file_hash(iceberg_jar)}/{iceberg_jar.name}"
         artifacts.append(Artifact(jar_key, path=iceberg_jar))
@@ -161,9 +173,11 @@ def release(schema_file: Path | None = None, iceberg_jar: Path | None = None) ->
     return Release(tuple(artifacts), parameters)
 
 
-def fixed(schema_file: Path | None = None, iceberg_jar: bool = True) -> list[Artifact]:
+def fixed(
+    schema_file: Path | None = None, iceberg_jar: bool = True, models: Path | None = None
+) -> list[Artifact]:
     """The fixed layout (the template's defaults), as the local stack publishes it."""
-    artifacts = code_artifacts(FIXED_CODE_PREFIX)
+    artifacts = code_artifacts(FIXED_CODE_PREFIX, models)
     if iceberg_jar:
         artifacts.append(Artifact(iceberg_jar_key(), path=iceberg_runtime_jar()))
     if schema_file is not None:
@@ -184,12 +198,27 @@ def publish(s3: Any, bucket: str, artifacts: Iterable[Artifact], overwrite: bool
     return keys
 
 
-def upload_glue_artifacts(s3: Any, bucket: str, iceberg_jar: bool = True) -> list[str]:
-    """The fixed layout's code and jar (the local Glue runs the jobs with the project's own copy of the jar,
-    so the local stack skips it: `iceberg_jar=False`); the jar is uploaded once (its name is its version)."""
-    code = publish(s3, bucket, fixed(iceberg_jar=False), overwrite=True)
-    jar = publish(s3, bucket, fixed(iceberg_jar=True)[len(code) :], overwrite=False) if iceberg_jar else []
+def upload_glue_artifacts(
+    s3: Any, bucket: str, iceberg_jar: bool = True, models: Path | None = None
+) -> list[str]:
+    """The fixed layout's code, models (`models`: that folder instead of the checkout's) and jar (the local Glue
+    runs the jobs with the project's own copy of the jar, so the local stack skips it: `iceberg_jar=False`);
+    the jar is uploaded once (its name is its version)."""
+    code = publish(s3, bucket, fixed(iceberg_jar=False, models=models), overwrite=True)
+    delete_unpublished_models(s3, bucket, FIXED_CODE_PREFIX, code)
+    jar = publish(s3, bucket, fixed(models=models)[len(code) :], overwrite=False) if iceberg_jar else []
     return code + jar
+
+
+def delete_unpublished_models(s3: Any, bucket: str, prefix: str, published: Iterable[str]) -> list[str]:
+    """Delete what `<prefix>/models/` holds beyond the keys just published: the fixed layout publishes over the
+    same keys, so a model removed from the folder would stay, and the refine job would go on refreshing it."""
+    kept = set(published)
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/models/")
+    stale = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"] not in kept]
+    for key in stale:
+        s3.delete_object(Bucket=bucket, Key=key)
+    return stale
 
 
 def _exists(s3: Any, bucket: str, key: str) -> bool:

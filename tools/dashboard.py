@@ -1,6 +1,8 @@
 """A self-contained, interactive HTML dashboard of the refined zone and the pipeline's runs (Plotly).
 
-One file with plotly.js inlined: it opens offline, from a mail or a bucket, with zoom and hover.
+One file with plotly.js inlined: it opens offline, from a mail or a bucket, with zoom and hover. Its business
+figures read the example models' refined tables (`models/`: `sales_enriched`, `daily_revenue_by_category`,
+`daily_revenue_by_state`, the demo's); a refined zone without them (models of your own) has none to show.
 
     figures = collect_figures(spark, config)           # the only Spark part
     write_dashboard("var/dashboard.html", figures, {"files": 12, "changes_applied": 3456, "runs": [...]})
@@ -44,11 +46,16 @@ class Figures:
     refined_point: str | None = None  # the consistent point the refined zone was built from
 
 
+EXAMPLE_TABLES = ("sales_enriched", "daily_revenue_by_category", "daily_revenue_by_state")
+
+
 def collect_figures(spark: SparkSession, config: LakeConfig) -> Figures:
-    """Read the figures from the refined tables (small aggregates only)."""
+    """Read the figures from the example models' refined tables (small aggregates only); none without them."""
     from lakehouse.io.frames import one_row
 
     refined = f"{config.catalog_name}.{config.refined_database}"
+    if not all(spark.catalog.tableExists(f"{refined}.{name}") for name in EXAMPLE_TABLES):
+        return Figures()
     category = f"{refined}.daily_revenue_by_category"
     state = f"{refined}.daily_revenue_by_state"
     totals = one_row(
@@ -71,7 +78,7 @@ def collect_figures(spark: SparkSession, config: LakeConfig) -> Figures:
     ).collect()
     snapshots = {
         name: one_row(spark.sql(f"SELECT count(*) AS n FROM {refined}.{name}.snapshots"))["n"]
-        for name in ("sales_enriched", "daily_revenue_by_category", "daily_revenue_by_state")
+        for name in EXAMPLE_TABLES
     }
     from lakehouse.audit.consistent import POINT_AT
     from lakehouse.io.iceberg import snapshot_properties

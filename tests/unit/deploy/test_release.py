@@ -70,8 +70,9 @@ def test_a_release_names_every_artifact_by_its_content(tmp_path: Path, small_jar
         "IcebergJarKey": "",  # Glue's own Iceberg
         "SchemaFileKey": glue_artifacts.SCHEMA_KEY,
         "HasRefineModels": "true",  # the example models
+        "ExampleModels": "true",
     }
-    assert glue_artifacts.release().parameters.keys() == {"JobCodePrefix", "HasRefineModels"}
+    assert glue_artifacts.release().parameters.keys() == {"JobCodePrefix", "HasRefineModels", "ExampleModels"}
     code = len(glue_artifacts.GLUE_SCRIPTS) + 1 + len(glue_artifacts.model_files())
     assert glue_artifacts.release().artifacts == first.artifacts[:code]
 

@@ -31,7 +31,7 @@ from tools.bi import (
     timestamp_as_of,
     version_as_of,
 )
-from tools.dashboard import collect_figures, write_dashboard
+from tools.dashboard import Figures, collect_figures, write_dashboard
 
 pytestmark = pytest.mark.spark
 
@@ -207,6 +207,14 @@ def test_dashboard_figures_come_from_the_refined_zone(bi_lake: BiLake, tmp_path:
 
     assert round(figures.totals["revenue"], 2) == float(revenue)
     assert all(json.dumps(name) in page for name, _ in figures.revenue_by_category)
+
+
+def test_the_dashboard_has_no_business_figure_without_the_example_models(spark, base_config) -> None:
+    """Given a refined zone without the example models' tables (a user's own models), When the dashboard's
+    figures are collected, Then there are none (each chart says so) rather than a failed read."""
+    config = replace(base_config, refined_database="bi_own_models")
+
+    assert collect_figures(spark, config) == Figures()
 
 
 def test_rollback_then_refine_catches_up(bi_lake: BiLake) -> None:
