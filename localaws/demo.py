@@ -10,8 +10,9 @@ inserts/updates/deletes on the source, with an `ALTER TABLE … ADD COLUMN` half
 regenerated from the live catalog), while printing progress (the state machine refines every
 3 batches, runs maintenance every 6 and rolls over to a fresh execution on a low history threshold), waits
 until the clean zone has applied everything, checks every clean table against its source (row checksums),
-then stops the state machine, runs the refine job once more and one maintenance pass, checks every refined
-table against a recomputation from the source database, runs the BI queries (bi/queries), prints each clean
+then stops the state machine, runs the refine job once more and one maintenance pass, checks the refined
+table of each model the stack published (the example models, models/) against the model's SQL run over the
+source database's rows, runs the BI queries (bi/queries), prints each clean
 table's freshness, the consistent point the refined zone was built from and every version of one customer
 (the stack keeps the customer table's row history: HistoryTables; localaws/history_demo.py), writes the
 dashboard (its path is printed), prints a summary and stops what it started (also on Ctrl-C or failure;

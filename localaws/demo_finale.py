@@ -1,6 +1,6 @@
 """The demo's finale (`python -m localaws.demo`), once the clean zone caught up and was checked: the state
-machine stopped, the refine job and a maintenance pass run once more, every refined table checked against the
-source, the BI queries (bi/queries), each clean table's freshness, one customer's row history
+machine stopped, the refine job and a maintenance pass run once more, every refined table checked against its
+model's SQL over the source, the BI queries (bi/queries), each clean table's freshness, one customer's row history
 (`localaws/history_demo.py`), the runs' reports kept and the dashboard written.
 """
 
@@ -75,7 +75,7 @@ def finale(pipeline: LocalPipeline, app: AppHandles, started: float, workdir: Pa
             f"{sum(t['expired_snapshots'] for t in tables)} snapshots expired, "
             f"data files {sum(t['data_files_before'] for t in tables)} -> {sum(t['data_files_after'] for t in tables)}"
         )
-    step(started, "verifying every refined table against a recomputation from the source database")
+    step(started, "verifying each model's refined table against the model's SQL over the source database")
     refined_checks = pipeline.verify_refined()
     for check in refined_checks:
         print("  " + check.line())

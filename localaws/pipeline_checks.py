@@ -82,11 +82,27 @@ class LakeChecks:
         return check_all(spark, self.lake_config(), schema, self.sources.source_db)
 
     def verify_refined(self) -> list[Any]:
-        """Every refined table against its recomputation from the source database (row checksums)."""
+        """The refined table of each model the stack's refine job reads against the model's SQL over the source
+        database (row checksums; tools.verify.check_refined)."""
         from tools.verify import check_refined
 
-        return check_refined(
-            self.spark(), f"{VERIFY_CATALOG}.{self.refined_database}", self.sources.source_db
+        return check_refined(self.spark(), self.lake_config(), self.sources.source_db, self.deployed_models())
+
+    def deployed_models(self) -> Any:
+        """The models published with the stack's job code (`<JobCodePrefix>/models/`, the local stack's fixed
+        layout), parsed as the refine job parses them."""
+        from lakehouse.refine.models import load_folder
+
+        from deploy.glue_artifacts import FIXED_CODE_PREFIX
+
+        assert self.app is not None
+        s3, bucket = self.aws("s3"), self.app.artifacts_bucket
+        pages = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=bucket, Prefix=f"{FIXED_CODE_PREFIX}/models/"
+        )
+        keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(".sql")]
+        return load_folder(
+            (key, s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode("utf-8")) for key in keys
         )
 
     def run_reports(self) -> list[dict[str, Any]]:

@@ -147,6 +147,10 @@ class LocalPipeline:
         already (its code in this local AWS's S3), deployed as it is (no build)."""
         return self.deployed.deploy(self.source_db, self.task_arn, build=build, template=template)
 
+    def publish_models(self, folder: Path) -> list[str]:
+        """The stack's job code published again with the models of `folder` (the next refine reads them)."""
+        return self.deployed.publish_models(folder)
+
     def upload_schema(self) -> str:
         """The schema file regenerated from the source's catalog, into the artifacts bucket."""
         return self.deployed.upload_schema(self.source_db)
@@ -274,7 +278,8 @@ class LocalPipeline:
         return self.checks.verify()
 
     def verify_refined(self) -> list[Any]:
-        """Every refined table against its recomputation from the source database (row checksums)."""
+        """The refined table of each model the stack publishes against the model's SQL over the source database
+        (row checksums)."""
         return self.checks.verify_refined()
 
     def stop_executions(self, quiet_seconds: float = 3.0, timeout: float = 120.0) -> None:

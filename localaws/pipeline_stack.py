@@ -134,6 +134,14 @@ class DeployedStack:
         self.upload_schema(source_db)
         return self.app
 
+    def publish_models(self, folder: Path) -> list[str]:
+        """The job code published again with `folder` as the models folder, as a user's redeploy publishes their
+        models (`<JobCodePrefix>/models/<name>.sql`; a model no longer in the folder is deleted)."""
+        assert self.app is not None
+        return sam_app.upload_glue_artifacts(
+            self.aws("s3"), self.app.artifacts_bucket, iceberg_jar=False, models=folder
+        )
+
     def upload_schema(self, source_db: SourceDatabase) -> str:
         """The schema file generated from the source's catalog, into the artifacts bucket."""
         assert self.app is not None

@@ -1,4 +1,5 @@
-"""Prove a clean-zone table equals its source table: a checksum over canonical rows on both sides.
+"""Prove a clean-zone table equals its source table, and a refined table its model's SQL over the source: a
+checksum over canonical rows on both sides.
 
 Both sides are read here, in Python, independently of the reconcile job's SQL and Spark readers, and reduced
 to the same canonical text per value (by the column's Iceberg type); the table checksum is the reconcile's
@@ -9,18 +10,23 @@ don't matter, but every value does).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime
-from decimal import Decimal
+from datetime import UTC, date, datetime
+from decimal import Decimal, localcontext
 from pathlib import Path
 from typing import Any
 
 from lakehouse.base.config import LakeConfig
+from lakehouse.base.names import table_name
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.reconcile.plan import table_checksum
-from pyspark.sql import SparkSession
+from lakehouse.refine.models import ModelFolder, Reference
+from lakehouse.refine.refresh import read_models
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
 from tools.source_db import SourceDatabase
+
+MAX_DECIMAL_DIGITS = 38  # Spark's and Iceberg's widest decimal
 
 
 @dataclass(frozen=True)
@@ -93,70 +99,111 @@ def check_all(
     return [check_table(spark, config, spec, source_db) for spec in schema.tables.values()]
 
 
-# The refined tables recomputed from the source database in plain SQL (independent of lakehouse.refine.refresh):
-# the same joins and sums, so a refined zone that drifted from its source shows here.
-_SALES_SQL = """
-SELECT ws.ws_item_sk, ws.ws_order_number, d.d_date AS sold_date, d.d_year AS sold_year, d.d_moy AS sold_month,
-       t.t_hour AS sold_hour, d.d_holiday AS sold_on_holiday, ws.ws_bill_customer_sk AS customer_sk,
-       c.c_first_name AS customer_first_name, c.c_last_name AS customer_last_name,
-       a.ca_state AS customer_state, a.ca_city AS customer_city, i.i_item_id AS item_id,
-       i.i_product_name AS product_name, i.i_category AS category, i.i_class AS item_class, i.i_brand AS brand,
-       ws.ws_quantity AS quantity, ws.ws_list_price AS list_price, ws.ws_sales_price AS sales_price,
-       ws.ws_ext_sales_price AS revenue, ws.ws_ext_discount_amt AS discount, ws.ws_coupon_amt AS coupon,
-       ws.ws_net_paid AS net_paid, ws.ws_ext_wholesale_cost AS wholesale_cost, ws.ws_net_profit AS profit
-FROM web_sales ws
-LEFT JOIN date_dim d ON ws.ws_sold_date_sk = d.d_date_sk
-LEFT JOIN time_dim t ON ws.ws_sold_time_sk = t.t_time_sk
-LEFT JOIN item i ON ws.ws_item_sk = i.i_item_sk
-LEFT JOIN customer c ON ws.ws_bill_customer_sk = c.c_customer_sk
-LEFT JOIN customer_address a ON c.c_current_addr_sk = a.ca_address_sk
-"""
-_DAILY_SQL = """
-SELECT sold_date, {group}, sum(revenue) AS revenue, sum(profit) AS profit, sum(net_paid) AS net_paid,
-       sum(quantity) AS quantity, count(DISTINCT ws_order_number) AS orders, count(*) AS "lines"
-FROM ({sales}) AS sales GROUP BY sold_date, {group}
-"""
-REFINED_RECOMPUTATIONS = {
-    "sales_enriched": _SALES_SQL,
-    "daily_revenue_by_category": _DAILY_SQL.format(group="category", sales=_SALES_SQL),
-    "daily_revenue_by_state": _DAILY_SQL.format(group="customer_state", sales=_SALES_SQL),
-}
-
-
-def _exact(value: Any, data_type: T.DataType) -> Any:
-    """SQLite keeps decimals as REAL, and its sums carry binary fractions: round to the column's scale."""
-    if value is not None and isinstance(data_type, T.DecimalType) and isinstance(value, float):
-        return Decimal(repr(value)).quantize(Decimal(1).scaleb(-data_type.scale))
-    return value
-
-
 def check_refined(
-    spark: SparkSession, refined_database: str, source_db: SourceDatabase | str | Path
+    spark: SparkSession,
+    config: LakeConfig,
+    source_db: SourceDatabase | str | Path,
+    models: ModelFolder | None = None,
 ) -> list[TableCheck]:
-    """Each refined table against its recomputation from the source database (row checksums)."""
+    """Each model's refined table against the model's own SQL run over the source database's rows as they are
+    now (typed as their clean tables hold them; a `ref()` reads the model recomputed so): a full recomputation
+    from the source, whatever the models (by default the checkout's, the examples), independent of the
+    incremental refresh. Row checksums, as `check_table`."""
+    folder = models if models is not None else read_models()
+    if folder.errors:
+        raise ValueError("models that cannot run: " + "; ".join(str(e) for e in folder.errors.values()))
+    source = SourceDatabase.of(source_db)
+    views: dict[Reference, str] = {}
+    cached: list[DataFrame] = []  # a model another refs is computed once
     checks = []
-    for name, sql in REFINED_RECOMPUTATIONS.items():
-        with SourceDatabase.of(source_db).connect() as db:
-            cursor = db.execute(sql)
-            columns = [d[0].lower() for d in cursor.description]
-            source = cursor.fetchall()
-        frame = spark.table(f"{refined_database}.{name}")
-        types = {f.name: f.dataType for f in frame.schema.fields}
-        refined = frame.select(*columns).collect()
-        source_rows = [
-            [canonical(_exact(v, types[c]), types[c]) for v, c in zip(row, columns, strict=True)]
-            for row in source
-        ]
-        refined_rows = [
-            [canonical(v, types[c]) for v, c in zip(row, columns, strict=True)] for row in refined
-        ]
-        checks.append(
-            TableCheck(
-                f"refined.{name}",
-                len(source_rows),
-                len(refined_rows),
-                table_checksum(source_rows),
-                table_checksum(refined_rows),
-            )
-        )
+    try:
+        for model in folder.models:
+            for reference in model.sources:
+                if reference not in views:
+                    views[reference] = f"verify_source_{len(views)}"
+                    _source_frame(spark, config, source, reference).createOrReplaceTempView(views[reference])
+            recomputed = spark.sql(model.render(lambda r: views[r])).cache()
+            cached.append(recomputed)
+            views[Reference("ref", model.name)] = f"verify_model_{model.name}"
+            recomputed.createOrReplaceTempView(views[Reference("ref", model.name)])
+            refined = spark.table(config.table(config.refined_database, model.name))
+            checks.append(_compare(f"refined.{model.name}", refined, recomputed))
+    finally:
+        for view in views.values():
+            spark.catalog.dropTempView(view)
+        for frame in cached:
+            frame.unpersist()
     return checks
+
+
+def _source_frame(
+    spark: SparkSession, config: LakeConfig, source: SourceDatabase, reference: Reference
+) -> DataFrame:
+    """The rows of the source table a model's `source()` names, typed as its clean table holds them."""
+    schema = reference.schema or source.schema
+    with source.connect() as db:
+        cursor = db.execute(f'SELECT * FROM "{schema}"."{reference.name}"')
+        columns = [d[0].lower() for d in cursor.description]
+        rows = cursor.fetchall()
+    clean = spark.table(config.clean_table(table_name(schema, reference.name)))
+    types = {f.name: f.dataType for f in clean.schema.fields}
+    fields = [T.StructField(c, types.get(c, T.StringType())) for c in columns]
+    data = [tuple(_spark_value(v, f.dataType) for v, f in zip(row, fields, strict=True)) for row in rows]
+    return spark.createDataFrame(data, T.StructType(fields))
+
+
+def _compare(name: str, refined: DataFrame, recomputed: DataFrame) -> TableCheck:
+    columns = recomputed.columns
+    types = {f.name.lower(): f.dataType for f in refined.schema.fields}
+    column_types = [types[c.lower()] for c in columns]
+
+    def canonical_rows(frame: DataFrame) -> list[list[str]]:
+        return [
+            [canonical(v, t) for v, t in zip(row, column_types, strict=True)]
+            for row in frame.select(*columns).collect()
+        ]
+
+    source_rows, refined_rows = canonical_rows(recomputed), canonical_rows(refined)
+    return TableCheck(
+        name,
+        len(source_rows),
+        len(refined_rows),
+        table_checksum(source_rows),
+        table_checksum(refined_rows),
+    )
+
+
+def _spark_value(value: Any, data_type: T.DataType) -> Any:
+    """A source value as Spark takes it into a column of `data_type` (SQLite gives decimals as floats, dates and
+    times as text; the source connections read times in UTC)."""
+    if value is None:
+        return None
+    if isinstance(data_type, T.DecimalType):
+        exact = (
+            value
+            if isinstance(value, Decimal)
+            else Decimal(repr(value) if isinstance(value, float) else str(value))
+        )
+        with localcontext() as context:
+            context.prec = 2 * MAX_DECIMAL_DIGITS
+            return exact.quantize(Decimal(1).scaleb(-data_type.scale))
+    if isinstance(data_type, T.IntegerType | T.LongType | T.ShortType | T.ByteType):
+        return int(value)
+    if isinstance(data_type, T.FloatType | T.DoubleType):
+        return float(value)
+    if isinstance(data_type, T.BooleanType):
+        return canonical(value, data_type) == "1"
+    if isinstance(data_type, T.DateType):
+        if isinstance(value, datetime):
+            return value.date()
+        return value if isinstance(value, date) else date.fromisoformat(str(value)[:10])
+    if isinstance(data_type, T.TimestampNTZType | T.TimestampType):
+        moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
+        if isinstance(data_type, T.TimestampNTZType):
+            return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+        return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    if isinstance(data_type, T.BinaryType):
+        return bytes(value)
+    if isinstance(data_type, T.StringType) and not isinstance(value, str):
+        return str(value)
+    return value

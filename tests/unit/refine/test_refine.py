@@ -212,15 +212,14 @@ def test_the_refine_rebuilds_when_someone_else_expired_what_it_consumed(lake: La
 
 def test_the_refined_check_recomputes_the_refined_zone_from_the_source_database(lake: Lake) -> None:
     """Given a refined zone built from a clean zone equal to its source, When the demo's refined check runs
-    (plain SQL on the source database, row checksums), Then every refined table matches; and once one
-    refined row drifts (a revenue changed behind the refine's back), that table alone is reported."""
+    (each model's SQL over the source database's rows, row checksums), Then every refined table matches; and
+    once one refined row drifts (a revenue changed behind the refine's back), that table alone is reported."""
     from tools.verify import check_refined
 
     spark = lake.spark
     refine(spark, lake.config, run_id="refine-check")
-    refined_db = f"{lake.config.catalog_name}.{lake.config.refined_database}"
 
-    checks = check_refined(spark, refined_db, lake.db)
+    checks = check_refined(spark, lake.config, lake.db)
     assert [c.table for c in checks] == [f"refined.{t}" for t in (SALES_ENRICHED, *AGGREGATES)]
     assert all(c.matches for c in checks), [c.line() for c in checks]
 
@@ -228,9 +227,47 @@ def test_the_refined_check_recomputes_the_refined_zone_from_the_source_database(
     spark.sql(
         f"UPDATE {table} SET revenue = revenue + 0.01 WHERE sold_date = (SELECT min(sold_date) FROM {table})"
     )
-    drifted = {c.table for c in check_refined(spark, refined_db, lake.db) if not c.matches}
+    drifted = {c.table for c in check_refined(spark, lake.config, lake.db) if not c.matches}
     assert drifted == {"refined.daily_revenue_by_category"}
-    spark.sql(
+    spark.sql(  # the shared lake, as it was
         f"UPDATE {table} SET revenue = revenue - 0.01 WHERE sold_date = (SELECT min(sold_date) FROM {table})"
     )
-    assert all(c.matches for c in check_refined(spark, refined_db, lake.db))  # the shared lake, as it was
+
+
+USERS_MODEL = """{{ config(unique_key='state') }}
+-- Customers by the state of their current address: a model of a user's own, beside the examples.
+SELECT a.ca_state AS state, count(*) AS customers, max(c.c_birth_date) AS youngest_born,
+       max(c.c_last_update) AS last_update
+FROM {{ source('customer') }} c
+LEFT JOIN {{ source('customer_address') }} a ON c.c_current_addr_sk = a.ca_address_sk
+GROUP BY a.ca_state
+"""
+
+
+def test_the_refined_check_covers_a_model_of_the_users_own_with_its_sql(lake: Lake) -> None:
+    """Given the example models and a user's model (customers by state) in the folder, refined, When the refined
+    check runs over that folder, Then it checks every model's table, the user's too, against its own SQL over
+    the source database, and all match; once one of the user's rows drifts, that table alone is reported."""
+    from lakehouse.refine.models import load_folder
+
+    from deploy.glue_artifacts import model_files
+    from tools.verify import check_refined
+
+    spark = lake.spark
+    files = [(str(p), p.read_text(encoding="utf-8")) for p in model_files()]
+    folder = load_folder([*files, ("customers_by_state.sql", USERS_MODEL)])
+    table = lake.refined("customers_by_state")
+    try:
+        refine(spark, lake.config, run_id="users-model", models=folder)
+
+        checks = check_refined(spark, lake.config, lake.db, folder)
+        assert sorted(c.table for c in checks) == [
+            f"refined.{t}" for t in sorted(("customers_by_state", SALES_ENRICHED, *AGGREGATES))
+        ]
+        assert all(c.matches for c in checks), [c.line() for c in checks]
+
+        spark.sql(f"UPDATE {table} SET customers = customers + 1 WHERE state IS NOT NULL")
+        drifted = {c.table for c in check_refined(spark, lake.config, lake.db, folder) if not c.matches}
+        assert drifted == {"refined.customers_by_state"}
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {table} PURGE")  # the shared lake, as it was
