@@ -99,7 +99,18 @@ def source_tables(spark: SparkSession, rows: int) -> dict[str, DataFrame]:
     }
 
 
+def spark_work(spark: SparkSession, group: str) -> dict[str, int]:
+    """The Spark jobs (with adaptive execution, one per query stage: a shuffle adds one) and tasks run in job
+    group `group`: counts, stable on a shared machine where seconds swing."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+    stage_ids = {s for job in jobs if job is not None for s in job.stageIds}
+    stages = [tracker.getStageInfo(s) for s in stage_ids]
+    return {"jobs": len(jobs), "tasks": sum(s.numCompletedTasks for s in stages if s is not None)}
+
+
 def timed_refine(spark: SparkSession, config: LakeConfig, run_id: str) -> dict[str, Any]:
+    spark.sparkContext.setJobGroup(run_id, f"refine {run_id}")
     begun = time.monotonic()
     report: RefineReport = refine(spark, config, run_id=run_id)
     seconds = time.monotonic() - begun
@@ -107,6 +118,7 @@ def timed_refine(spark: SparkSession, config: LakeConfig, run_id: str) -> dict[s
     return {
         "seconds": round(seconds, 2),
         "load": os.getloadavg()[0],
+        "spark": spark_work(spark, run_id),
         "models": {
             t.table: {
                 "mode": t.mode,

@@ -1,16 +1,28 @@
 """What a refine has consumed (lakehouse.refine.refresh): each refined table's commits record, in their snapshot
 summary, the input snapshot ids they consumed (`refine.consumed.<table>`); the next run compares them with
 the inputs' current snapshots, reads both versions, and rebuilds when a consumed snapshot left its input's
-history."""
+history.
+
+Between the consumed snapshot and the current one, only some data files differ (`file_changes`, from the
+snapshots' metadata: no Spark job). A data file in both versions with no delete file added or removed holds
+the same rows in both; so the rows that may have changed are those of the files added or removed (or whose
+deletes were rewritten), and, in a file in both, the rows at the positions a new position delete file
+names. `candidate_rows` reads just those, which the snapshot comparison (lakehouse.refine.changes) then
+compares: its cost follows the change, not the table."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from lakehouse.io.iceberg import iceberg_table, snapshot_properties, table_exists
 from lakehouse.io.jvm import java_class
+
+FILE, POSITION = "_file", "_pos"
 
 CONSUMED_PREFIX = "refine.consumed."
 REFINE_RUN_ID = "refine.run-id"
@@ -50,3 +62,106 @@ def seconds_since_commit(spark: SparkSession, table: str) -> float:
         return float("inf")
     snapshot = iceberg_table(spark, table).currentSnapshot()
     return float("inf") if snapshot is None else time.time() - snapshot.timestampMillis() / 1000
+
+
+@dataclass(frozen=True)
+class FileChanges:
+    """The data files whose rows are compared in full (added, removed, or with a delete file removed) and the
+    position delete files added to data files present in both versions."""
+
+    rewritten: frozenset[str]
+    deletes: frozenset[str]
+
+
+def file_changes(spark: SparkSession, table: str, before_id: int, after_id: int) -> FileChanges | None:
+    """What differs between two snapshots of the table's lineage (`before_id` an ancestor of `after_id`), or
+    None where metadata cannot tell which rows: the schema changed, or a delete file is an equality delete, a
+    deletion vector or a position delete file that names more than one data file.
+
+    A commit that adds a position delete file to a data file may remove that file's older ones: Iceberg's
+    file-scoped deletes are merged, the new file naming the old positions too, so the data file keeps only
+    new deletes. A delete file removed with no new one for its data file makes that file compared in full."""
+    jtable = iceberg_table(spark, table)
+    if jtable.snapshot(before_id).schemaId() != jtable.snapshot(after_id).schemaId():
+        return None
+    io = jtable.io()
+    util = java_class(spark, "org.apache.iceberg.util.SnapshotUtil")
+    rewritten: set[str] = set()
+    live: dict[str, str] = {}  # position delete file added since `before_id` and still live → its data file
+    targets: dict[str, str] | None = None  # delete file → data file, as of `before_id` (read when needed)
+    for snapshot in reversed(_each(util.ancestorsBetween(jtable, after_id, before_id))):
+        rewritten |= {str(f.location()) for f in _each(snapshot.addedDataFiles(io))}
+        rewritten |= {str(f.location()) for f in _each(snapshot.removedDataFiles(io))}
+        added: set[str] = set()
+        for delete in _each(snapshot.addedDeleteFiles(io)):
+            target = _position_delete_target(spark, delete)
+            if target is None:
+                return None
+            live[str(delete.location())] = target
+            added.add(target)
+        for delete in _each(snapshot.removedDeleteFiles(io)):
+            location = str(delete.location())
+            if location not in live and targets is None:
+                targets = _delete_targets(jtable, before_id)
+            target = live.pop(location, None) or (targets or {}).get(location)
+            if target is None:
+                return None
+            if target not in added:
+                rewritten.add(target)
+    deletes = frozenset(d for d, target in live.items() if target not in rewritten)
+    return FileChanges(frozenset(rewritten), deletes)
+
+
+def candidate_rows(
+    spark: SparkSession, table: str, before_id: int, after_id: int, changes: FileChanges
+) -> tuple[DataFrame, DataFrame]:
+    """(rows of `before_id`, rows of `after_id`) that may differ (module doc): every other row is in both."""
+    before, after = read_as_of(spark, table, before_id), read_as_of(spark, table, after_id)
+    columns = [F.col(f"`{c}`") for c in before.columns]
+    rewritten = F.col(FILE).isin(sorted(changes.rewritten))
+    after_rows = after.where(rewritten).select(*columns)
+    if not changes.deletes:
+        return before.where(rewritten).select(*columns), after_rows
+    positions = (
+        spark.read.format("iceberg")
+        .option("snapshot-id", str(after_id))
+        .load(f"{table}.position_deletes")
+        .where(F.col("delete_file_path").isin(sorted(changes.deletes)))
+        .select(F.col("file_path").alias(FILE), F.col("pos").alias(POSITION), F.lit(True).alias("__deleted"))
+    )
+    before_rows = (
+        before.select(F.col(FILE), F.col(POSITION), *columns)
+        .join(F.broadcast(positions), [FILE, POSITION], "left")
+        .where(F.col("__deleted").isNotNull() | rewritten)
+        .select(*columns)
+    )
+    return before_rows, after_rows
+
+
+def _position_delete_target(spark: SparkSession, delete: Any) -> str | None:
+    """The one data file a position delete file (not a deletion vector) names, or None."""
+    if str(delete.content().name()) != "POSITION_DELETES" or str(delete.format().name()) == "PUFFIN":
+        return None
+    target = java_class(spark, "org.apache.iceberg.util.ContentFileUtil").referencedDataFileLocation(delete)
+    return None if target is None else str(target)
+
+
+def _delete_targets(jtable: Any, snapshot_id: int) -> dict[str, str]:
+    """Each delete file of the snapshot → the data file it applies to (a file-scoped delete names one)."""
+    targets: dict[str, str] = {}
+    tasks = jtable.newScan().useSnapshot(snapshot_id).planFiles()
+    try:
+        for task in _each(tasks):
+            for delete in _each(task.deletes()):
+                targets[str(delete.location())] = str(task.file().location())
+    finally:
+        tasks.close()
+    return targets
+
+
+def _each(iterable: Any) -> list[Any]:
+    """A Java Iterable's items."""
+    items, iterator = [], iterable.iterator()
+    while iterator.hasNext():
+        items.append(iterator.next())
+    return items

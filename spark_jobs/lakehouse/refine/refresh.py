@@ -62,7 +62,9 @@ from lakehouse.refine.changes import affected_keys, changed_rows, incremental_bl
 from lakehouse.refine.consumed import (
     CONSUMED_PREFIX,
     REFINE_RUN_ID,
+    candidate_rows,
     consumed_snapshots,
+    file_changes,
     is_in_history,
     read_as_of,
     seconds_since_commit,
@@ -250,10 +252,12 @@ class _Refiner:
                 for r in inputs
             }
             changes = {}
-            for name in now:
+            for reference in inputs:
+                name = reference.input_name
                 if consumed[name] == by_name[name]:
                     continue
-                removed, added = (frame.localCheckpoint() for frame in changed_rows(before[name], now[name]))
+                table_changes = self.changed_rows_of(reference, consumed[name], by_name[name])
+                removed, added = (frame.localCheckpoint() for frame in table_changes)
                 report.changed_inputs[name] = removed.count() + added.count()
                 changes[name] = (removed, added)
             keys = affected_keys(evaluate, before, now, changes, model.unique_key)
@@ -265,6 +269,20 @@ class _Refiner:
         report.snapshot_id = current_snapshot_id(self.spark, table)
         self.refreshed[model.name] = report.snapshot_id or 0
         return report
+
+    def changed_rows_of(
+        self, reference: Reference, before_id: int, after_id: int
+    ) -> tuple[DataFrame, DataFrame]:
+        """(before images, after images) of the input between two of its snapshots: from the rows of the data
+        files that differ, or, where its metadata cannot tell, from both versions in full."""
+        table = self.input_table(reference)
+        files = file_changes(self.spark, table, before_id, after_id)
+        if files is None:
+            log.info("refine: %s: comparing snapshots %s and %s in full", table, before_id, after_id)
+            return changed_rows(
+                read_as_of(self.spark, table, before_id), read_as_of(self.spark, table, after_id)
+            )
+        return changed_rows(*candidate_rows(self.spark, table, before_id, after_id, files))
 
     # --- writes -----------------------------------------------------------------------------------
 
