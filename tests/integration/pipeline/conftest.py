@@ -52,21 +52,32 @@ def sam_packaged(pipeline_endpoint: str, sam_built: bool, tmp_path_factory: pyte
     return sam_app.package(pipeline_endpoint, tmp_path_factory.mktemp("sam") / "packaged.yaml")
 
 
+# The loop starts no refine run unless a test asks for one (`refine=True`): the refined zone is what the rollover
+# test checks end to end; elsewhere each refine was minutes of the suite's CPU for nothing the test asserts (an
+# incremental refresh of the example models over the test's tables: ≈ 25 CPU-s of the local Glue's JVM).
+REFINE_OFF = {"HasRefineModels": "false"}
+
+
 @pytest.fixture
 def make_pipeline(
     pipeline_endpoint: str, sam_packaged: Path, tmp_path: Path
 ) -> Iterator[Callable[..., LocalPipeline]]:
-    """Factory: a deployed `LocalPipeline` with a new environment name; closed (and its stack deleted)
-    at the end of the test."""
+    """Factory: a deployed `LocalPipeline` with a new environment name and no refine runs unless `refine`;
+    closed (and its stack deleted) at the end of the test."""
     made: list[LocalPipeline] = []
 
-    def make(parameters: dict[str, str] | None = None, scale: float = TEST_SCALE, **replication_knobs):
+    def make(
+        parameters: dict[str, str] | None = None,
+        scale: float = TEST_SCALE,
+        refine: bool = False,
+        **replication_knobs,
+    ):
         name = f"it{next(_numbers)}{uuid.uuid4().hex[:4]}"
         settings = RunSettings(
             name=name,
             scale=scale,
             workdir=tmp_path / name,
-            parameters=dict(parameters or {}),
+            parameters={**REFINE_OFF, **(parameters or {})} if not refine else dict(parameters or {}),
             replication=replication.ReplicationSettings(
                 bucket="(set at deploy)",
                 cdc_max_batch_interval_seconds=1,

@@ -185,7 +185,9 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
     Then the hand-started execution exits at once saying who holds the lease, the running one rolls over
     to exactly one successor (which takes the lease over), the clean zone equals the source, and the
     loop's own refine runs bring the refined zone to a recomputation from the source."""
-    pipeline = make_pipeline(parameters={HISTORY_THRESHOLD_PARAMETER: "60", "RefineEveryNBatches": "1"})
+    pipeline = make_pipeline(
+        parameters={HISTORY_THRESHOLD_PARAMETER: "60", "RefineEveryNBatches": "1"}, refine=True
+    )
     start(pipeline)
     first = pipeline.execution_arn
     sfn = pipeline.aws("stepfunctions")
