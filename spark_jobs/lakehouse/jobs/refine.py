@@ -30,6 +30,20 @@ def parser() -> argparse.ArgumentParser:
         default=None,
         help="the models folder (a local folder or an s3:// prefix of <name>.sql files); default: the examples",
     )
+    parser.add_argument(
+        "--rebuild_below_rows",
+        type=int,
+        default=1_000_000,
+        help="rebuild a model whose inputs hold fewer rows than this (an incremental refresh's fixed cost "
+        "exceeds reading them all); 0: never for that reason",
+    )
+    parser.add_argument(
+        "--rebuild_above_changed_fraction",
+        type=float,
+        default=0.1,
+        help="rebuild a model when more than this share of its inputs' rows changed since its last refine; "
+        "1: never for that reason",
+    )
     parser.add_argument("--run_id", default="refine", help="names the run in the commits and the report")
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
     return parser
@@ -43,6 +57,8 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         args.min_interval_seconds,
         args.read_at,
         args.models_uri or None,
+        args.rebuild_below_rows,
+        args.rebuild_above_changed_fraction,
     )
     report = refine(spark, config, options, args.run_id)
     publish_report(report.to_dict(), args.report_uri, config)

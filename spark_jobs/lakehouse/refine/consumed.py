@@ -165,3 +165,25 @@ def _each(iterable: Any) -> list[Any]:
     while iterator.hasNext():
         items.append(iterator.next())
     return items
+
+
+# The snapshot summary fields that count a commit's rows in and out (a MERGE's rewritten rows count as both).
+CHANGED_ROW_FIELDS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
+
+
+def input_size(spark: SparkSession, table: str, consumed_id: int, current_id: int) -> tuple[int, int]:
+    """(rows the current snapshot's data files hold: what a rebuild reads, deleted rows not subtracted; rows
+    the commits since the consumed snapshot added and deleted: an upper bound of the rows that differ), from
+    the snapshots' summaries: one catalog load, no Spark job."""
+    jtable = iceberg_table(spark, table)
+    current = jtable.snapshot(current_id)
+    rows = int(current.summary().get("total-records") or 0) if current is not None else 0
+    if consumed_id == current_id:
+        return rows, 0
+    util = java_class(spark, "org.apache.iceberg.util.SnapshotUtil")
+    changed = sum(
+        int(snapshot.summary().get(name) or 0)
+        for snapshot in _each(util.ancestorsBetween(jtable, current_id, consumed_id))
+        for name in CHANGED_ROW_FIELDS
+    )
+    return rows, changed

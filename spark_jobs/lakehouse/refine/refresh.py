@@ -65,12 +65,13 @@ from lakehouse.refine.consumed import (
     candidate_rows,
     consumed_snapshots,
     file_changes,
+    input_size,
     is_in_history,
     read_as_of,
     seconds_since_commit,
 )
 from lakehouse.refine.models import Model, ModelError, ModelFolder, Reference, load_folder
-from lakehouse.refine.plans import model_hash_of, rebuild_reason
+from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, rebuild_reason
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +95,12 @@ class RefineOptions:
     # consistent point (lakehouse.audit.consistent), so the refined zone never holds half a source transaction.
     read_at: str = "current"
     models_uri: str | None = None
+    # An incremental refresh pays a fixed cost per moved input before any row (lakehouse.refine.plans,
+    # cheaper_to_rebuild): a model whose inputs hold fewer rows, or of whose rows a larger share changed, is
+    # rebuilt instead. Off here (every model that can be is refreshed incrementally); the refine job's
+    # arguments give the deployed defaults (lakehouse.jobs.refine; bench/RESULTS.md, "Refined models").
+    rebuild_below_rows: int = 0
+    rebuild_above_changed_fraction: float = 1.0
 
     def clean_name(self, table: str, schema: str | None = None) -> str:
         """The clean table the full load and CDC write for `<schema>.<table>` (names.table_name)."""
@@ -174,6 +181,18 @@ class _Refiner:
             inputs[reference] = snapshot
         return inputs
 
+    def cheaper_rebuild(self, inputs: Mapping[Reference, int], consumed: Mapping[str, int]) -> str | None:
+        """Why rebuilding the model costs less than refreshing it from its inputs' changes, or None."""
+        sizes = [
+            input_size(self.spark, self.input_table(r), consumed[r.input_name], s) for r, s in inputs.items()
+        ]
+        return cheaper_to_rebuild(
+            sum(changed for _, changed in sizes),
+            sum(rows for rows, _ in sizes),
+            self.options.rebuild_below_rows,
+            self.options.rebuild_above_changed_fraction,
+        )
+
     def commit_properties(self, model: Model, inputs: Mapping[Reference, int]) -> dict[str, str]:
         point = {POINT_AT: self.report.consistent_point} if self.report.consistent_point else {}
         consumed = {f"{CONSUMED_PREFIX}{r.input_name}": str(s) for r, s in inputs.items()}
@@ -228,6 +247,9 @@ class _Refiner:
                     reason = f"consumed snapshot {consumed[reference.input_name]} of {reference.input_name} is no longer in its history"
                     log.warning("%s: %s: rebuilding", table, reason)
                     break
+        if reason is None:
+            assert consumed is not None
+            reason = self.cheaper_rebuild(inputs, consumed)
         evaluate = self.evaluator(model, views)
         now = {r.input_name: read_as_of(self.spark, self.input_table(r), s) for r, s in inputs.items()}
         rows = evaluate(now)

@@ -185,6 +185,36 @@ def test_maintenance_keeps_what_the_refine_consumed_so_the_next_refine_stays_inc
     assert_refined_equals_recomputation(lake)
 
 
+def test_with_the_jobs_defaults_a_small_lakes_models_are_rebuilt_not_traced(lake: Lake) -> None:
+    """Given the refined zone up to date over ~600 sales, then a CDC batch,
+    When the refine runs with the refine job's default arguments (a model whose inputs hold under a million rows
+    is rebuilt: tracing its changes costs more than reading them all),
+    Then every moved model is rebuilt, its report saying so with its inputs' row count from their snapshots'
+    summaries, and the refined tables equal a recomputation from the clean tables."""
+    from lakehouse.jobs.refine import parser
+    from lakehouse.refine.refresh import RefineOptions
+
+    defaults = parser().parse_args([])
+    options = RefineOptions(
+        rebuild_below_rows=defaults.rebuild_below_rows,
+        rebuild_above_changed_fraction=defaults.rebuild_above_changed_fraction,
+    )
+    refine(lake.spark, lake.config, run_id="before-small")
+    lake.apply_workload(changes=10, seed=13, mix=MIXED_WITH_DIMENSION_CHANGES)
+    clean_rows = sum(
+        lake.spark.table(lake.clean(n)).count()
+        for n in ("web_sales", "date_dim", "time_dim", "item", "customer", "customer_address")
+    )
+
+    report = refine(lake.spark, lake.config, options, run_id="small")
+
+    assert modes(report) == {t: "built" for t in (SALES_ENRICHED, *AGGREGATES)}
+    sales = next(t for t in report.tables if t.table == SALES_ENRICHED)
+    rows = int(sales.reason.split()[3])  # "its inputs hold <n> rows, under 1000000: ..."
+    assert sales.reason.endswith("under 1000000: a rebuild costs less") and rows >= clean_rows, sales.reason
+    assert_refined_equals_recomputation(lake)
+
+
 def test_the_refine_rebuilds_when_someone_else_expired_what_it_consumed(lake: Lake, caplog) -> None:
     """Given the refined zone up to date, then a CDC batch, and the clean tables' old snapshots expired
     by hand (not by our maintenance, which keeps them),
