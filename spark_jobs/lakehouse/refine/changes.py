@@ -70,20 +70,28 @@ def with_row_hash(frame: DataFrame) -> DataFrame:
 def changed_rows(before: DataFrame, after: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(before images, after images): the rows of `before` that `after` no longer holds as they were, and the
     rows of `after` that `before` did not hold (an insert, an update's two images, a delete, a key move). The
-    versions are compared on their rows' hashes in one join, kept; only the changed rows are then read in full."""
-    hashed_before, hashed_after = with_row_hash(before), with_row_hash(after)
-    old = hashed_before.select(*HASH_COLUMNS, F.lit(True).alias("__old"))
-    new = hashed_after.select(*HASH_COLUMNS, F.lit(True).alias("__new"))
-    differ = (
-        old.join(new, list(HASH_COLUMNS), "full_outer")
-        .where(F.col("__old").isNull() | F.col("__new").isNull())
+    versions' rows are grouped by their hashes in one shuffle, a row counting -1 in `before` and +1 in
+    `after`: what does not cancel out changed; it is kept (the caller reads it more than once). Versions of
+    different columns (the schema changed): every row changed."""
+    if before.columns != after.columns:
+        return before, after
+    row = F.struct(*[F.col(f"`{c}`") for c in before.columns])
+    sides = (
+        with_row_hash(before)
+        .select(*HASH_COLUMNS, F.lit(-1).alias("__side"), row.alias("__row"))
+        .unionByName(with_row_hash(after).select(*HASH_COLUMNS, F.lit(1).alias("__side"), row.alias("__row")))
+    )
+    net = (
+        sides.groupBy(*HASH_COLUMNS)
+        .agg(F.sum("__side").alias("__net"), F.first("__row").alias("__row"))
+        .where(F.col("__net") != 0)
+        .select("__net", "__row.*")
         .localCheckpoint()
     )
-    gone = differ.where(F.col("__new").isNull()).select(*HASH_COLUMNS)
-    came = differ.where(F.col("__old").isNull()).select(*HASH_COLUMNS)
-    removed = hashed_before.join(gone, list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
-    added = hashed_after.join(came, list(HASH_COLUMNS), "left_semi").drop(*HASH_COLUMNS)
-    return removed, added
+    return (
+        net.where(F.col("__net") < 0).drop("__net"),
+        net.where(F.col("__net") > 0).drop("__net"),
+    )
 
 
 def empty_like(frame: DataFrame) -> DataFrame:
@@ -93,12 +101,20 @@ def empty_like(frame: DataFrame) -> DataFrame:
 
 
 def keys_reached(
-    evaluate: Evaluate, inputs: Mapping[str, DataFrame], name: str, delta: DataFrame, key: Sequence[str]
+    evaluate: Evaluate,
+    inputs: Mapping[str, DataFrame],
+    name: str,
+    deltas: Sequence[DataFrame],
+    key: Sequence[str],
 ) -> DataFrame:
-    """The model's keys the rows `delta` of input `name` take part in, the other inputs as given."""
+    """The model's keys the rows of `deltas` (each a set of rows of input `name`) take part in, the other inputs
+    as given: keys((Q[Δ1] UNION Q[Δ2] …) EXCEPT Q[∅]), one model run per delta and one without."""
     columns = [*[F.col(f"`{k}`") for k in key], *[F.col(h) for h in HASH_COLUMNS]]
-    with_delta = with_row_hash(evaluate({**inputs, name: delta})).select(*columns)
-    without = with_row_hash(evaluate({**inputs, name: empty_like(delta)})).select(*columns)
+    reached = [with_row_hash(evaluate({**inputs, name: delta})).select(*columns) for delta in deltas]
+    with_delta = reached[0]
+    for more in reached[1:]:
+        with_delta = with_delta.unionByName(more)
+    without = with_row_hash(evaluate({**inputs, name: empty_like(deltas[0])})).select(*columns)
     return with_delta.subtract(without).select(
         *[F.col(f"`{k}`") for k in key]
     )  # rows compared by their hashes
@@ -112,10 +128,14 @@ def affected_keys(
     key: Sequence[str],
 ) -> DataFrame | None:
     """Every key whose row may differ between the model over `before` and over `after`, from each changed
-    input's (before images, after images); None when no input changed."""
+    input's (before images, after images); None when no input changed. With one changed input, the others are
+    the same in `before` and `after`, so Q[∅] is too: its before and after images share one subtraction."""
+    if len(changes) == 1:
+        [(name, (removed, added))] = changes.items()
+        return keys_reached(evaluate, after, name, [removed, added], key).distinct()
     parts = [
-        keys_reached(evaluate, before, name, removed, key).unionByName(
-            keys_reached(evaluate, after, name, added, key)
+        keys_reached(evaluate, before, name, [removed], key).unionByName(
+            keys_reached(evaluate, after, name, [added], key)
         )
         for name, (removed, added) in changes.items()
     ]

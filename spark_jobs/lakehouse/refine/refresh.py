@@ -278,8 +278,7 @@ class _Refiner:
                 name = reference.input_name
                 if consumed[name] == by_name[name]:
                     continue
-                table_changes = self.changed_rows_of(reference, consumed[name], by_name[name])
-                removed, added = (frame.localCheckpoint() for frame in table_changes)
+                removed, added = self.changed_rows_of(reference, consumed[name], by_name[name])
                 report.changed_inputs[name] = removed.count() + added.count()
                 changes[name] = (removed, added)
             keys = affected_keys(evaluate, before, now, changes, model.unique_key)
