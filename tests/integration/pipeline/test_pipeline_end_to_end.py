@@ -4,6 +4,7 @@ checked against the source by row checksums; rollover; injected faults; a failin
 import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -11,7 +12,10 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from lakehouse.base.names import table_name
+from lakehouse.refine.models import parse_model
 
+from deploy import glue_artifacts
 from localaws import replication, sam_app
 from localaws.pipeline_run import LocalPipeline
 
@@ -180,14 +184,33 @@ def lease_holder(pipeline: LocalPipeline) -> str | None:
     return json.loads(body.read())["holder"]
 
 
-def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline) -> None:
-    """Given a low history threshold, a second execution started by hand and a refine after every batch,
+# A model a user adds to the models folder, beside the examples: rebuilt by each refine whose inputs changed
+# (here a rebuild is a second, an incremental refresh of it seven).
+USERS_MODEL = """{{ config(materialized='table') }}
+-- Customers by the state of their current address.
+SELECT a.ca_state AS state, count(*) AS customers
+FROM {{ source('customer') }} c
+LEFT JOIN {{ source('customer_address') }} a ON c.c_current_addr_sk = a.ca_address_sk
+GROUP BY a.ca_state
+"""
+
+
+def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline, tmp_path: Path) -> None:
+    """Given a low history threshold, a second execution started by hand, a refine after every batch and a
+    model of the user's own added to the models folder and published with the job code,
     Then the hand-started execution exits at once saying who holds the lease, the running one rolls over
     to exactly one successor (which takes the lease over), the clean zone equals the source, and the
-    loop's own refine runs bring the refined zone to a recomputation from the source."""
+    loop's own refine runs bring every model's refined table, the user's too, to its SQL over the source; the
+    user's table equals its SQL over the clean zone."""
     pipeline = make_pipeline(
         parameters={HISTORY_THRESHOLD_PARAMETER: "60", "RefineEveryNBatches": "1"}, refine=True
     )
+    models = tmp_path / "models"
+    models.mkdir()
+    for example in glue_artifacts.model_files():
+        shutil.copy(example, models / example.name)
+    (models / "customers_by_state.sql").write_text(USERS_MODEL, encoding="utf-8")
+    pipeline.publish_models(models)
     start(pipeline)
     first = pipeline.execution_arn
     sfn = pipeline.aws("stepfunctions")
@@ -238,6 +261,16 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline)
     assert idle, runs(refine_job)
     checks = pipeline.verify_refined()
     assert checks and all(c.matches for c in checks), "\n".join(c.line() for c in checks)
+    assert sorted(c.table for c in checks) == sorted(f"refined.{m.stem}" for m in models.glob("*.sql"))
+    spark, lake = pipeline.spark(), pipeline.lake_config()
+    over_clean = parse_model("customers_by_state.sql", USERS_MODEL).render(
+        lambda source: lake.clean_table(table_name(pipeline.source_schema, source.name))
+    )
+    refined = spark.table(lake.table(lake.refined_database, "customers_by_state"))
+    expected = [tuple(r) for r in spark.sql(over_clean).orderBy("state").collect()]
+    assert expected and [
+        tuple(r) for r in refined.select("state", "customers").orderBy("state").collect()
+    ] == (expected)
 
 
 def test_a_table_reloaded_during_cdc_ends_equal_to_its_source(make_pipeline) -> None:
