@@ -14,7 +14,8 @@ reads the inputs as of their current snapshots (or the newest consistent point, 
 - none of them moved: the table is unchanged and gets no commit;
 - an incremental model (a `unique_key`): each moved input's changed rows are found by comparing its two
   snapshots (Iceberg 1.10's changelog scan refuses merge-on-read delete files and its incremental read skips
-  overwrite snapshots, so a snapshot comparison it is, on the rows' hashes); the keys they reach are traced
+  overwrite snapshots, so a snapshot comparison it is, on the rows' hashes, of the rows in the data files that
+  differ: lakehouse.refine.consumed.file_changes); the keys they reach are traced
   through the model (lakehouse.refine.changes), recomputed from the inputs as they are now, and MERGEd:
   changed rows updated, new ones inserted, keys that no longer come out deleted. Untouched rows are not
   rewritten;
@@ -331,8 +332,11 @@ class _Refiner:
             keys.select(*[F.col(quote(k)) for k in key]), present, key, "left"
         ).withColumn("__present", F.coalesce(F.col("__present"), F.lit(False)))
         columns = [f.name for f in self.spark.table(table).schema.fields]
+        # The MERGE reads its source more than once (to find the target's files, then to write): the model
+        # over the whole inputs is run once, its recomputed rows kept.
+        source = source.select(*[F.col(quote(c)) for c in columns], "__present").localCheckpoint()
         view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
-        source.select(*[F.col(quote(c)) for c in columns], "__present").createOrReplaceTempView(view)
+        source.createOrReplaceTempView(view)
         on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in key)
         updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in key)
         statement = (
