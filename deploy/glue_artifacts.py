@@ -55,6 +55,7 @@ GLUE_SCRIPTS = (
     "maintenance_job.py",
     "reconcile_job.py",
     "raw_audit_job.py",
+    "reapply_job.py",
 )
 # The runtime lakehouse.io.session pins (a template test checks they are one jar), found without PySpark.
 ICEBERG_WHEEL = "snowpark_connect_deps_iceberg"

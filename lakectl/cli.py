@@ -19,6 +19,7 @@ from lakectl.repairs import redrive, reload_table
 from lakectl.runs import (
     NoLeaseHolderError,
     start_pipeline,
+    start_reapply,
     start_reconcile,
     wait_for_glue_run,
     wait_for_lease,
@@ -116,6 +117,20 @@ def run_reconcile(stack: Stack, clients: Clients, args: argparse.Namespace) -> t
     return result, text + (f": {result['state']}" if "state" in result else "")
 
 
+def run_reapply(stack: Stack, clients: Clients, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    result = start_reapply(stack, clients, args.file, args.run_id, args.dry_run)
+    if args.wait:
+        result["state"] = wait_for_glue_run(
+            clients("glue"), result["job"], result["job_run_id"], progress_line
+        )
+        sys.stderr.write("\n")
+    text = (
+        f"reapply {result['run_id']}: Glue run {result['job_run_id']} under the lease of "
+        f"{result['lease_holder']}, report {result['report_uri']}"
+    )
+    return result, text + (f": {result['state']}" if "state" in result else "")
+
+
 Command = Callable[[Stack, Clients, argparse.Namespace], tuple[dict[str, Any], str]]
 COMMANDS: dict[str, tuple[Command, str]] = {
     "status": (run_status, "lease, execution, queue, batches, last run and its freshness, divergence"),
@@ -124,6 +139,7 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "reload": (run_reload, "ask DMS to reload one table (<schema>.<table>)"),
     "redrive": (run_redrive, "put raw files back on the queue"),
     "reconcile": (run_reconcile, "run the reconcile now, fenced by the lease"),
+    "reapply": (run_reapply, "apply fixed quarantined files again (a Glue run, fenced by the lease)"),
 }
 
 
@@ -152,13 +168,18 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     for name, (_, summary) in COMMANDS.items():
         command = commands.add_parser(name, help=summary, description=summary, parents=[options(False)])
-        if name in ("start", "reconcile"):
+        if name in ("start", "reconcile", "reapply"):
             command.add_argument("--wait", action="store_true", help="wait, showing progress on stderr")
     requeue_args = commands.choices["requeue"].add_mutually_exclusive_group()
     requeue_args.add_argument("--run-id", action="append", default=[], help="requeue this batch (repeatable)")
     requeue_args.add_argument("--all", action="store_true", help="requeue every failed batch")
     commands.choices["reload"].add_argument("table", help="<schema>.<table>, as DMS spells it")
     commands.choices["redrive"].add_argument("keys", nargs="+", help="raw files: keys or s3:// URIs")
+    reapply_args = commands.choices["reapply"]
+    chosen = reapply_args.add_mutually_exclusive_group(required=True)
+    chosen.add_argument("--file", nargs="+", default=[], help="quarantined files' s3:// URIs, once fixed")
+    chosen.add_argument("--run-id", default=None, help="every file this CDC run quarantined anything of")
+    reapply_args.add_argument("--dry-run", action="store_true", help="list what would apply, apply nothing")
     return top
 
 

@@ -1,5 +1,6 @@
 """Runs the tool starts: the pipeline's execution (its input decided from the full-load marker, never by
-hand) and the reconcile on demand (fenced by the lease of the execution holding it), and the waits on them."""
+hand), the reconcile on demand and the reapply of fixed quarantined files (both fenced by the lease of the
+execution holding it), and the waits on them."""
 
 from __future__ import annotations
 
@@ -71,6 +72,55 @@ def start_reconcile(stack: Stack, clients: Clients, now: datetime | None = None)
     job = stack.output("ReconcileJobName")
     started = clients("glue").start_job_run(JobName=job, Arguments=arguments)
     return {"job": job, "job_run_id": started["JobRunId"], "run_id": run_id, "lease_holder": holder}
+
+
+def reapply_arguments(
+    stack: Stack,
+    holder: str,
+    epoch: int,
+    run_id: str,
+    files: list[str],
+    batch_run_id: str | None,
+    dry_run: bool,
+) -> dict[str, str]:
+    """The reapply job's run arguments: the files (a JSON array: a Glue run holds one value per name) or the
+    CDC run whose quarantined files to apply again, under the lease of `holder`."""
+    chosen = {"--run_id": batch_run_id} if batch_run_id else {"--files_json": json.dumps(files)}
+    return (
+        fenced_arguments(stack, holder, epoch)
+        | chosen
+        | {
+            "--dry_run": "true" if dry_run else "false",
+            "--report_uri": f"s3://{stack.artifacts_bucket}/manifests/reapply/{run_id}.json",
+        }
+    )
+
+
+def start_reapply(
+    stack: Stack,
+    clients: Clients,
+    files: list[str],
+    batch_run_id: str | None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The reapply job (fixed quarantined files applied again) run under the lease of the execution holding
+    it: the loop's own runs and this one never commit to a table at once, and a run the lease left behind
+    commits nothing."""
+    if bool(files) == bool(batch_run_id):
+        raise ValueError("give --file (one or more) or --run-id")
+    holder, epoch = lease_of(clients("s3"), stack)
+    run_id = f"reapply-{(now or datetime.now(UTC)):%Y-%m-%dT%H:%M:%S.%fZ}"
+    arguments = reapply_arguments(stack, holder, epoch, run_id, files, batch_run_id, dry_run)
+    job = stack.output("ReapplyJobName")
+    started = clients("glue").start_job_run(JobName=job, Arguments=arguments)
+    return {
+        "job": job,
+        "job_run_id": started["JobRunId"],
+        "run_id": run_id,
+        "lease_holder": holder,
+        "report_uri": arguments["--report_uri"],
+    }
 
 
 def wait_for_glue_run(

@@ -1,9 +1,11 @@
-"""The reapply job (`python -m tools.reapply_quarantined`): apply quarantined DMS files again once they are
-fixed (lakehouse.apply.reapply; docs/CONTRACTS.md, "What each recovery command guarantees")."""
+"""The reapply job (the stack's reapply Glue job that `lakectl reapply` starts, fenced by the lease; locally
+`python -m tools.reapply_quarantined`): apply quarantined DMS files again once they are fixed
+(lakehouse.apply.reapply; docs/CONTRACTS.md, "What each recovery command guarantees")."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 
 from lakehouse.apply.reapply import reapply_quarantined
@@ -19,6 +21,12 @@ log = logging.getLogger("lakehouse")
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description="Apply quarantined DMS files again once they are fixed")
     parser.add_argument("--file", action="append", default=[], help="a quarantined file's URI (repeatable)")
+    parser.add_argument(
+        "--files_json",
+        type=json.loads,
+        default=[],
+        help="quarantined files' URIs as a JSON array (a Glue run has one value per argument name)",
+    )
     parser.add_argument("--run_id", default=None, help="every file this CDC run quarantined anything of")
     parser.add_argument("--dry_run", choices=["true", "false"], default="false", help="list, apply nothing")
     dms_arguments(parser)
@@ -26,7 +34,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    if bool(args.file) == (args.run_id is not None):
+    files = [*args.file, *args.files_json]
+    if bool(files) == (args.run_id is not None):
         parser.error("give --file (one or more) or --run_id")
     if not config.schema_file:
         parser.error("--schema_file is required: the tables' keys decide how the files apply")
@@ -37,12 +46,12 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         spark,
         config,
         schema,
-        args.file,
+        files,
         args.run_id,
         apply_options(args),
         dry_run=args.dry_run == "true",
     )
-    publish_report(report.to_dict(), None, config)
+    publish_report(report.to_dict(), args.report_uri, config)
     for uri in report.already_applied:
         log.info("nothing left to apply of %s: every record of it is applied", uri)
     for uri, why in sorted(report.refused.items()):

@@ -32,7 +32,7 @@ def stack(monkeypatch: pytest.MonkeyPatch):
 
 def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tmp_path: Path, capsys):
     """Given a deployed stack (moto) and a schema file, When `python -m deploy.glue_artifacts` runs,
-    Then the six entry scripts, lakehouse.zip, the refined models, the tested Iceberg runtime jar and
+    Then the seven entry scripts, lakehouse.zip, the refined models, the tested Iceberg runtime jar and
     config/schema.json are in
     the artifacts bucket at the keys the template's Glue jobs name, and the zip holds the package at its root."""
     schema = tmp_path / "schema.json"
@@ -48,6 +48,7 @@ def test_publishes_scripts_library_and_schema_where_the_glue_jobs_look(stack, tm
         "glue/scripts/maintenance_job.py",
         "glue/scripts/reconcile_job.py",
         "glue/scripts/raw_audit_job.py",
+        "glue/scripts/reapply_job.py",
         "glue/lib/lakehouse.zip",
         "glue/jars/iceberg-spark-runtime-3.5_2.12-1.10.2.jar",
         "config/schema.json",

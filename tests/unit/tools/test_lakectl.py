@@ -29,6 +29,7 @@ def stack_template(queue_url: str, state_machine_arn: str) -> str:
         "QueueUrl": queue_url,
         "StateMachineArn": state_machine_arn,
         "ReconcileJobName": "test-reconcile",
+        "ReapplyJobName": "test-reapply",
     }
     return yaml.safe_dump(
         {
@@ -60,9 +61,10 @@ class Aws:
             definition=json.dumps({"StartAt": "A", "States": {"A": {"Type": "Pass", "End": True}}}),
             roleArn=role,
         )["stateMachineArn"]
-        self.glue.create_job(
-            Name="test-reconcile", Role=role, Command={"Name": "glueetl", "ScriptLocation": "s3://x/y.py"}
-        )
+        for job in ("test-reconcile", "test-reapply"):
+            self.glue.create_job(
+                Name=job, Role=role, Command={"Name": "glueetl", "ScriptLocation": "s3://x/y.py"}
+            )
         boto3.client("cloudformation").create_stack(
             StackName=STACK, TemplateBody=stack_template(self.queue_url, self.state_machine)
         )
@@ -299,6 +301,61 @@ def test_reconcile_runs_under_the_lease_holder_and_refuses_without_one(aws, caps
         "--fail_on_divergence": "false",
     }
     assert arguments["--report_uri"] == f"s3://{ARTIFACTS}/manifests/reports/{result['run_id']}.json"
+
+
+def test_reapply_runs_the_fixed_files_as_a_glue_run_under_the_lease_holder_and_refuses_without_one(
+    aws, capsys
+) -> None:
+    """Given no lease, When the operator asks to reapply a file, Then it is refused naming `lakectl start`
+    (exit 2) and no run starts; Given the lease held at epoch 7, When they reapply two fixed files (a dry
+    run), and then a CDC run's quarantined files, Then the reapply job runs with the holder, the epoch, the
+    files as one JSON array (or the run id), the dry run, and a report under manifests/reapply/."""
+    files = [
+        f"s3://{RAW}/dms/sales/orders/{cdc_file_name(datetime(2026, 11, 24, 10, i, tzinfo=UTC))}"
+        for i in (1, 2)
+    ]
+    refused_code, refused = lakectl(capsys, "reapply", "--file", files[0])
+    no_runs = aws.glue.get_job_runs(JobName="test-reapply")["JobRuns"]
+    holder = "arn:aws:states:us-east-1:123456789012:execution:test-pipeline:run-2"
+    aws.put(ARTIFACTS, "locks/pipeline-lease.json", {"holder": holder, "epoch": 7})
+
+    code, by_files = lakectl(capsys, "reapply", "--file", *files, "--dry-run")
+    batch_code, by_batch = lakectl(capsys, "reapply", "--run-id", RUN_ID)
+
+    assert refused_code == 2 and "lakectl start" in refused and no_runs == []
+    assert code == batch_code == 0
+
+    def arguments(result: dict[str, Any]) -> dict[str, str]:
+        run = aws.glue.get_job_run(JobName="test-reapply", RunId=result["job_run_id"])["JobRun"]
+        return run["Arguments"]
+
+    lease = {
+        "--lease_uri": f"s3://{ARTIFACTS}/locks/pipeline-lease.json",
+        "--lease_holder": holder,
+        "--lease_epoch": "7",
+    }
+    report = f"s3://{ARTIFACTS}/manifests/reapply/{by_files['run_id']}.json"
+    assert arguments(by_files) == lease | {
+        "--files_json": json.dumps(files),
+        "--dry_run": "true",
+        "--report_uri": report,
+    }
+    assert by_files["report_uri"] == report
+    assert {k: v for k, v in arguments(by_batch).items() if k != "--report_uri"} == lease | {
+        "--run_id": RUN_ID,
+        "--dry_run": "false",
+    }
+
+
+def test_reapply_takes_files_or_a_run_id_never_both(aws, capsys) -> None:
+    """Given the lease held, When the operator names both files and a run id, or neither, Then the command
+    line refuses it before any run starts."""
+    aws.put(ARTIFACTS, "locks/pipeline-lease.json", {"holder": "arn:x", "epoch": 1})
+    for argv in (("reapply",), ("reapply", "--file", f"s3://{RAW}/f.csv", "--run-id", RUN_ID)):
+        with pytest.raises(SystemExit) as refused:
+            cli.main([*argv, "--stack-name", STACK])
+        assert refused.value.code == 2
+    assert aws.glue.get_job_runs(JobName="test-reapply")["JobRuns"] == []
 
 
 def test_reload_asks_dms_for_the_table_of_the_stacks_task(aws, capsys, monkeypatch) -> None:
