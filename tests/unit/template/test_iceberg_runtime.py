@@ -67,7 +67,7 @@ def test_the_jobs_run_glues_own_iceberg_unless_a_jar_is_named(template):
         "Fn::Not": [{"Fn::Equals": [{"Ref": "IcebergJarKey"}, ""]}]
     }
     jobs = _glue_jobs(template)
-    assert len(jobs) == 6
+    assert len(jobs) == 7
     for name, job in jobs.items():
         arguments = job["DefaultArguments"]
         own = _resolved(arguments, has_jar=False)
