@@ -33,7 +33,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--rebuild_below_rows",
         type=int,
-        default=1_000_000,
+        default=10_000_000,
         help="rebuild a model whose inputs hold fewer rows than this (an incremental refresh's fixed cost "
         "exceeds reading them all); 0: never for that reason",
     )

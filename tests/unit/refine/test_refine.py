@@ -187,8 +187,8 @@ def test_maintenance_keeps_what_the_refine_consumed_so_the_next_refine_stays_inc
 
 def test_with_the_jobs_defaults_a_small_lakes_models_are_rebuilt_not_traced(lake: Lake) -> None:
     """Given the refined zone up to date over ~600 sales, then a CDC batch,
-    When the refine runs with the refine job's default arguments (a model whose inputs hold under a million rows
-    is rebuilt: tracing its changes costs more than reading them all),
+    When the refine runs with the refine job's default arguments (a model whose inputs hold under ten million
+    rows is rebuilt: tracing its changes costs more than reading them all),
     Then every moved model is rebuilt, its report saying so with its inputs' row count from their snapshots'
     summaries, and the refined tables equal a recomputation from the clean tables."""
     from lakehouse.jobs.refine import parser
@@ -211,7 +211,8 @@ def test_with_the_jobs_defaults_a_small_lakes_models_are_rebuilt_not_traced(lake
     assert modes(report) == {t: "built" for t in (SALES_ENRICHED, *AGGREGATES)}
     sales = next(t for t in report.tables if t.table == SALES_ENRICHED)
     rows = int(sales.reason.split()[3])  # "its inputs hold <n> rows, under 1000000: ..."
-    assert sales.reason.endswith("under 1000000: a rebuild costs less") and rows >= clean_rows, sales.reason
+    assert sales.reason.endswith(f"under {defaults.rebuild_below_rows}: a rebuild costs less"), sales.reason
+    assert rows >= clean_rows, sales.reason
     assert_refined_equals_recomputation(lake)
 
 
