@@ -394,7 +394,9 @@ def operate_with_lakectl(pipeline: LocalPipeline) -> None:
     """Given the running pipeline that quarantined a poison file, When the operator runs lakectl against its
     stack, Then status names the execution holding the lease, the recorded full load, no batch out of line and
     the last run's freshness; start starts no second execution; requeue lists nothing; redrive refuses the
-    poison file (named 2020: past the tombstones); reload asks the local DMS for a table's reload."""
+    poison file (named 2020: past the tombstones); reload asks the local DMS for a table's reload; reapply (a
+    dry run) runs the stack's reapply job under the lease holder, which refuses the poison file the reload
+    removed from the raw zone and reports why."""
     code, status = lakectl(pipeline, "status")
     assert code == 0, status
     assert status["execution"] and status["lease"]["holder"] == status["execution"]["arn"], status
@@ -415,6 +417,23 @@ def operate_with_lakectl(pipeline: LocalPipeline) -> None:
 
     code, reload = lakectl(pipeline, "reload", f"{pipeline.source_schema}.item")
     assert (code, reload["reload"]) == (0, "requested"), reload
+
+    # DMS's reload empties the table's folder, the quarantined poison file with it: reapply runs the stack's
+    # fenced Glue job, which finds the file gone and refuses it, saying what to do
+    s3, raw = pipeline.aws("s3"), pipeline.app.raw_bucket
+    assert wait_for(lambda: "Contents" not in s3.list_objects_v2(Bucket=raw, Prefix=poison), 120, 1)
+    poison_uri = f"s3://{raw}/{poison}"
+    code, reapply = lakectl(pipeline, "reapply", "--file", poison_uri, "--dry-run", "--wait")
+    assert (code, reapply["lease_holder"], reapply["state"]) == (0, status["execution"]["arn"], "FAILED"), (
+        reapply
+    )
+    bucket, key = reapply["report_uri"].removeprefix("s3://").split("/", 1)
+    report = json.loads(s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+    assert (report["files"], report["refused"], report["run"]) == (
+        [],
+        {poison_uri: "the file is not in the raw zone: upload the fixed file first"},
+        None,
+    ), report
 
 
 def test_a_failing_dms_task_fails_the_execution_with_a_clear_error(make_pipeline) -> None:
