@@ -452,7 +452,7 @@ def test_divergence_repairs_recovered_files_and_failed_runs_reach_the_alarm_topi
         assert properties["Dimensions"] == [{"Name": "service", "Value": service}]
         assert properties["Threshold"] == 0 and properties["ComparisonOperator"] == "GreaterThanThreshold"
         assert properties["AlarmActions"] == [{"Ref": "AlarmTopic"}]
-    failed = resources["GlueJobFailedRule"]["Properties"]["EventPattern"]["Fn::If"][2]
+    failed = resources["GlueJobFailedRule"]["Properties"]["EventPattern"]
     assert {"Ref": "ReconcileJob"} in failed["detail"]["jobName"]
     assert {"Ref": "RawAuditJob"} in failed["detail"]["jobName"]
     lease_jobs = resources["LeaseFunction"]["Properties"]["Environment"]["Variables"]["GLUE_JOB_NAMES"]

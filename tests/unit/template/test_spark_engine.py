@@ -360,13 +360,23 @@ def test_emr_serverless_needs_a_python_3_11_image_and_a_delimiter_the_definition
 
 
 def test_a_failed_run_is_alarmed_on_either_engine(template):
-    """The failure rule (the one the topic lets EventBridge publish for) watches the engine in use."""
-    pattern = template["Resources"]["GlueJobFailedRule"]["Properties"]["EventPattern"]["Fn::If"]
-    assert pattern[0] == "UseEmrServerless"
-    assert pattern[1]["source"] == ["aws.emr-serverless"]
-    assert pattern[1]["detail"]["applicationId"] == [{"Fn::GetAtt": ["EmrApplication", "ApplicationId"]}]
-    assert pattern[1]["detail"]["state"] == ["FAILED"]
-    assert pattern[2]["source"] == ["aws.glue"]
+    """Given either engine, when a run fails, then a rule the topic lets EventBridge publish for sees it: the
+    EMR Serverless application's runs (with that engine) and every Glue job of the stack on both engines, since
+    lakectl's reapply and reconcile run as Glue jobs whatever the engine."""
+    resources = template["Resources"]
+    emr = resources["EmrJobRunFailedRule"]
+    assert emr["Condition"] == "UseEmrServerless"
+    pattern = emr["Properties"]["EventPattern"]
+    assert pattern["source"] == ["aws.emr-serverless"]
+    assert pattern["detail"]["applicationId"] == [{"Fn::GetAtt": ["EmrApplication", "ApplicationId"]}]
+    assert pattern["detail"]["state"] == ["FAILED"]
+    glue = resources["GlueJobFailedRule"]
+    assert "Condition" not in glue
+    glue_jobs = [{"Ref": name} for name, r in resources.items() if r["Type"] == "AWS::Glue::Job"]
+    assert glue["Properties"]["EventPattern"]["source"] == ["aws.glue"]
+    assert sorted(glue["Properties"]["EventPattern"]["detail"]["jobName"], key=str) == sorted(glue_jobs, key=str)
+    for rule in (emr, glue):
+        assert rule["Properties"]["Targets"] == [{"Id": "alarm-topic", "Arn": {"Ref": "AlarmTopic"}}]
 
 
 def test_lake_formation_grants_go_to_the_role_that_runs_the_jobs(template):

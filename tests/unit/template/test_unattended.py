@@ -230,12 +230,19 @@ def test_the_key_lets_the_alarm_publishers_encrypt_in_the_documented_shape(templ
     publish = [s for s in topic if s["Principal"] == {"Service": service} and s["Action"] == "sns:Publish"]
     assert len(publish) == 1
     condition = publish[0]["Condition"]
-    if service == "events.amazonaws.com":  # only the Glue failure and DMS task-stopped rules
+    if service == "events.amazonaws.com":  # only the run failure and DMS task-stopped rules
         assert condition == {
             "ArnEquals": {
                 "aws:SourceArn": [
                     {"Fn::GetAtt": ["GlueJobFailedRule", "Arn"]},
                     {"Fn::GetAtt": ["DmsTaskStoppedRule", "Arn"]},
+                    {
+                        "Fn::If": [
+                            "UseEmrServerless",
+                            {"Fn::GetAtt": ["EmrJobRunFailedRule", "Arn"]},
+                            {"Ref": "AWS::NoValue"},
+                        ]
+                    },
                 ]
             }
         }
