@@ -29,8 +29,9 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.names import sql_string
+from lakehouse.base.names import properties_sql, sql_string
 from lakehouse.dms.changes import SEQ_TYPE
+from lakehouse.io.fence import check_before_commit
 from lakehouse.io.frames import literal_frame
 from lakehouse.io.iceberg import (
     APPLIED_FILES,
@@ -40,6 +41,7 @@ from lakehouse.io.iceberg import (
     ensure_namespace,
     fenced_writer,
     iceberg_table,
+    partition_sql,
     table_exists,
     with_commit_properties,
 )
@@ -68,6 +70,11 @@ TOMBSTONE_SCHEMA = T.StructType(
 )
 # Parallel table applies append to the same state tables: let Iceberg retry a commit that lost the race.
 STATE_TABLE_PROPERTIES = {"commit.retry.num-retries": "20", "commit.retry.min-wait-ms": "50"}
+# The tombstones are bucketed by source table: a table's lookup reads its bucket's files only, not every
+# table's deletes, and no source name reaches a path (a bucket is a number).
+TOMBSTONE_PARTITIONING = ("bucket(64, source_table)",)
+# The run's one append writes each task's rows into their buckets: no shuffle before it, no extra Spark job.
+TOMBSTONE_WRITE = {"write.distribution-mode": "none", "write.spark.fanout.enabled": "true"}
 # How far before its oldest candidate file's time a commit that applied it can be (clock skew).
 CLOCK_SLACK = timedelta(hours=1)
 
@@ -110,12 +117,15 @@ class StateTables:
     def ensure(self) -> None:
         """Create both tables (once per run, before tables are applied in parallel)."""
         ensure_namespace(self.spark, *self.namespace)
-        for table, schema, comment in (
-            (self.ledger, LEDGER_SCHEMA, "CDC files applied to each clean table (exactly once)"),
-            (self.tombstones, TOMBSTONE_SCHEMA, "Deleted keys and the change sequence of their delete"),
-        ):
-            if not table_exists(self.spark, table):
-                create_table(self.spark, table, schema, comment, STATE_TABLE_PROPERTIES)
+        if not table_exists(self.spark, self.ledger):
+            comment = "CDC files applied to each clean table (exactly once)"
+            create_table(self.spark, self.ledger, LEDGER_SCHEMA, comment, STATE_TABLE_PROPERTIES)
+        if not table_exists(self.spark, self.tombstones):
+            comment = "Deleted keys and the change sequence of their delete"
+            properties = STATE_TABLE_PROPERTIES | TOMBSTONE_WRITE
+            create_table(
+                self.spark, self.tombstones, TOMBSTONE_SCHEMA, comment, properties, TOMBSTONE_PARTITIONING
+            )
 
     # ---------------------------------------------------------------- ledger
     def recorded(self, file_names: Collection[str]) -> dict[str, list[RecordedFile]]:
@@ -182,6 +192,19 @@ class StateTables:
         ]
         if parts:
             fenced_writer(reduce(DataFrame.unionByName, parts).writeTo(self.tombstones)).append()
+
+
+def bucket_tombstones(spark: SparkSession, table: str) -> bool:
+    """Give a tombstones table written by an older release (unpartitioned) its buckets by source table; True
+    if it had none. Metadata only: new appends go to the buckets, and maintenance rewrites the older files into
+    them (they are files of an older partition spec)."""
+    if not iceberg_table(spark, table).spec().isUnpartitioned():
+        return False
+    check_before_commit()
+    spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD {partition_sql(TOMBSTONE_PARTITIONING)}")
+    spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({properties_sql(TOMBSTONE_WRITE)})")
+    log.info("%s: bucketed by source table", table)
+    return True
 
 
 def applied_files(

@@ -34,7 +34,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from lakehouse.apply.ledger import StateTables
+from lakehouse.apply.ledger import StateTables, bucket_tombstones
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import history_database, quote
 from lakehouse.io.fence import LeaseLostError
@@ -135,6 +135,8 @@ def maintain(
     for table in [*replicas, *histories, *refined, *own]:
         entries[table] = TableMaintenance(table)
         with _reported(entries[table]):
+            if table == state.tombstones:
+                bucket_tombstones(spark, table)  # an older release's: its files are then of an old spec
             states[table] = inspect_table(
                 spark, table, options, tombstone_cutoff if table == state.tombstones else None
             )

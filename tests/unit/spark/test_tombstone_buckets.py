@@ -1,0 +1,134 @@
+"""A table's tombstone lookup reads its own bucket of the tombstones, whatever the other tables deleted; a
+tombstones table an older release wrote unpartitioned is bucketed by the next maintenance pass."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from lakehouse.apply.ledger import (
+    STATE_TABLE_PROPERTIES,
+    TOMBSTONE_SCHEMA,
+    StateTables,
+)
+from lakehouse.io.iceberg import create_table, ensure_namespace
+from lakehouse.maintenance.run import MaintenanceOptions, maintain
+
+from tests.support import rows_of
+
+pytestmark = pytest.mark.spark
+
+# Two source tables whose names fall in different buckets (the first test checks it).
+ORDERS, ITEMS = "shop.orders", "shop.items"
+RESULT_FILES = "number of result data files"  # Iceberg's scan metric
+BUCKET = "partition.source_table_bucket"
+
+
+def bury(spark, state: StateTables, run: int, keys: dict[str, list[int]]) -> None:
+    """One run's tombstones: each table's keys deleted at change sequence `run`."""
+    moment = datetime(2026, 3, 1) + timedelta(minutes=run)
+    state.bury(
+        [
+            (
+                table,
+                spark.createDataFrame(
+                    [(f'{{"id":{k}}}', Decimal(run), moment) for k in numbers],
+                    "key string, change_seq decimal(38,0), commit_ts timestamp",
+                ),
+            )
+            for table, numbers in keys.items()
+        ],
+        run_id=f"run{run}",
+    )
+
+
+def scan_metrics(spark, after: int) -> dict[str, int]:
+    """The data files Iceberg's scans planned (after the filter's pruning) in the executions after `after`:
+    one scan an execution, whose node adaptive execution lists once a plan it made (the largest figure)."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
+    store = spark._jsparkSession.sharedState().statusStore()
+    executions = store.executionsList()
+    totals: dict[str, int] = {}
+    for i in range(executions.size()):
+        execution = executions.apply(i)
+        if execution.executionId() <= after:
+            continue
+        values, metrics = store.executionMetrics(execution.executionId()), execution.metrics()
+        figures: dict[str, int] = {}
+        for j in range(metrics.size()):
+            metric, value = metrics.apply(j), values.get(metrics.apply(j).accumulatorId())
+            if metric.name() == RESULT_FILES and value.isDefined():
+                figure = int(str(value.get()).replace(",", ""))
+                figures[metric.name()] = max(figures.get(metric.name(), 0), figure)
+        for name, figure in figures.items():
+            totals[name] = totals.get(name, 0) + figure
+    return totals
+
+
+def last_execution(spark) -> int:
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
+
+
+def files_by_bucket(spark, table: str) -> dict[int, int]:
+    rows = spark.sql(f"SELECT {BUCKET} AS b, count(*) AS n FROM {table}.files GROUP BY 1").collect()
+    return {row["b"]: row["n"] for row in rows}
+
+
+def test_a_tables_lookup_reads_only_its_own_bucket_of_the_tombstones(spark, lake_config):
+    """Given three runs that each deleted keys of two tables (one append a run, as the CDC job writes them),
+    then a maintenance pass that compacted their small files,
+    When one table's tombstones are looked up,
+    Then the scan reads only the files of that table's bucket, none of the other's (a compacted file of both
+    tables would be read for either), and the lookup gives each of its keys its newest tombstone."""
+    state = StateTables(spark, lake_config)
+    state.ensure()
+    for run, keys in enumerate(([1, 2], [2, 3], [4]), start=1):
+        bury(spark, state, run, {ORDERS: keys, ITEMS: [10 + k for k in keys]})
+    compacted = maintain(spark, lake_config, MaintenanceOptions(remove_orphans=False, min_input_files=2))
+    assert [t.rewritten_data_files > 0 for t in compacted.tables if t.table == state.tombstones] == [True]
+    buckets = {
+        row["source_table"]: row["b"]
+        for row in spark.sql(
+            f"SELECT DISTINCT source_table, _partition.source_table_bucket AS b FROM {state.tombstones}"
+        ).collect()
+    }
+    assert buckets[ORDERS] != buckets[ITEMS], buckets  # the premise: two buckets
+    files = files_by_bucket(spark, state.tombstones)
+    before = last_execution(spark)
+
+    found = sorted(tuple(row) for row in state.tombstones_of(ORDERS).collect())
+
+    scanned = scan_metrics(spark, before)
+    assert scanned.get(RESULT_FILES) == files[buckets[ORDERS]] < sum(files.values()), (scanned, files)
+    assert found == [('{"id":1}', 1), ('{"id":2}', 2), ('{"id":3}', 2), ('{"id":4}', 3)]
+
+
+def test_an_older_releases_unpartitioned_tombstones_are_bucketed_by_maintenance(spark, lake_config):
+    """Given a tombstones table as an older release created it (unpartitioned) holding two tables' deletes,
+    When maintenance runs, then a run appends more,
+    Then the table is bucketed by source table, every live file (old and new) is in that spec, and no
+    tombstone was lost or changed."""
+    state = StateTables(spark, lake_config)
+    ensure_namespace(spark, *state.namespace)
+    comment = "Deleted keys and the change sequence of their delete"
+    create_table(spark, state.tombstones, TOMBSTONE_SCHEMA, comment, STATE_TABLE_PROPERTIES)
+    state.ensure()  # the CDC run's own check leaves an existing table as it is
+    bury(spark, state, 1, {ORDERS: [1, 2], ITEMS: [11]})
+    bury(spark, state, 2, {ORDERS: [3]})
+    expected = rows_of(spark, state.tombstones, ["source_table", "key", "change_seq", "run_id"])
+
+    report = maintain(spark, lake_config, MaintenanceOptions(remove_orphans=False))
+    bury(spark, state, 3, {ITEMS: [12]})
+
+    assert not report.failed, report.failed
+    fields = spark.sql(f"DESCRIBE TABLE EXTENDED {state.tombstones}").collect()
+    partitioning = [row["data_type"] for row in fields if row["col_name"].startswith("Part ")]
+    assert partitioning == ["bucket(64, source_table)"]
+    current = spark.sql(f"SELECT max(spec_id) AS s FROM {state.tombstones}.files").first()["s"]
+    assert {
+        row["spec_id"] for row in spark.sql(f"SELECT spec_id FROM {state.tombstones}.files").collect()
+    } == {current}
+    after = rows_of(spark, state.tombstones, ["source_table", "key", "change_seq", "run_id"])
+    assert after == sorted([*expected, (ITEMS, '{"id":12}', 3, "run3")])
