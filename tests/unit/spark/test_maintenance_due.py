@@ -135,3 +135,27 @@ def test_a_pass_rewrites_no_more_than_its_budget_and_the_next_pass_the_rest(spar
     assert (first.rewritten_data_files, second.rewritten_data_files) == (1, 1)
     assert first.deferred_bytes == second.rewritten_bytes > 0 and second.deferred_bytes == 0
     assert rows_of(spark, table) == expected
+
+
+@pytest.mark.spark
+def test_a_files_deletes_from_many_batches_add_up_to_its_deleted_share(spark, lake_config) -> None:
+    """Given a table of 2 files whose first file lost 7 % of its rows in each of three batches (three
+    merge-on-read deletes: Spark keeps one delete file for the data file, carrying the earlier ones),
+    When maintenance looks after two batches (14 %) and after the third (21 %, threshold 20 %),
+    Then the file is not due after two, and due after three: its batches' deletes are counted together, and
+    it alone is rewritten."""
+    table = files_table(spark, lake_config, "hot", 2)
+    per_batch = int(ROWS_PER_FILE * 0.07)
+    options = MaintenanceOptions(remove_orphans=False)
+    hot_file = first_file_bytes(spark, table, 0)
+
+    for batch in range(2):
+        spark.sql(f"DELETE FROM {table} WHERE id >= {batch * per_batch} AND id < {(batch + 1) * per_batch}")
+    early = {t.table: t for t in maintain(spark, lake_config, options).tables}[table]
+    spark.sql(f"DELETE FROM {table} WHERE id >= {2 * per_batch} AND id < {3 * per_batch}")
+    expected = rows_of(spark, table)
+    late = {t.table: t for t in maintain(spark, lake_config, options).tables}[table]
+
+    assert early.nothing_due and early.delete_files_before == 1
+    assert (late.due_bytes, late.rewritten_data_files, late.rewritten_bytes) == (hot_file, 1, hot_file)
+    assert rows_of(spark, table) == expected
