@@ -28,9 +28,12 @@ CONSUMED_PREFIX = "refine.consumed."
 REFINE_RUN_ID = "refine.run-id"
 
 
-def is_in_history(spark: SparkSession, table: str, snapshot_id: int, current_id: int) -> bool:
-    """Whether `snapshot_id` is still readable and an ancestor of (or is) the current snapshot."""
-    jtable = iceberg_table(spark, table)
+def is_in_history(
+    spark: SparkSession, table: str, snapshot_id: int, current_id: int, java_table: Any = None
+) -> bool:
+    """Whether `snapshot_id` is still readable and an ancestor of (or is) the current snapshot
+    (`java_table`: the table as the caller loaded it, else loaded here)."""
+    jtable = java_table if java_table is not None else iceberg_table(spark, table)
     if jtable.snapshot(snapshot_id) is None:
         return False
     util = java_class(spark, "org.apache.iceberg.util.SnapshotUtil")
@@ -73,15 +76,18 @@ class FileChanges:
     deletes: frozenset[str]
 
 
-def file_changes(spark: SparkSession, table: str, before_id: int, after_id: int) -> FileChanges | None:
+def file_changes(
+    spark: SparkSession, table: str, before_id: int, after_id: int, java_table: Any = None
+) -> FileChanges | None:
     """What differs between two snapshots of the table's lineage (`before_id` an ancestor of `after_id`), or
     None where metadata cannot tell which rows: the schema changed, or a delete file is an equality delete, a
     deletion vector or a position delete file that names more than one data file.
 
     A commit that adds a position delete file to a data file may remove that file's older ones: Iceberg's
     file-scoped deletes are merged, the new file naming the old positions too, so the data file keeps only
-    new deletes. A delete file removed with no new one for its data file makes that file compared in full."""
-    jtable = iceberg_table(spark, table)
+    new deletes. A delete file removed with no new one for its data file makes that file compared in full.
+    `java_table`: the table as the caller loaded it, else loaded here."""
+    jtable = java_table if java_table is not None else iceberg_table(spark, table)
     if jtable.snapshot(before_id).schemaId() != jtable.snapshot(after_id).schemaId():
         return None
     io = jtable.io()
@@ -171,11 +177,13 @@ def _each(iterable: Any) -> list[Any]:
 CHANGED_ROW_FIELDS = ("added-records", "deleted-records", "added-position-deletes", "added-equality-deletes")
 
 
-def input_size(spark: SparkSession, table: str, consumed_id: int, current_id: int) -> tuple[int, int]:
+def input_size(
+    spark: SparkSession, table: str, consumed_id: int, current_id: int, java_table: Any = None
+) -> tuple[int, int]:
     """(rows the current snapshot's data files hold: what a rebuild reads, deleted rows not subtracted; rows
     the commits since the consumed snapshot added and deleted: an upper bound of the rows that differ), from
-    the snapshots' summaries: one catalog load, no Spark job."""
-    jtable = iceberg_table(spark, table)
+    the snapshots' summaries: no Spark job (`java_table`: the table as the caller loaded it, else loaded)."""
+    jtable = java_table if java_table is not None else iceberg_table(spark, table)
     current = jtable.snapshot(current_id)
     rows = int(current.summary().get("total-records") or 0) if current is not None else 0
     if consumed_id == current_id:

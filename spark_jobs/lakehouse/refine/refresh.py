@@ -52,6 +52,7 @@ from lakehouse.io.iceberg import (
     TABLE_PROPERTIES,
     current_snapshot_id,
     ensure_namespace,
+    iceberg_table,
     overwrite_rows,
     replace_table,
     snapshot_properties,
@@ -182,10 +183,13 @@ class _Refiner:
             inputs[reference] = snapshot
         return inputs
 
-    def cheaper_rebuild(self, inputs: Mapping[Reference, int], consumed: Mapping[str, int]) -> str | None:
+    def cheaper_rebuild(
+        self, inputs: Mapping[Reference, int], consumed: Mapping[str, int], loaded: Mapping[Reference, Any]
+    ) -> str | None:
         """Why rebuilding the model costs less than refreshing it from its inputs' changes, or None."""
         sizes = [
-            input_size(self.spark, self.input_table(r), consumed[r.input_name], s) for r, s in inputs.items()
+            input_size(self.spark, self.input_table(r), consumed[r.input_name], s, loaded[r])
+            for r, s in inputs.items()
         ]
         return cheaper_to_rebuild(
             sum(changed for _, changed in sizes),
@@ -239,18 +243,25 @@ class _Refiner:
             report.snapshot_id = current_snapshot_id(self.spark, table)
             self.refreshed[model.name] = report.snapshot_id or 0
             return report
+        # Each input's metadata, loaded once for the model (after the models it reads were refreshed):
+        # its history, its size and the files that changed are all read from it.
+        loaded = {r: iceberg_table(self.spark, self.input_table(r)) for r in inputs} if reason is None else {}
         if reason is None:
             assert consumed is not None
             for reference, snapshot in inputs.items():
                 if not is_in_history(
-                    self.spark, self.input_table(reference), consumed[reference.input_name], snapshot
+                    self.spark,
+                    self.input_table(reference),
+                    consumed[reference.input_name],
+                    snapshot,
+                    loaded[reference],
                 ):
                     reason = f"consumed snapshot {consumed[reference.input_name]} of {reference.input_name} is no longer in its history"
                     log.warning("%s: %s: rebuilding", table, reason)
                     break
         if reason is None:
             assert consumed is not None
-            reason = self.cheaper_rebuild(inputs, consumed)
+            reason = self.cheaper_rebuild(inputs, consumed, loaded)
         evaluate = self.evaluator(model, views)
         now = {r.input_name: read_as_of(self.spark, self.input_table(r), s) for r, s in inputs.items()}
         rows = evaluate(now)
@@ -279,7 +290,9 @@ class _Refiner:
                 name = reference.input_name
                 if consumed[name] == by_name[name]:
                     continue
-                removed, added = self.changed_rows_of(reference, consumed[name], by_name[name])
+                removed, added = self.changed_rows_of(
+                    reference, consumed[name], by_name[name], loaded[reference]
+                )
                 report.changed_inputs[name] = removed.count() + added.count()
                 changes[name] = (removed, added)
             keys = affected_keys(evaluate, before, now, changes, model.unique_key)
@@ -293,12 +306,12 @@ class _Refiner:
         return report
 
     def changed_rows_of(
-        self, reference: Reference, before_id: int, after_id: int
+        self, reference: Reference, before_id: int, after_id: int, java_table: Any = None
     ) -> tuple[DataFrame, DataFrame]:
         """(before images, after images) of the input between two of its snapshots: from the rows of the data
         files that differ, or, where its metadata cannot tell, from both versions in full."""
         table = self.input_table(reference)
-        files = file_changes(self.spark, table, before_id, after_id)
+        files = file_changes(self.spark, table, before_id, after_id, java_table)
         if files is None:
             log.info("refine: %s: comparing snapshots %s and %s in full", table, before_id, after_id)
             return changed_rows(

@@ -3,6 +3,7 @@ refined tables equal a straightforward recomputation from the clean tables; a re
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
+from lakehouse.refine import consumed, refresh
 from lakehouse.refine.refresh import RefineReport, refine
 
 from tests.support import manifest, rows_of, snapshot_count
@@ -118,17 +120,29 @@ def assert_refined_equals_recomputation(lake: Lake) -> None:
         assert refined_aggregate(lake, table) == recomputed_aggregate(lake, table), table
 
 
+def counted(load, loads: Counter):
+    """`load` (a catalog load of a table's metadata) counting its calls by table name in `loads`."""
+
+    def counting(spark, table):
+        loads[table] += 1
+        return load(spark, table)
+
+    return counting
+
+
 def modes(report: RefineReport) -> dict[str, str]:
     return {t.table: t.mode for t in report.tables}
 
 
-def test_refine_builds_then_follows_changes_incrementally(lake: Lake) -> None:
+def test_refine_builds_then_follows_changes_incrementally(lake: Lake, monkeypatch) -> None:
     """Given a loaded clean zone
     When the refine runs, then a random workload (new orders, returns, price updates, customer moves,
     item reclassifications, item and customer deletes, holiday fixes) is applied through CDC, and the
     refine runs again
     Then the first refine builds every refined table, the second is incremental and touches only the
-    affected sales, and after each the refined tables equal a recomputation from the clean tables."""
+    affected sales, loading each model's inputs from the catalog once for that model (its history, size and
+    changed files all read from the one load), and after each the refined tables equal a recomputation
+    from the clean tables."""
     spark = lake.spark
 
     first = refine(spark, lake.config, run_id="refine-1")
@@ -137,9 +151,15 @@ def test_refine_builds_then_follows_changes_incrementally(lake: Lake) -> None:
     total_sales = spark.table(lake.refined(SALES_ENRICHED)).count()
 
     lake.apply_workload(changes=40, seed=1, mix=MIXED_WITH_DIMENSION_CHANGES)
+    loads: Counter = Counter()
+    for module in (refresh, consumed):
+        monkeypatch.setattr(module, "iceberg_table", counted(module.iceberg_table, loads))
     second = refine(spark, lake.config, run_id="refine-2")
+    monkeypatch.undo()
 
     assert modes(second) == {t: "incremental" for t in (SALES_ENRICHED, *AGGREGATES)}
+    sources = ("web_sales", "item", "customer", "customer_address", "date_dim", "time_dim")
+    assert loads == {lake.clean(t): 1 for t in sources} | {lake.refined(SALES_ENRICHED): len(AGGREGATES)}
     assert 0 < second.tables[0].affected < total_sales
     changed = second.tables[0].changed_inputs
     assert all(
