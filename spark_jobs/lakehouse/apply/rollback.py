@@ -13,7 +13,9 @@ The rollback is sure before it changes anything, and refuses (no commit, the rea
   (lake_contracts.resend_horizon: its later deletes' tombstones may be gone, and re-sent it could bring
   deleted rows back).
 
-Otherwise Iceberg's `rollback_to_snapshot` runs, fenced by the lease. What the other records do then:
+Otherwise the target becomes the current snapshot, as Iceberg's `rollback_to_snapshot` makes it, fenced by
+the lease, and only if the current snapshot is still the one planned on (a commit made meanwhile refuses
+the rollback instead of being undone unnamed). What the other records do then:
 
 - the ledger rows of the rolled-back snapshots name snapshots the table holds but no longer descends from:
   the next CDC run that meets one of their files forgets them and applies the file again (maintenance drops
@@ -37,6 +39,7 @@ from typing import Any
 
 from lake_contracts.dms_files import NotADmsFileError, parse_dms_key
 from lake_contracts.resend_horizon import beyond_retention, resend_horizon
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -44,10 +47,16 @@ from lakehouse.apply.quarantine import REAPPLIED_MARK
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.fence import check_before_commit
-from lakehouse.io.iceberg import APPLIED_FILES, REPLACED_SNAPSHOT, load_table
-from lakehouse.io.jvm import java_dict
+from lakehouse.io.iceberg import APPLIED_FILES, REPLACED_SNAPSHOT, iceberg_table, load_table
+from lakehouse.io.jvm import java_class, java_dict
 
 log = logging.getLogger("lakehouse")
+
+MAIN_BRANCH = "main"
+_MOVED = (
+    "{} moved on from snapshot {} while the rollback was being planned (a commit raced it): nothing was "
+    "rolled back; run the rollback again"
+)
 
 
 @dataclass
@@ -109,11 +118,11 @@ def rollback_table(
         return report
     if report.note or dry_run:
         return report
-    check_before_commit()
-    name = report.clean_table.split(".", 1)[1]  # type: ignore[union-attr]
-    spark.sql(
-        f"CALL {config.catalog_name}.system.rollback_to_snapshot('{name}', {report.target_snapshot_id})"
-    ).collect()
+    try:
+        _commit_rollback(spark, report)
+    except RollbackRefused as why:
+        report.refused = str(why)
+        return report
     report.rolled_back = True
     log.info(
         "%s rolled back to %s (undone: %s); re-drive %s",
@@ -123,6 +132,29 @@ def rollback_table(
         report.files_to_redrive,
     )
     return report
+
+
+def _commit_rollback(spark: SparkSession, report: RollbackReport) -> None:
+    """Make the target the table's current snapshot, only if the current one is still the one planned on:
+    a compare-and-swap of the table's metadata (Iceberg's `rollback_to_snapshot` would apply to whatever is
+    current then, silently undoing a commit made since, whose files this report does not name)."""
+    assert report.clean_table is not None and report.target_snapshot_id is not None
+    java_table = iceberg_table(spark, report.clean_table)
+    operations = java_table.operations()
+    base = operations.current()
+    current = base.currentSnapshot()
+    if current is None or int(current.snapshotId()) != report.current_snapshot_id:
+        raise RollbackRefused(_MOVED.format(report.clean_table, report.current_snapshot_id))
+    metadata = java_class(spark, "org.apache.iceberg.TableMetadata")
+    rolled = metadata.buildFrom(base).setBranchSnapshot(report.target_snapshot_id, MAIN_BRANCH).build()
+    check_before_commit()
+    try:
+        operations.commit(base, rolled)
+    except Py4JJavaError as error:
+        if "CommitFailedException" not in str(error):
+            raise
+        raise RollbackRefused(_MOVED.format(report.clean_table, report.current_snapshot_id)) from None
+    spark.catalog.refreshTable(report.clean_table)
 
 
 def _plan(

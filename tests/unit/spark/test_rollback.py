@@ -8,6 +8,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from lakehouse.apply import rollback
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.clean_table import sequence_at
 from lakehouse.apply.full_load import full_load
@@ -110,3 +111,28 @@ def test_a_rollback_over_a_reload_is_refused_and_changes_nothing(spark, lake_con
     assert "reload" in refused.refused and f"lakectl reload {ITEMS}" in refused.refused
     assert nothing.ok and not nothing.rolled_back and nothing.note and nothing.files_to_redrive == []
     assert rows_of(spark, table) == reloaded and newest_snapshot(spark, table) == current
+
+
+def test_a_commit_racing_the_rollback_refuses_it_and_stays(spark, lake_config, dms, monkeypatch):
+    """Given a table loaded and two batches, When a third batch commits right before the rollback to the
+    first batch's snapshot commits (after it was planned), Then the rollback is refused as raced and the
+    table keeps all three batches: a commit the report does not name is never undone."""
+    dms.load(ITEMS, COLUMNS, [(1, "a", 1)])
+    full_load(spark, lake_config, SCHEMA, str(dms.root))
+    table = lake_config.clean_table("shop_items")
+    applied(spark, lake_config, dms.cdc(ITEMS, COLUMNS, [("U", (1, "a1", 10))]), run_id="b1")
+    target = newest_snapshot(spark, table)
+    applied(spark, lake_config, dms.cdc(ITEMS, COLUMNS, [("I", (2, "b", 2))]), run_id="b2")
+    racing = dms.cdc(ITEMS, COLUMNS, [("I", (3, "c", 3))])
+    monkeypatch.setattr(
+        rollback, "check_before_commit", lambda: applied(spark, lake_config, racing, run_id="b3")
+    )
+
+    report = rollback_table(spark, lake_config, SCHEMA, ITEMS, snapshot_id=target)
+
+    assert not report.ok and not report.rolled_back and "raced" in report.refused
+    assert rows_of(spark, table) == [
+        (1, "a1", Decimal("10.00")),
+        (2, "b", Decimal("2.00")),
+        (3, "c", Decimal("3.00")),
+    ]
