@@ -123,6 +123,58 @@ def start_reapply(
     }
 
 
+def rollback_arguments(
+    stack: Stack, holder: str, epoch: int, run_id: str, target: dict[str, Any], dry_run: bool
+) -> dict[str, str]:
+    """The reapply job's run arguments in rollback mode: the table and its target (`snapshot_id` or `before`)
+    as one JSON value, the deployment's TombstoneRetentionDays (files older than the tombstones are refused),
+    under the lease of `holder`."""
+    return fenced_arguments(stack, holder, epoch) | {
+        "--rollback_json": json.dumps(target),
+        "--tombstone_retention_days": str(stack.tombstone_retention_days),
+        "--dry_run": "true" if dry_run else "false",
+        "--report_uri": f"s3://{stack.artifacts_bucket}/manifests/reapply/{run_id}.json",
+    }
+
+
+def start_rollback(
+    stack: Stack,
+    clients: Clients,
+    table: str,
+    snapshot_id: int | None,
+    before: str | None,
+    dry_run: bool = False,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """The reapply job in rollback mode, under the lease of the execution holding it: the loop's runs and the
+    rollback never commit to the table at once, and a run the lease left behind commits nothing."""
+    if (snapshot_id is None) == (before is None):
+        raise ValueError("give --to-snapshot or --before")
+    schema, _, name = table.partition(".")
+    if not schema or not name:
+        raise ValueError(f"{table!r}: name the table as <schema>.<table>, as DMS spells it")
+    target: dict[str, Any] = {"table": table}
+    target |= {"snapshot_id": snapshot_id} if snapshot_id is not None else {"before": before}
+    holder, epoch = lease_of(clients("s3"), stack)
+    run_id = f"rollback-{(now or datetime.now(UTC)):%Y-%m-%dT%H:%M:%S.%fZ}"
+    arguments = rollback_arguments(stack, holder, epoch, run_id, target, dry_run)
+    job = stack.output("ReapplyJobName")
+    started = clients("glue").start_job_run(JobName=job, Arguments=arguments)
+    return {
+        "job": job,
+        "job_run_id": started["JobRunId"],
+        "run_id": run_id,
+        "lease_holder": holder,
+        "report_uri": arguments["--report_uri"],
+    }
+
+
+def read_report(s3: Any, report_uri: str) -> dict[str, Any] | None:
+    """A run's published report (None: the run published none, e.g. it failed before)."""
+    bucket, _, key = report_uri.removeprefix("s3://").partition("/")
+    return read_json(s3, bucket, key)
+
+
 def wait_for_glue_run(
     glue: Any, job: str, run_id: str, progress: Progress, poll_seconds: float = 5.0, timeout: float = 7200
 ) -> str:

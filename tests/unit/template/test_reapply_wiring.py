@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from lakectl.runs import reapply_arguments
+from lakectl.runs import reapply_arguments, rollback_arguments
 from lakectl.stack import Stack
 from tests.unit.template.test_reconcile_wiring import SAMPLE, SPARK_JOBS, _job_argv
 
@@ -16,6 +16,7 @@ if str(SPARK_JOBS) not in sys.path:
 from lakehouse.base.config import parse_job_arguments
 from lakehouse.io.fence import fence_from_arguments
 from lakehouse.jobs.reapply import parser as reapply_parser
+from lakehouse.jobs.reapply import rollback_target
 
 STACK = Stack(
     "dev-stack", {"ArtifactsBucketName": SAMPLE["ArtifactsBucket"], "ReapplyJobName": "dev-reapply"}
@@ -67,3 +68,25 @@ def test_the_reapply_job_mirrors_the_cdc_job_and_is_an_output_the_lease_fences(
     assert template["Outputs"]["ReapplyJobName"]["Value"] == {"Ref": "ReapplyJob"}
     lease = resources["LeaseFunction"]["Properties"]
     assert "${ReapplyJob}" in lease["Environment"]["Variables"]["GLUE_JOB_NAMES"]["Fn::Sub"]
+
+
+def test_the_reapply_job_takes_lakectls_rollback_arguments(template: dict[str, Any]) -> None:
+    """Given the run arguments `lakectl rollback` gives the reapply job (a table, its target snapshot, the
+    stack's TombstoneRetentionDays), When its entry parses them with the stack's defaults, Then the rollback
+    is read as one JSON value, with the retention, fenced by the holder, and no file or run is named."""
+    stack = Stack(STACK.name, STACK.outputs, {"TombstoneRetentionDays": "40"})
+    target = {"table": "sales.orders", "snapshot_id": 123}
+    run = rollback_arguments(stack, "arn:aws:states:::execution:p:e", 5, "rollback-1", target, dry_run=False)
+
+    fence, rest = fence_from_arguments(_job_argv(template, "ReapplyJob", run, VALUES))
+    _, args = parse_job_arguments(rest, reapply_parser())
+
+    assert fence is not None and fence.holder == "arn:aws:states:::execution:p:e"
+    assert args.rollback_json == target and args.tombstone_retention_days == 40
+    assert args.files_json == [] and args.run_id is None and args.dry_run == "false"
+    assert rollback_target(args.rollback_json, reapply_parser()) == {
+        "table": "sales.orders",
+        "snapshot_id": 123,
+        "before": None,
+    }
+    assert args.report_uri == "s3://artifacts/manifests/reapply/rollback-1.json"
