@@ -18,9 +18,11 @@ from lakectl.batches import TooOldToRequeueError, failed_batches, pending_batche
 from lakectl.repairs import redrive, reload_table
 from lakectl.runs import (
     NoLeaseHolderError,
+    read_report,
     start_pipeline,
     start_reapply,
     start_reconcile,
+    start_rollback,
     wait_for_glue_run,
     wait_for_lease,
 )
@@ -131,6 +133,65 @@ def run_reapply(stack: Stack, clients: Clients, args: argparse.Namespace) -> tup
     return result, text + (f": {result['state']}" if "state" in result else "")
 
 
+def run_rollback(stack: Stack, clients: Clients, args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The reapply job rolls the table back (fenced by the lease); then, from its report, the files the
+    rolled-back commits applied go back on the queue (refused past the tombstones, as `redrive` refuses)."""
+    result = start_rollback(stack, clients, args.table, args.to_snapshot, args.before, args.dry_run)
+    result["state"] = wait_for_glue_run(
+        clients("glue"), result["job"], result["job_run_id"], progress_line if args.wait else _quiet
+    )
+    if args.wait:
+        sys.stderr.write("\n")
+    report = result["report"] = read_report(clients("s3"), result["report_uri"])
+    if report is None:
+        result["refused"] = (
+            f"the rollback run {result['job_run_id']} ended {result['state']} without a report: its Glue log says why"
+        )
+    elif report.get("refused"):
+        result["refused"] = report["refused"]
+    elif (
+        report.get("rolled_back") and report.get("files_to_redrive") and not (args.no_redrive or args.dry_run)
+    ):
+        result["redrive"] = redrive(clients("s3"), clients("sqs"), stack, report["files_to_redrive"])
+        if result["redrive"]["refused"]:
+            result["refused"] = "; ".join(r["reason"] for r in result["redrive"]["refused"])
+    return result, _rollback_text(result, args)
+
+
+def _rollback_text(result: dict[str, Any], args: argparse.Namespace) -> str:
+    report = result.get("report") or {}
+    head = f"rollback {result['run_id']} of {args.table} (Glue run {result['job_run_id']}: {result['state']})"
+    if report.get("refused"):
+        return f"{head}: refused: {report['refused']}"
+    if report.get("note"):
+        return f"{head}: {report['note']}"
+    if not report:
+        return f"{head}: {result['refused']}"
+    done = "would roll back" if report.get("dry_run") else "rolled back"
+    lines = [
+        f"{head}: {done} to snapshot {report['target_snapshot_id']}, undoing {report['rolled_back_snapshot_ids']}"
+    ]
+    files = report.get("files_to_redrive") or []
+    sent = set((result.get("redrive") or {}).get("sent", []))
+    for uri in files:
+        key = uri.removeprefix(f"s3://{_bucket_of(uri)}/")
+        state = "re-driven" if key in sent else "to re-drive"
+        lines.append(f"  {state} {uri}")
+    for refusal in (result.get("redrive") or {}).get("refused", []):
+        lines.append(f"  refused {refusal['reason']}")
+    if files and not result.get("redrive") and not report.get("dry_run"):
+        lines.append(f"  re-drive them: lakectl redrive {' '.join(files)}")
+    return "\n".join(lines)
+
+
+def _bucket_of(uri: str) -> str:
+    return uri.removeprefix("s3://").partition("/")[0]
+
+
+def _quiet(message: str) -> None:
+    """No progress display (without --wait)."""
+
+
 Command = Callable[[Stack, Clients, argparse.Namespace], tuple[dict[str, Any], str]]
 COMMANDS: dict[str, tuple[Command, str]] = {
     "status": (run_status, "lease, execution, queue, batches, last run and its freshness, divergence"),
@@ -140,6 +201,10 @@ COMMANDS: dict[str, tuple[Command, str]] = {
     "redrive": (run_redrive, "put raw files back on the queue"),
     "reconcile": (run_reconcile, "run the reconcile now, fenced by the lease"),
     "reapply": (run_reapply, "apply fixed quarantined files again (a Glue run, fenced by the lease)"),
+    "rollback": (
+        run_rollback,
+        "roll one clean table back to a snapshot (a Glue run, fenced by the lease) and re-drive its files",
+    ),
 }
 
 
@@ -168,7 +233,7 @@ def parser() -> argparse.ArgumentParser:
     commands = top.add_subparsers(dest="command", required=True)
     for name, (_, summary) in COMMANDS.items():
         command = commands.add_parser(name, help=summary, description=summary, parents=[options(False)])
-        if name in ("start", "reconcile", "reapply"):
+        if name in ("start", "reconcile", "reapply", "rollback"):
             command.add_argument("--wait", action="store_true", help="wait, showing progress on stderr")
     requeue_args = commands.choices["requeue"].add_mutually_exclusive_group()
     requeue_args.add_argument("--run-id", action="append", default=[], help="requeue this batch (repeatable)")
@@ -180,6 +245,19 @@ def parser() -> argparse.ArgumentParser:
     chosen.add_argument("--file", nargs="+", default=[], help="quarantined files' s3:// URIs, once fixed")
     chosen.add_argument("--run-id", default=None, help="every file this CDC run quarantined anything of")
     reapply_args.add_argument("--dry-run", action="store_true", help="list what would apply, apply nothing")
+    rollback_args = commands.choices["rollback"]
+    rollback_args.add_argument("table", help="<schema>.<table>, as DMS spells it")
+    target = rollback_args.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-snapshot", type=int, default=None, help="the snapshot id to roll back to")
+    target.add_argument(
+        "--before", default=None, help="to the last snapshot committed at or before this ISO time (UTC)"
+    )
+    rollback_args.add_argument(
+        "--dry-run", action="store_true", help="report what it would do, commit nothing"
+    )
+    rollback_args.add_argument(
+        "--no-redrive", action="store_true", help="roll back only: re-drive the reported files yourself"
+    )
     return top
 
 

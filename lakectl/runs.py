@@ -153,6 +153,8 @@ def start_rollback(
     schema, _, name = table.partition(".")
     if not schema or not name:
         raise ValueError(f"{table!r}: name the table as <schema>.<table>, as DMS spells it")
+    if before is not None:
+        datetime.fromisoformat(before)  # a ValueError naming it, before any run starts
     target: dict[str, Any] = {"table": table}
     target |= {"snapshot_id": snapshot_id} if snapshot_id is not None else {"before": before}
     holder, epoch = lease_of(clients("s3"), stack)

@@ -407,3 +407,106 @@ def test_a_stack_that_does_not_exist_is_an_error_naming_it(aws, capsys) -> None:
 
     assert code == 2
     assert "no-such-stack" in capsys.readouterr().err
+
+
+class FakeRollbackRun:
+    """Stands in for the reapply job's run in rollback mode: it publishes `report` at the run's
+    `--report_uri` when lakectl waits for it, and the run ends SUCCEEDED (FAILED when refused)."""
+
+    def __init__(self, aws: Aws, report: dict[str, Any]) -> None:
+        self.aws, self.report = aws, report
+
+    def __call__(self, glue: Any, job: str, run_id: str, progress: Any, **_: Any) -> str:
+        arguments = glue.get_job_run(JobName=job, RunId=run_id)["JobRun"]["Arguments"]
+        bucket, _, key = arguments["--report_uri"].removeprefix("s3://").partition("/")
+        dry_run = arguments["--dry_run"] == "true"
+        rolled_back = self.report["rolled_back"] and not dry_run
+        self.aws.put(bucket, key, self.report | {"dry_run": dry_run, "rolled_back": rolled_back})
+        return "FAILED" if self.report.get("refused") else "SUCCEEDED"
+
+
+def rollback_report(files: list[str], refused: str | None = None) -> dict[str, Any]:
+    return {
+        "table": "sales.orders",
+        "target_snapshot_id": 11,
+        "rolled_back_snapshot_ids": [13, 12],
+        "files_to_redrive": files,
+        "rolled_back": refused is None,
+        "refused": refused,
+        "note": None,
+    }
+
+
+def test_rollback_runs_under_the_lease_holder_then_redrives_the_files_it_reports(
+    aws, capsys, monkeypatch
+) -> None:
+    """Given the lease held at epoch 3 and two raw files written an hour ago, When the operator rolls
+    sales.orders back to snapshot 11 (the job's report names the two files), Then the reapply job runs in
+    rollback mode with the holder, the epoch, the target and the stack's TombstoneRetentionDays, and both
+    files are back on the queue; with --no-redrive, and with --dry-run, the same run re-drives nothing."""
+    now = datetime.now(UTC)
+    keys = [f"dms/sales/orders/{cdc_file_name(now - timedelta(minutes=m))}" for m in (60, 59)]
+    for key in keys:
+        aws.s3.put_object(Bucket=RAW, Key=key, Body=b"I,1\n")
+    files = [f"s3://{RAW}/{key}" for key in keys]
+    holder = "arn:aws:states:us-east-1:123456789012:execution:test-pipeline:run-3"
+    aws.put(ARTIFACTS, "locks/pipeline-lease.json", {"holder": holder, "epoch": 3})
+    monkeypatch.setattr(cli, "wait_for_glue_run", FakeRollbackRun(aws, rollback_report(files)))
+
+    code, result = lakectl(capsys, "rollback", "sales.orders", "--to-snapshot", "11")
+    queued = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10)["Messages"]
+    kept_code, kept = lakectl(capsys, "rollback", "sales.orders", "--to-snapshot", "11", "--no-redrive")
+    dry_code, dry = lakectl(
+        capsys, "rollback", "sales.orders", "--before", "2026-11-24T10:00:00", "--dry-run"
+    )
+    nothing_more = aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10).get("Messages", [])
+
+    arguments = aws.glue.get_job_run(JobName="test-reapply", RunId=result["job_run_id"])["JobRun"][
+        "Arguments"
+    ]
+    assert arguments == {
+        "--lease_uri": f"s3://{ARTIFACTS}/locks/pipeline-lease.json",
+        "--lease_holder": holder,
+        "--lease_epoch": "3",
+        "--rollback_json": json.dumps({"table": "sales.orders", "snapshot_id": 11}),
+        "--tombstone_retention_days": "35",
+        "--dry_run": "false",
+        "--report_uri": f"s3://{ARTIFACTS}/manifests/reapply/{result['run_id']}.json",
+    }
+    assert code == kept_code == dry_code == 0
+    assert result["state"] == "SUCCEEDED" and result["report"]["files_to_redrive"] == files
+    assert result["redrive"] == {"sent": keys, "refused": []}
+    assert sorted(json.loads(m["Body"])["detail"]["object"]["key"] for m in queued) == keys
+    assert "redrive" not in kept and "redrive" not in dry and nothing_more == []
+    dry_arguments = aws.glue.get_job_run(JobName="test-reapply", RunId=dry["job_run_id"])["JobRun"][
+        "Arguments"
+    ]
+    assert json.loads(dry_arguments["--rollback_json"]) == {
+        "table": "sales.orders",
+        "before": "2026-11-24T10:00:00",
+    }
+    assert dry_arguments["--dry_run"] == "true" and dry["report"]["dry_run"] is True
+
+
+def test_a_refused_rollback_exits_non_zero_with_its_reason_and_redrives_nothing(
+    aws, capsys, monkeypatch
+) -> None:
+    """Given the lease held and a rollback the job refuses (a reload among the commits), When the operator
+    runs it, Then lakectl exits 1 naming the reason (in JSON and in its human output), and queues nothing;
+    Given no lease, Then it is refused naming `lakectl start` and no run starts."""
+    no_lease_code, no_lease = lakectl(capsys, "rollback", "sales.orders", "--to-snapshot", "11")
+    no_runs = aws.glue.get_job_runs(JobName="test-reapply")["JobRuns"]
+    aws.put(ARTIFACTS, "locks/pipeline-lease.json", {"holder": "arn:x", "epoch": 1})
+    why = "snapshot 12 is a reload of the table: reload the table instead (`lakectl reload sales.orders`)"
+    files = [f"s3://{RAW}/dms/sales/orders/{cdc_file_name(datetime.now(UTC))}"]
+    monkeypatch.setattr(cli, "wait_for_glue_run", FakeRollbackRun(aws, rollback_report(files, why)))
+
+    code, result = lakectl(capsys, "rollback", "sales.orders", "--to-snapshot", "11")
+    text_code = cli.main(["rollback", "sales.orders", "--to-snapshot", "11", "--stack-name", STACK])
+    text = capsys.readouterr().out
+
+    assert no_lease_code == 2 and "lakectl start" in no_lease and no_runs == []
+    assert code == text_code == 1
+    assert result["refused"] == why and "redrive" not in result
+    assert f"refused: {why}" in text
+    assert aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10).get("Messages", []) == []
