@@ -4,8 +4,11 @@
 The rollback is sure before it changes anything, and refuses (no commit, the reason in the report) when:
 
 - the target is not an ancestor of the current snapshot (or the table has no such snapshot);
-- a commit after the target is a (re)load (its summary names the snapshot it replaced): a reload replaced
-  the whole table, its changes can't be re-driven as files; reload the table instead (`lakectl reload`);
+- a commit after the target is a (re)load (its summary names the snapshot it replaced, or the load's files):
+  a load replaced the whole table, its rows can't be re-driven as files; reload the table instead
+  (`lakectl reload`);
+- a commit after the target changed rows without naming the DMS files it applied (not a CDC commit: a
+  compaction, which keeps the rows, is no such commit);
 - a commit after the target applied a quarantined file again (`<name>#reapplied:<run>`): re-driving the file
   would not redo that attempt;
 - a file a rolled-back commit applied can't be re-driven safely: its URI is unknown (the ledger row was made
@@ -47,12 +50,19 @@ from lakehouse.apply.quarantine import REAPPLIED_MARK
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.schema import SchemaFile
 from lakehouse.io.fence import check_before_commit
-from lakehouse.io.iceberg import APPLIED_FILES, REPLACED_SNAPSHOT, iceberg_table, load_table
+from lakehouse.io.iceberg import (
+    APPLIED_FILES,
+    FULL_LOAD_DONE,
+    REPLACED_SNAPSHOT,
+    iceberg_table,
+    load_table,
+)
 from lakehouse.io.jvm import java_class, java_dict
 
 log = logging.getLogger("lakehouse")
 
 MAIN_BRANCH = "main"
+REWRITE = "replace"  # Iceberg's operation of a compaction: the same rows in other files
 _MOVED = (
     "{} moved on from snapshot {} while the rollback was being planned (a commit raced it): nothing was "
     "rolled back; run the rollback again"
@@ -86,6 +96,7 @@ class Snapshot:
     snapshot_id: int
     parent_id: int | None
     committed_at: datetime  # UTC, naive
+    operation: str  # Iceberg's: append, overwrite, delete, replace (a rewrite: the same rows)
     summary: dict[str, str]
 
 
@@ -187,11 +198,22 @@ def _plan(
     undone = [s for s in lineage[: [s.snapshot_id for s in lineage].index(target)]]
     report.rolled_back_snapshot_ids = [s.snapshot_id for s in undone]
     for snapshot in undone:
-        if snapshot.summary.get(REPLACED_SNAPSHOT):
+        if snapshot.summary.get(REPLACED_SNAPSHOT) or FULL_LOAD_DONE in snapshot.summary:
+            replaced = snapshot.summary.get(REPLACED_SNAPSHOT)
             raise RollbackRefused(
-                f"snapshot {snapshot.snapshot_id} (committed {snapshot.committed_at}) is a reload of the table "
-                f"(it replaced snapshot {snapshot.summary[REPLACED_SNAPSHOT]}): a reload can't be re-driven as "
-                f"files; reload the table instead (`lakectl reload {report.table}`)"
+                f"snapshot {snapshot.snapshot_id} (committed {snapshot.committed_at}) is a "
+                + (
+                    f"reload of the table (it replaced snapshot {replaced})"
+                    if replaced
+                    else "load of the table"
+                )
+                + f": a load can't be re-driven as files; reload the table instead (`lakectl reload {report.table}`)"
+            )
+        if snapshot.operation != REWRITE and APPLIED_FILES not in snapshot.summary:
+            raise RollbackRefused(
+                f"snapshot {snapshot.snapshot_id} (committed {snapshot.committed_at}, {snapshot.operation}) changed "
+                "the table's rows without naming the DMS files it applied (not a CDC commit): what it did can't "
+                "be re-driven; roll back to a snapshot after it, or reload the table"
             )
     names = _applied_names(undone)
     reapplied = sorted(n for n in names if REAPPLIED_MARK in n)
@@ -228,6 +250,7 @@ def _lineage(java_table: Any) -> list[Snapshot]:
                 int(snapshot.snapshotId()),
                 int(parent) if parent is not None else None,
                 datetime(1970, 1, 1) + timedelta(milliseconds=int(snapshot.timestampMillis())),
+                str(snapshot.operation()),
                 summary,
             )
         )

@@ -113,10 +113,13 @@ def test_a_rollback_over_a_reload_is_refused_and_changes_nothing(spark, lake_con
     assert rows_of(spark, table) == reloaded and newest_snapshot(spark, table) == current
 
 
-def test_a_commit_racing_the_rollback_refuses_it_and_stays(spark, lake_config, dms, monkeypatch):
+def test_a_commit_racing_the_rollback_or_not_from_cdc_refuses_it_and_stays(
+    spark, lake_config, dms, monkeypatch
+):
     """Given a table loaded and two batches, When a third batch commits right before the rollback to the
     first batch's snapshot commits (after it was planned), Then the rollback is refused as raced and the
-    table keeps all three batches: a commit the report does not name is never undone."""
+    table keeps all three batches: a commit the report does not name is never undone. And When a row is
+    deleted by hand (a commit naming no DMS file), Then a rollback over it is refused: it can't be re-driven."""
     dms.load(ITEMS, COLUMNS, [(1, "a", 1)])
     full_load(spark, lake_config, SCHEMA, str(dms.root))
     table = lake_config.clean_table("shop_items")
@@ -131,8 +134,8 @@ def test_a_commit_racing_the_rollback_refuses_it_and_stays(spark, lake_config, d
     report = rollback_table(spark, lake_config, SCHEMA, ITEMS, snapshot_id=target)
 
     assert not report.ok and not report.rolled_back and "raced" in report.refused
-    assert rows_of(spark, table) == [
-        (1, "a1", Decimal("10.00")),
-        (2, "b", Decimal("2.00")),
-        (3, "c", Decimal("3.00")),
-    ]
+    monkeypatch.undo()
+    spark.sql(f"DELETE FROM {table} WHERE id = 2")
+    by_hand = rollback_table(spark, lake_config, SCHEMA, ITEMS, snapshot_id=target)
+    assert not by_hand.ok and not by_hand.rolled_back and "not a CDC commit" in by_hand.refused
+    assert rows_of(spark, table) == [(1, "a1", Decimal("10.00")), (3, "c", Decimal("3.00"))]
