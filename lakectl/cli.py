@@ -152,7 +152,11 @@ def run_rollback(stack: Stack, clients: Clients, args: argparse.Namespace) -> tu
     elif (
         report.get("rolled_back") and report.get("files_to_redrive") and not (args.no_redrive or args.dry_run)
     ):
-        result["redrive"] = redrive(clients("s3"), clients("sqs"), stack, report["files_to_redrive"])
+        try:
+            result["redrive"] = redrive(clients("s3"), clients("sqs"), stack, report["files_to_redrive"])
+        except (ValueError, ClientError) as error:  # rolled back already: say so, with what is left to do
+            result["refused"] = f"rolled back, but the re-drive failed: {error}; re-drive the report's files"
+            return result, f"{_rollback_text(result, args)}\n  {result['refused']}"
         if result["redrive"]["refused"]:
             result["refused"] = "; ".join(r["reason"] for r in result["redrive"]["refused"])
     return result, _rollback_text(result, args)
