@@ -4,6 +4,7 @@ re-drive then apply exactly once, by their change sequences."""
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -13,6 +14,7 @@ from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.clean_table import sequence_at
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.rollback import rollback_table
+from lakehouse.jobs.reapply import main as reapply_main
 
 from tests.support import BASE_TIME, DmsWriter, manifest, rows_of, schema_of
 
@@ -89,11 +91,11 @@ def test_a_table_rolled_back_after_its_first_batch_gets_the_later_batches_again_
     assert rows_of(spark, table) == after_third
 
 
-def test_a_rollback_over_a_reload_is_refused_and_changes_nothing(spark, lake_config, dms):
+def test_a_rollback_over_a_reload_is_refused_and_changes_nothing(spark, lake_config, dms, tmp_path):
     """Given a table loaded, a batch applied and then the table reloaded,
-    When it is rolled back to the snapshot after the batch (or to the current one),
-    Then it is refused naming the reload and `lakectl reload`, and the table is unchanged (the current
-    snapshot: nothing to do, ok)."""
+    When the reapply job rolls it back to the snapshot after the batch (or the library to the current one),
+    Then the job exits 1, its report refusing naming the reload and `lakectl reload`, and the table is
+    unchanged (the current snapshot: nothing to do, ok)."""
     dms.load(ITEMS, COLUMNS, [(1, "a", 1), (2, "b", 2)])
     full_load(spark, lake_config, SCHEMA, str(dms.root))
     table = lake_config.clean_table("shop_items")
@@ -104,11 +106,25 @@ def test_a_rollback_over_a_reload_is_refused_and_changes_nothing(spark, lake_con
     full_load(spark, lake_config, SCHEMA, str(dms.root), reload=True, run_id="reload")
     reloaded, current = rows_of(spark, table), newest_snapshot(spark, table)
 
-    refused = rollback_table(spark, lake_config, SCHEMA, ITEMS, snapshot_id=target)
+    schema_file, report_file = tmp_path / "schema.json", tmp_path / "rollback.json"
+    schema_file.write_text(json.dumps(SCHEMA.to_dict()))
+    job = [
+        *("--catalog_type", "hadoop", "--warehouse", lake_config.warehouse),
+        *("--clean_database", lake_config.clean_database, "--schema_file", str(schema_file)),
+        *(
+            "--report_uri",
+            str(report_file),
+            "--rollback_json",
+            json.dumps({"table": ITEMS, "snapshot_id": target}),
+        ),
+    ]
+
+    code = reapply_main(job)
+    refused = json.loads(report_file.read_text())
     nothing = rollback_table(spark, lake_config, SCHEMA, ITEMS, snapshot_id=current)
 
-    assert not refused.ok and not refused.rolled_back
-    assert "reload" in refused.refused and f"lakectl reload {ITEMS}" in refused.refused
+    assert code == 1 and not refused["ok"] and not refused["rolled_back"]
+    assert "reload" in refused["refused"] and f"lakectl reload {ITEMS}" in refused["refused"]
     assert nothing.ok and not nothing.rolled_back and nothing.note and nothing.files_to_redrive == []
     assert rows_of(spark, table) == reloaded and newest_snapshot(spark, table) == current
 
