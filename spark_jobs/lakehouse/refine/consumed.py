@@ -13,6 +13,7 @@ compares: its cost follows the change, not the table."""
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +75,7 @@ class FileChanges:
 
     rewritten: frozenset[str]
     deletes: frozenset[str]
+    deleted_from: frozenset[str] = frozenset()  # the data files those delete files apply to
 
 
 def file_changes(
@@ -114,17 +116,81 @@ def file_changes(
                 return None
             if target not in added:
                 rewritten.add(target)
-    deletes = frozenset(d for d, target in live.items() if target not in rewritten)
-    return FileChanges(frozenset(rewritten), deletes)
+    kept = {d: target for d, target in live.items() if target not in rewritten}
+    return FileChanges(frozenset(rewritten), frozenset(kept), frozenset(kept.values()))
+
+
+class StagedReads:
+    """Reads of chosen data files of a table as of one of its snapshots that open those files alone: their scan
+    tasks (with the snapshot's delete files) staged for Iceberg's reader, as its own rewrites read the groups
+    they compact. A filter on the `_file` column is no such read: Iceberg does not prune files by it, so every
+    file of the table is opened. `release()` forgets what was staged, once the reads are no longer used."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        self.staged: list[tuple[Any, str]] = []
+
+    def rows(self, java_table: Any, table: str, snapshot_id: int, files: frozenset[str]) -> DataFrame:
+        """The live rows of `files` (and their `_file`, `_pos`) as of the snapshot, in the table's schema."""
+        tasks = java_class(self.spark, "java.util.ArrayList")()
+        planned = java_table.newScan().useSnapshot(snapshot_id).planFiles()
+        try:
+            for task in _each(planned):
+                if str(task.file().location()) in files:
+                    tasks.add(task)
+        finally:
+            planned.close()
+        if tasks.isEmpty():
+            return read_as_of(self.spark, table, snapshot_id).where(F.lit(False))
+        group = f"refine-{uuid.uuid4()}"
+        _table_cache(self.spark).add(group, java_table)
+        java_class(self.spark, "org.apache.iceberg.spark.ScanTaskSetManager").get().stageTasks(
+            java_table, group, tasks
+        )
+        self.staged.append((java_table, group))
+        return self.spark.read.format("iceberg").option("scan-task-set-id", group).load(group)
+
+    def release(self) -> None:
+        manager = java_class(self.spark, "org.apache.iceberg.spark.ScanTaskSetManager").get()
+        for java_table, group in self.staged:
+            manager.removeTasks(java_table, group)
+            _table_cache(self.spark).remove(group)
+        self.staged.clear()
+
+
+def _table_cache(spark: SparkSession) -> Any:
+    """Iceberg's SparkTableCache (`SparkTableCache.get()`, called by reflection: py4j takes the static `get()`
+    for the instance `get(String)` beside it)."""
+    gateway: Any = spark.sparkContext._gateway
+    jvm: Any = spark._jvm
+    loader = jvm.Thread.currentThread().getContextClassLoader()
+    klass = jvm.java.lang.Class.forName("org.apache.iceberg.spark.SparkTableCache", True, loader)
+    no_types = gateway.new_array(jvm.java.lang.Class, 0)
+    return klass.getMethod("get", no_types).invoke(None, gateway.new_array(jvm.java.lang.Object, 0))
 
 
 def candidate_rows(
-    spark: SparkSession, table: str, before_id: int, after_id: int, changes: FileChanges
+    spark: SparkSession,
+    table: str,
+    before_id: int,
+    after_id: int,
+    changes: FileChanges,
+    reads: StagedReads | None = None,
+    java_table: Any = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(rows of `before_id`, rows of `after_id`) that may differ (module doc): every other row is in both."""
+    """(rows of `before_id`, rows of `after_id`) that may differ (module doc): every other row is in both.
+    With `reads` and the table as loaded (`java_table`), and the table's schema still the snapshots', only the
+    files that differ are opened (StagedReads); else every file is, and its rows filtered by `_file`."""
     before, after = read_as_of(spark, table, before_id), read_as_of(spark, table, after_id)
     columns = [F.col(f"`{c}`") for c in before.columns]
     rewritten = F.col(FILE).isin(sorted(changes.rewritten))
+    if (
+        reads is not None
+        and java_table is not None
+        and java_table.schema().schemaId() == java_table.snapshot(after_id).schemaId()
+    ):
+        after = reads.rows(java_table, table, after_id, changes.rewritten)
+        before = reads.rows(java_table, table, before_id, changes.rewritten | changes.deleted_from)
     after_rows = after.where(rewritten).select(*columns)
     if not changes.deletes:
         return before.where(rewritten).select(*columns), after_rows

@@ -64,6 +64,7 @@ from lakehouse.refine.changes import affected_keys, changed_rows, incremental_bl
 from lakehouse.refine.consumed import (
     CONSUMED_PREFIX,
     REFINE_RUN_ID,
+    StagedReads,
     candidate_rows,
     consumed_snapshots,
     file_changes,
@@ -219,15 +220,17 @@ class _Refiner:
 
     def refresh(self, model: Model) -> RefinedTableReport:
         views: list[str] = []
+        reads = StagedReads(self.spark)  # the model's own (models may be refreshed in parallel)
         try:
-            return self._refresh(model, views)
+            return self._refresh(model, views, reads)
         finally:
+            reads.release()
             for view in views:
                 self.spark.catalog.dropTempView(view)
 
     # --- one model --------------------------------------------------------------------------------
 
-    def _refresh(self, model: Model, views: list[str]) -> RefinedTableReport:
+    def _refresh(self, model: Model, views: list[str], reads: StagedReads) -> RefinedTableReport:
         report = RefinedTableReport(model.name)
         inputs = self.inputs_of(model)
         if isinstance(inputs, str):
@@ -291,7 +294,7 @@ class _Refiner:
                 if consumed[name] == by_name[name]:
                     continue
                 removed, added = self.changed_rows_of(
-                    reference, consumed[name], by_name[name], loaded[reference]
+                    reference, consumed[name], by_name[name], loaded[reference], reads
                 )
                 report.changed_inputs[name] = removed.count() + added.count()
                 changes[name] = (removed, added)
@@ -306,7 +309,12 @@ class _Refiner:
         return report
 
     def changed_rows_of(
-        self, reference: Reference, before_id: int, after_id: int, java_table: Any = None
+        self,
+        reference: Reference,
+        before_id: int,
+        after_id: int,
+        java_table: Any = None,
+        reads: StagedReads | None = None,
     ) -> tuple[DataFrame, DataFrame]:
         """(before images, after images) of the input between two of its snapshots: from the rows of the data
         files that differ, or, where its metadata cannot tell, from both versions in full."""
@@ -317,7 +325,8 @@ class _Refiner:
             return changed_rows(
                 read_as_of(self.spark, table, before_id), read_as_of(self.spark, table, after_id)
             )
-        return changed_rows(*candidate_rows(self.spark, table, before_id, after_id, files))
+        rows = candidate_rows(self.spark, table, before_id, after_id, files, reads, java_table)
+        return changed_rows(*rows)
 
     # --- writes -----------------------------------------------------------------------------------
 
