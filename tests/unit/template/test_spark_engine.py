@@ -374,7 +374,9 @@ def test_a_failed_run_is_alarmed_on_either_engine(template):
     assert "Condition" not in glue
     glue_jobs = [{"Ref": name} for name, r in resources.items() if r["Type"] == "AWS::Glue::Job"]
     assert glue["Properties"]["EventPattern"]["source"] == ["aws.glue"]
-    assert sorted(glue["Properties"]["EventPattern"]["detail"]["jobName"], key=str) == sorted(glue_jobs, key=str)
+    assert sorted(glue["Properties"]["EventPattern"]["detail"]["jobName"], key=str) == sorted(
+        glue_jobs, key=str
+    )
     for rule in (emr, glue):
         assert rule["Properties"]["Targets"] == [{"Id": "alarm-topic", "Arn": {"Ref": "AlarmTopic"}}]
 
