@@ -396,7 +396,9 @@ def operate_with_lakectl(pipeline: LocalPipeline) -> None:
     the last run's freshness; start starts no second execution; requeue lists nothing; redrive refuses the
     poison file (named 2020: past the tombstones); reload asks the local DMS for a table's reload; reapply (a
     dry run) runs the stack's reapply job under the lease holder, which refuses the poison file the reload
-    removed from the raw zone and reports why."""
+    removed from the raw zone and reports why; rollback (a dry run) of web_sales to its full load plans it in
+    the same job: every later commit it would undo and their files, web_sales' own, to re-drive, nothing
+    rolled back."""
     code, status = lakectl(pipeline, "status")
     assert code == 0, status
     assert status["execution"] and status["lease"]["holder"] == status["execution"]["arn"], status
@@ -434,6 +436,20 @@ def operate_with_lakectl(pipeline: LocalPipeline) -> None:
         {poison_uri: "the file is not in the raw zone: upload the fixed file first"},
         None,
     ), report
+
+    sales = f"{pipeline.source_schema}.web_sales"
+    clean_sales = pipeline.lake_config().clean_table(table_name(pipeline.source_schema, "web_sales"))
+    snapshots = pipeline.spark().sql(f"SELECT snapshot_id FROM {clean_sales}.snapshots ORDER BY committed_at")
+    [loaded, *later] = [row["snapshot_id"] for row in snapshots.collect()]
+    code, rollback = lakectl(pipeline, "rollback", sales, "--to-snapshot", str(loaded), "--dry-run", "--wait")
+    plan = rollback["report"]
+    assert (code, rollback["lease_holder"], rollback["state"]) == (0, status["execution"]["arn"], "SUCCEEDED")
+    assert set(plan["rolled_back_snapshot_ids"]) <= set(later), plan
+    done = (plan["ok"], plan["dry_run"], plan["rolled_back"], "redrive" in rollback)
+    assert done == (True, True, False, False), rollback
+    assert plan["rolled_back_snapshot_ids"] and plan["files_to_redrive"], plan
+    folder = f"s3://{raw}/dms/{sales.replace('.', '/')}/"
+    assert all(uri.startswith(folder) for uri in plan["files_to_redrive"]), plan
 
 
 def test_a_failing_dms_task_fails_the_execution_with_a_clear_error(make_pipeline) -> None:
