@@ -134,3 +134,29 @@ def rows_of(spark, table: str, columns: Sequence[str] | None = None) -> list[tup
 
 def snapshot_count(spark, table: str) -> int:
     return spark.sql(f"SELECT count(*) AS n FROM {table}.snapshots").first()["n"]
+
+
+def last_execution(spark) -> int:
+    """The id of the newest SQL execution of the session (-1: none yet)."""
+    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
+    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
+
+
+def scan_metric(spark, after: int, name: str) -> int:
+    """The figure `name` of the scans (an Iceberg scan metric: "number of result data files", "number of file
+    splits read") summed over the SQL executions after `after`, one scan an execution: adaptive execution
+    lists a scan node once for every plan it made, so an execution counts its largest figure."""
+    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
+    store = spark._jsparkSession.sharedState().statusStore()
+    executions, total = store.executionsList(), 0
+    for i in range(executions.size()):
+        execution = executions.apply(i)
+        if execution.executionId() <= after:
+            continue
+        values, metrics, largest = store.executionMetrics(execution.executionId()), execution.metrics(), 0
+        for j in range(metrics.size()):
+            metric, value = metrics.apply(j), values.get(metrics.apply(j).accumulatorId())
+            if metric.name() == name and value.isDefined():
+                largest = max(largest, int(str(value.get()).replace(",", "")))
+        total += largest
+    return total

@@ -19,7 +19,7 @@ from lakehouse.audit.raw_zone import read_lake_view
 from lakehouse.io import storage
 
 from tests.offline_aws import offline_aws
-from tests.support import schema_of
+from tests.support import last_execution, schema_of
 
 RAW = "raw"
 FIRST_DAY = datetime(2026, 9, 1)
@@ -172,11 +172,6 @@ def ledger_files_read(spark, after: int) -> int:
         ]
         total += max(read, default=0)
     return total
-
-
-def last_execution(spark) -> int:
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
 
 
 @pytest.mark.spark

@@ -14,7 +14,7 @@ from lakehouse.base.schema import SchemaFile
 from lakehouse.io.iceberg import TARGET_FILE_SIZE, partition_spec, table_properties
 from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
-from tests.support import DmsWriter, manifest, rows_of
+from tests.support import DmsWriter, last_execution, manifest, rows_of
 
 pytestmark = pytest.mark.spark
 
@@ -310,11 +310,6 @@ def merge_scan_metrics(spark, after: int) -> dict[str, int]:
             if metric.name() in (RESULT_FILES, SKIPPED_FILES) and value.isDefined():
                 totals[metric.name()] = totals.get(metric.name(), 0) + int(str(value.get()).replace(",", ""))
     return totals
-
-
-def last_execution(spark) -> int:
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
 
 
 def test_a_batch_of_recent_serial_keys_reads_only_the_files_that_may_hold_them(spark, lake_config, dms):

@@ -15,7 +15,7 @@ from lakehouse.apply.ledger import (
 from lakehouse.io.iceberg import create_table, ensure_namespace
 from lakehouse.maintenance.run import MaintenanceOptions, maintain
 
-from tests.support import rows_of
+from tests.support import last_execution, rows_of, scan_metric
 
 pytestmark = pytest.mark.spark
 
@@ -41,34 +41,6 @@ def bury(spark, state: StateTables, run: int, keys: dict[str, list[int]]) -> Non
         ],
         run_id=f"run{run}",
     )
-
-
-def scan_metrics(spark, after: int) -> dict[str, int]:
-    """The data files Iceberg's scans planned (after the filter's pruning) in the executions after `after`:
-    one scan an execution, whose node adaptive execution lists once a plan it made (the largest figure)."""
-    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
-    store = spark._jsparkSession.sharedState().statusStore()
-    executions = store.executionsList()
-    totals: dict[str, int] = {}
-    for i in range(executions.size()):
-        execution = executions.apply(i)
-        if execution.executionId() <= after:
-            continue
-        values, metrics = store.executionMetrics(execution.executionId()), execution.metrics()
-        figures: dict[str, int] = {}
-        for j in range(metrics.size()):
-            metric, value = metrics.apply(j), values.get(metrics.apply(j).accumulatorId())
-            if metric.name() == RESULT_FILES and value.isDefined():
-                figure = int(str(value.get()).replace(",", ""))
-                figures[metric.name()] = max(figures.get(metric.name(), 0), figure)
-        for name, figure in figures.items():
-            totals[name] = totals.get(name, 0) + figure
-    return totals
-
-
-def last_execution(spark) -> int:
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
 
 
 def files_by_bucket(spark, table: str) -> dict[int, int]:
@@ -100,8 +72,8 @@ def test_a_tables_lookup_reads_only_its_own_bucket_of_the_tombstones(spark, lake
 
     found = sorted(tuple(row) for row in state.tombstones_of(ORDERS).collect())
 
-    scanned = scan_metrics(spark, before)
-    assert scanned.get(RESULT_FILES) == files[buckets[ORDERS]] < sum(files.values()), (scanned, files)
+    scanned = scan_metric(spark, before, RESULT_FILES)
+    assert scanned == files[buckets[ORDERS]] < sum(files.values()), (scanned, files)
     assert found == [('{"id":1}', 1), ('{"id":2}', 2), ('{"id":3}', 2), ('{"id":4}', 3)]
 
 
