@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import sys
-import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spark_jobs"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions" / "shared"))
 
-from maintenance_scale import create, merge_batch
+from maintenance_scale import bench_lake, create, merge_batch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -66,20 +65,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-passes", type=int, default=40)
     args = parser.parse_args(argv)
 
-    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "4g")
-    from lakehouse.base.config import LakeConfig
-    from lakehouse.io.session import build_session
+    folder, config, spark = bench_lake("maintenance-backlog")
     from lakehouse.maintenance.run import MaintenanceOptions
 
-    folder = Path(tempfile.mkdtemp(prefix="maintenance-backlog-"))
-    config = LakeConfig(
-        warehouse=str(folder / "warehouse"),
-        staging_dir=str(folder / "staging"),
-        clean_database="bench_clean",
-        shuffle_partitions=2,
-    )
-    spark = build_session(config, "bench-maintenance-backlog")
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.catalog_name}.{config.clean_database}")
     load = os.getloadavg()
     table = config.clean_table("orders")
     sliced = MaintenanceOptions(remove_orphans=False, rewrite_mb_per_pass=args.slice_mb)

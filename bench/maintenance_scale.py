@@ -144,6 +144,24 @@ def run_size(spark: Any, config: Any, rows: int, args: argparse.Namespace) -> di
     }
 
 
+def bench_lake(name: str) -> tuple[Path, Any, Any]:
+    """A new local lake in a temporary folder (its clean namespace made) and a session over it (4 GB driver)."""
+    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "4g")
+    from lakehouse.base.config import LakeConfig
+    from lakehouse.io.session import build_session
+
+    folder = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+    config = LakeConfig(
+        warehouse=str(folder / "warehouse"),
+        staging_dir=str(folder / "staging"),
+        clean_database="bench_clean",
+        shuffle_partitions=2,
+    )
+    spark = build_session(config, f"bench-{name}")
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.catalog_name}.{config.clean_database}")
+    return folder, config, spark
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1000000,10000000", help="table sizes, comma-separated")
@@ -156,19 +174,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rewrite-mb", type=float, default=4096, help="the pass's budget (MB)")
     args = parser.parse_args(argv)
 
-    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "4g")
-    from lakehouse.base.config import LakeConfig
-    from lakehouse.io.session import build_session
-
-    folder = Path(tempfile.mkdtemp(prefix="maintenance-scale-"))
-    config = LakeConfig(
-        warehouse=str(folder / "warehouse"),
-        staging_dir=str(folder / "staging"),
-        clean_database="bench_clean",
-        shuffle_partitions=2,
-    )
-    spark = build_session(config, "bench-maintenance-scale")
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.catalog_name}.{config.clean_database}")
+    folder, config, spark = bench_lake("maintenance-scale")
     load = os.getloadavg()
     results = []
     try:

@@ -112,15 +112,7 @@ def start_reapply(
     holder, epoch = lease_of(clients("s3"), stack)
     run_id = f"reapply-{(now or datetime.now(UTC)):%Y-%m-%dT%H:%M:%S.%fZ}"
     arguments = reapply_arguments(stack, holder, epoch, run_id, files, batch_run_id, dry_run)
-    job = stack.output("ReapplyJobName")
-    started = clients("glue").start_job_run(JobName=job, Arguments=arguments)
-    return {
-        "job": job,
-        "job_run_id": started["JobRunId"],
-        "run_id": run_id,
-        "lease_holder": holder,
-        "report_uri": arguments["--report_uri"],
-    }
+    return _start_reapply_job(stack, clients, holder, run_id, arguments)
 
 
 def rollback_arguments(
@@ -160,6 +152,13 @@ def start_rollback(
     holder, epoch = lease_of(clients("s3"), stack)
     run_id = f"rollback-{(now or datetime.now(UTC)):%Y-%m-%dT%H:%M:%S.%fZ}"
     arguments = rollback_arguments(stack, holder, epoch, run_id, target, dry_run)
+    return _start_reapply_job(stack, clients, holder, run_id, arguments)
+
+
+def _start_reapply_job(
+    stack: Stack, clients: Clients, holder: str, run_id: str, arguments: dict[str, str]
+) -> dict[str, Any]:
+    """A run of the stack's reapply job with `arguments` (the lease holder's among them)."""
     job = stack.output("ReapplyJobName")
     started = clients("glue").start_job_run(JobName=job, Arguments=arguments)
     return {
