@@ -41,8 +41,8 @@ def parser() -> argparse.ArgumentParser:
         "--rebuild_above_changed_fraction",
         type=float,
         default=0.1,
-        help="rebuild a model when more than this share of its inputs' rows changed since its last refine; "
-        "1: never for that reason",
+        help="rebuild a model when a refresh would read more than this share of its inputs' rows (those of "
+        "the data files that differ since its last refine); 1: never for that reason",
     )
     parser.add_argument("--run_id", default="refine", help="names the run in the commits and the report")
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")

@@ -12,6 +12,7 @@ compares: its cost follows the change, not the table."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass
@@ -19,9 +20,13 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from lakehouse.io.iceberg import iceberg_table, snapshot_properties, table_exists
 from lakehouse.io.jvm import java_class
+from lakehouse.refine.changes import changed_rows
+
+log = logging.getLogger(__name__)
 
 FILE, POSITION = "_file", "_pos"
 
@@ -77,6 +82,11 @@ class FileChanges:
     deletes: frozenset[str]
     deleted_from: frozenset[str] = frozenset()  # the data files those delete files apply to
 
+    @property
+    def read(self) -> frozenset[str]:
+        """The data files a refresh reads: those compared in full and those with new deletes."""
+        return self.rewritten | self.deleted_from
+
 
 def file_changes(
     spark: SparkSession, table: str, before_id: int, after_id: int, java_table: Any = None
@@ -118,6 +128,20 @@ def file_changes(
                 rewritten.add(target)
     kept = {d: target for d, target in live.items() if target not in rewritten}
     return FileChanges(frozenset(rewritten), frozenset(kept), frozenset(kept.values()))
+
+
+def rows_in_files(java_table: Any, snapshot_id: int, files: frozenset[str]) -> int:
+    """The rows the snapshot's data files among `files` hold (their record counts, deleted rows not
+    subtracted: what reading them costs), from its manifests in the driver: no Spark job."""
+    rows = 0
+    planned = java_table.newScan().useSnapshot(snapshot_id).planFiles()
+    try:
+        for task in _each(planned):
+            if str(task.file().location()) in files:
+                rows += int(task.file().recordCount())
+    finally:
+        planned.close()
+    return rows
 
 
 class StagedReads:
@@ -261,3 +285,30 @@ def input_size(
         for name in CHANGED_ROW_FIELDS
     )
     return rows, changed
+
+
+def changed_rows_between(
+    spark: SparkSession,
+    table: str,
+    before_id: int,
+    after_id: int,
+    files: FileChanges | None,
+    reads: StagedReads | None = None,
+    java_table: Any = None,
+) -> tuple[DataFrame, DataFrame]:
+    """(before images, after images) of an input between two of its snapshots: from the rows of the data files
+    that differ (`files`, file_changes), or, where its metadata cannot tell (None), from both versions in full."""
+    if files is None:
+        log.info("refine: %s: comparing snapshots %s and %s in full", table, before_id, after_id)
+        return changed_rows(read_as_of(spark, table, before_id), read_as_of(spark, table, after_id))
+    return changed_rows(*candidate_rows(spark, table, before_id, after_id, files, reads, java_table))
+
+
+def schema_of(schema: T.StructType) -> list[tuple[str, str]]:
+    """A table's columns as (name, type): what a refined table and its model's rows must agree on."""
+    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
+
+
+def newest_summary_value(spark: SparkSession, table: str, key: str) -> str | None:
+    """`key` of the newest commit on the table's lineage that records it."""
+    return next((summary[key] for summary in snapshot_properties(spark, table) if key in summary), None)

@@ -45,14 +45,15 @@ def cheaper_to_rebuild(
     """Why a rebuild costs less than an incremental refresh, or None. An incremental refresh pays a fixed cost
     per moved input (its changed rows found, the model run with them and without them, the keys recomputed
     and MERGEd: a dozen Spark jobs) before any row; a rebuild reads every input row once. So small inputs are
-    rebuilt, and so are inputs a large share of whose rows changed. `changed_rows`: the moved inputs' rows
-    added and deleted since the consumed snapshots (their snapshots' summaries); `input_rows`: every input's
-    rows now."""
+    rebuilt, and so are models a refresh of which would read a large share of their inputs' rows.
+    `changed_rows`: the moved inputs' rows a refresh reads, those of their data files that differ since the
+    consumed snapshots (at least their rows added and deleted, from the snapshots' summaries; all of an input
+    whose metadata cannot tell which files differ); `input_rows`: every input's rows now."""
     if input_rows < rebuild_below_rows:
         return f"its inputs hold {input_rows} rows, under {rebuild_below_rows}: a rebuild costs less"
     if rebuild_above_changed_fraction < 1 and changed_rows > rebuild_above_changed_fraction * input_rows:
         return (
-            f"{changed_rows} rows of its inputs' {input_rows} changed, over "
+            f"{changed_rows} rows of its inputs' {input_rows} changed or share a data file with a change, over "
             f"{rebuild_above_changed_fraction:.0%}: a rebuild costs less"
         )
     return None

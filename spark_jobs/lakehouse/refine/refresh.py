@@ -55,22 +55,25 @@ from lakehouse.io.iceberg import (
     iceberg_table,
     overwrite_rows,
     replace_table,
-    snapshot_properties,
     table_exists,
     with_commit_properties,
 )
 from lakehouse.io.storage import list_objects, read_text
-from lakehouse.refine.changes import affected_keys, changed_rows, incremental_blocker, null_safe_join
+from lakehouse.refine.changes import affected_keys, incremental_blocker, null_safe_join
 from lakehouse.refine.consumed import (
     CONSUMED_PREFIX,
     REFINE_RUN_ID,
+    FileChanges,
     StagedReads,
-    candidate_rows,
+    changed_rows_between,
     consumed_snapshots,
     file_changes,
     input_size,
     is_in_history,
+    newest_summary_value,
     read_as_of,
+    rows_in_files,
+    schema_of,
     seconds_since_commit,
 )
 from lakehouse.refine.models import Model, ModelError, ModelFolder, Reference, load_folder
@@ -185,16 +188,32 @@ class _Refiner:
         return inputs
 
     def cheaper_rebuild(
-        self, inputs: Mapping[Reference, int], consumed: Mapping[str, int], loaded: Mapping[Reference, Any]
+        self,
+        inputs: Mapping[Reference, int],
+        consumed: Mapping[str, int],
+        loaded: Mapping[Reference, Any],
+        differing: Mapping[Reference, FileChanges | None],
     ) -> str | None:
-        """Why rebuilding the model costs less than refreshing it from its inputs' changes, or None."""
-        sizes = [
-            input_size(self.spark, self.input_table(r), consumed[r.input_name], s, loaded[r])
-            for r, s in inputs.items()
-        ]
+        """Why rebuilding the model costs less than refreshing it from its inputs' changes, or None. What a
+        refresh reads of a moved input is the rows of its data files that differ (`differing`: every row where
+        metadata cannot tell), however few of them changed: a change spread over every file reads them all."""
+        rows, read = 0, 0
+        for reference, snapshot in inputs.items():
+            held, changed = input_size(
+                self.spark,
+                self.input_table(reference),
+                consumed[reference.input_name],
+                snapshot,
+                loaded[reference],
+            )
+            rows += held
+            if reference in differing and self.options.rebuild_above_changed_fraction < 1:
+                files = differing[reference]
+                touched = held if files is None else rows_in_files(loaded[reference], snapshot, files.read)
+                read += max(changed, touched)
         return cheaper_to_rebuild(
-            sum(changed for _, changed in sizes),
-            sum(rows for rows, _ in sizes),
+            read,
+            rows,
             self.options.rebuild_below_rows,
             self.options.rebuild_above_changed_fraction,
         )
@@ -239,7 +258,7 @@ class _Refiner:
         table = self.refined(model.name)
         exists = table_exists(self.spark, table)
         consumed = consumed_snapshots(self.spark, table) if exists else None
-        summary = _newest_summary_value(self.spark, table, MODEL_HASH) if exists else None
+        summary = newest_summary_value(self.spark, table, MODEL_HASH) if exists else None
         by_name = {r.input_name: s for r, s in inputs.items()}
         reason = rebuild_reason(model, exists, consumed, by_name, summary)
         if reason is None and consumed == by_name:
@@ -262,9 +281,19 @@ class _Refiner:
                     reason = f"consumed snapshot {consumed[reference.input_name]} of {reference.input_name} is no longer in its history"
                     log.warning("%s: %s: rebuilding", table, reason)
                     break
+        differing: dict[Reference, FileChanges | None] = {}  # each moved input's differing files
         if reason is None:
             assert consumed is not None
-            reason = self.cheaper_rebuild(inputs, consumed, loaded)
+            for reference, snapshot in inputs.items():
+                if consumed[reference.input_name] != snapshot:
+                    differing[reference] = file_changes(
+                        self.spark,
+                        self.input_table(reference),
+                        consumed[reference.input_name],
+                        snapshot,
+                        loaded[reference],
+                    )
+            reason = self.cheaper_rebuild(inputs, consumed, loaded, differing)
         evaluate = self.evaluator(model, views)
         now = {r.input_name: read_as_of(self.spark, self.input_table(r), s) for r, s in inputs.items()}
         rows = evaluate(now)
@@ -275,7 +304,7 @@ class _Refiner:
             blocker = incremental_blocker(rows)
             if blocker is not None:
                 reason = f"cannot be refreshed incrementally: {blocker}"
-            elif exists and _schema_of(self.spark.table(table).schema) != _schema_of(rows.schema):
+            elif exists and schema_of(self.spark.table(table).schema) != schema_of(rows.schema):
                 reason = "its columns changed"
         properties = self.commit_properties(model, inputs)
         if reason is not None:
@@ -293,8 +322,14 @@ class _Refiner:
                 name = reference.input_name
                 if consumed[name] == by_name[name]:
                     continue
-                removed, added = self.changed_rows_of(
-                    reference, consumed[name], by_name[name], loaded[reference], reads
+                removed, added = changed_rows_between(
+                    self.spark,
+                    self.input_table(reference),
+                    consumed[name],
+                    by_name[name],
+                    differing[reference],
+                    reads,
+                    loaded[reference],
                 )
                 report.changed_inputs[name] = removed.count() + added.count()
                 changes[name] = (removed, added)
@@ -308,26 +343,6 @@ class _Refiner:
         self.refreshed[model.name] = report.snapshot_id or 0
         return report
 
-    def changed_rows_of(
-        self,
-        reference: Reference,
-        before_id: int,
-        after_id: int,
-        java_table: Any = None,
-        reads: StagedReads | None = None,
-    ) -> tuple[DataFrame, DataFrame]:
-        """(before images, after images) of the input between two of its snapshots: from the rows of the data
-        files that differ, or, where its metadata cannot tell, from both versions in full."""
-        table = self.input_table(reference)
-        files = file_changes(self.spark, table, before_id, after_id, java_table)
-        if files is None:
-            log.info("refine: %s: comparing snapshots %s and %s in full", table, before_id, after_id)
-            return changed_rows(
-                read_as_of(self.spark, table, before_id), read_as_of(self.spark, table, after_id)
-            )
-        rows = candidate_rows(self.spark, table, before_id, after_id, files, reads, java_table)
-        return changed_rows(*rows)
-
     # --- writes -----------------------------------------------------------------------------------
 
     def _write_full(self, table: str, rows: DataFrame, properties: dict[str, str]) -> None:
@@ -336,7 +351,7 @@ class _Refiner:
             name = table.rsplit(".", 1)[1]
             where = f"{location.rstrip('/')}/{self.config.refined_database}.db/{name}" if location else None
             create_refined_table(self.spark, table, rows.schema, where)
-        elif _schema_of(self.spark.table(table).schema) != _schema_of(rows.schema):
+        elif schema_of(self.spark.table(table).schema) != schema_of(rows.schema):
             replace_table(
                 self.spark, table, rows, {}, properties
             )  # the history stays: time travel still works
@@ -372,15 +387,6 @@ class _Refiner:
             with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
         finally:
             self.spark.catalog.dropTempView(view)
-
-
-def _schema_of(schema: T.StructType) -> list[tuple[str, str]]:
-    return [(f.name, f.dataType.simpleString()) for f in schema.fields]
-
-
-def _newest_summary_value(spark: SparkSession, table: str, key: str) -> str | None:
-    """`key` of the newest commit on the table's lineage that records it."""
-    return next((summary[key] for summary in snapshot_properties(spark, table) if key in summary), None)
 
 
 def create_refined_table(

@@ -24,15 +24,17 @@ from lakehouse.io.iceberg import (
     table_exists,
 )
 from lakehouse.refine.changes import changed_rows
-from lakehouse.refine.consumed import StagedReads, candidate_rows, file_changes
+from lakehouse.refine.consumed import StagedReads, candidate_rows, file_changes, rows_in_files
 from lakehouse.refine.refresh import EXAMPLE_MODELS, RefineOptions, read_models, refine
 from pyspark.sql import types as T
 
+from tests.support import last_execution, scan_metric
 from tests.unit.refine.conftest import SOURCE_KEYS, example_model_rows
 
 pytestmark = pytest.mark.spark
 
 MONEY = "decimal(7,2)"
+SPLITS_READ = "number of file splits read"  # Iceberg's reader: a small file is one split
 COLUMNS: dict[str, list[tuple[str, str]]] = {
     "web_sales": [
         ("ws_item_sk", "bigint"),
@@ -248,7 +250,8 @@ def test_changed_rows_are_read_from_the_files_that_differ(spark, base_config) ->
     """Given a clean table of 40 rows in 4 data files
     When one row is updated and one deleted (merge-on-read: position deletes and one new data file)
     Then the rows read as maybe changed are the two old rows and the new file's row, nothing else, and with
-    staged reads only the files that differ are opened (the two with a new delete, the new one); and after a
+    staged reads only the files that differ are opened (the two with a new delete, the new one), whose rows
+    are what a refresh reads (21 of 41); and after a
     compaction rewrote every file, the rows read are all of them, none found changed."""
     ensure_namespace(spark, base_config.catalog_name, base_config.clean_database)
     table = base_config.clean_table("files_that_differ")
@@ -267,13 +270,16 @@ def test_changed_rows_are_read_from_the_files_that_differ(spark, base_config) ->
     old, new = candidate_rows(spark, table, before, after, files)
     assert sorted(map(tuple, old.collect())) == [(3, 6), (30, 60)]
     assert sorted(map(tuple, new.collect())) == [(3, -1)]
-    assert files_opened(spark, started) >= 4 + 5  # filtered by `_file`: every file of each version
+    # filtered by `_file`: every file of each version is opened
+    assert scan_metric(spark, started, SPLITS_READ) >= 4 + 5
     reads = StagedReads(spark)
     started = last_execution(spark)
     old, new = candidate_rows(spark, table, before, after, files, reads, iceberg_table(spark, table))
     assert sorted(map(tuple, old.collect())) == [(3, 6), (30, 60)]
     assert sorted(map(tuple, new.collect())) == [(3, -1)]
-    assert files_opened(spark, started) == 2 + 1  # the two files with a new delete, the new file: not all 5
+    # staged: the two files with a new delete and the new file, whose rows are what a refresh reads
+    assert scan_metric(spark, started, SPLITS_READ) == 2 + 1
+    assert rows_in_files(iceberg_table(spark, table), after, files.read) == 10 + 10 + 1
     reads.release()
 
     spark.sql(
@@ -338,28 +344,3 @@ def test_no_model_no_work(tiny_lake: TinyLake, tmp_path: Path) -> None:
     report = refine(tiny_lake.spark, tiny_lake.config, RefineOptions(models_uri=str(tmp_path)), run_id="none")
 
     assert (report.status, report.tables) == ("no-models", [])
-
-
-def last_execution(spark) -> int:
-    executions = spark._jsparkSession.sharedState().statusStore().executionsList()
-    return max((executions.apply(i).executionId() for i in range(executions.size())), default=-1)
-
-
-def files_opened(spark, after: int) -> int:
-    """The data files Iceberg's readers opened in the executions after `after` (its `number of file splits
-    read`: a small file is one split), one scan an execution (adaptive execution lists a scan node once a plan
-    it made: the largest figure)."""
-    spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
-    store = spark._jsparkSession.sharedState().statusStore()
-    executions, total = store.executionsList(), 0
-    for i in range(executions.size()):
-        execution = executions.apply(i)
-        if execution.executionId() <= after:
-            continue
-        values, metrics, largest = store.executionMetrics(execution.executionId()), execution.metrics(), 0
-        for j in range(metrics.size()):
-            metric, value = metrics.apply(j), values.get(metrics.apply(j).accumulatorId())
-            if metric.name() == "number of file splits read" and value.isDefined():
-                largest = max(largest, int(str(value.get()).replace(",", "")))
-        total += largest
-    return total
