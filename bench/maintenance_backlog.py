@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "spark_jobs"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "functions" / "shared"))
 
-from maintenance_scale import bench_lake, create, merge_batch
+from maintenance_scale import bench_lake, create, merge_batch, run_document
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -90,11 +90,7 @@ def main(argv: list[str]) -> int:
     finally:
         spark.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    document = {
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "arguments": vars(args),
-        "load_average_before": [round(x, 2) for x in load],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    document = run_document(args, load) | {
         "passes": passes,
         "batch_seconds": batches,
         "whole": single,

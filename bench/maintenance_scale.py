@@ -162,6 +162,16 @@ def bench_lake(name: str) -> tuple[Path, Any, Any]:
     return folder, config, spark
 
 
+def run_document(args: argparse.Namespace, load_before: tuple[float, float, float]) -> dict[str, Any]:
+    """What a result JSON starts with: when, the arguments, the machine's load before and after."""
+    return {
+        "at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "arguments": vars(args),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1000000,10000000", help="table sizes, comma-separated")
@@ -184,13 +194,7 @@ def main(argv: list[str]) -> int:
     finally:
         spark.stop()
         shutil.rmtree(folder, ignore_errors=True)
-    document = {
-        "at": datetime.now(UTC).isoformat(timespec="seconds"),
-        "arguments": vars(args),
-        "load_average_before": [round(x, 2) for x in load],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "results": results,
-    }
+    document = run_document(args, load) | {"results": results}
     RESULTS.mkdir(exist_ok=True)
     out = RESULTS / f"maintenance-scale-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     out.write_text(json.dumps(document, indent=2))
