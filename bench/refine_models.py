@@ -4,7 +4,7 @@ deletes), then of the same fraction of the items (reclassified), each followed b
 the same state rebuilt from scratch (every refined table dropped). Seconds of each refine, per model, with its
 mode and the keys it recomputed; the machine's load beside them.
 
-    .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--out bench/results/…json]
+    .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--files 100 --recent] [--out bench/results/…json]
 """
 
 from __future__ import annotations
@@ -37,9 +37,11 @@ def money(column: Any) -> Any:
     return (column % 10000 / 100).cast("decimal(7,2)")
 
 
-def source_tables(spark: SparkSession, rows: int) -> dict[str, DataFrame]:
-    """The six sources the example models read, with the columns they use."""
-    sales = spark.range(rows).select(
+def source_tables(spark: SparkSession, rows: int, files: int = 0) -> dict[str, DataFrame]:
+    """The six sources the example models read, with the columns they use; `files`: the sales in that many
+    data files, each a range of ids (0: Spark's default partitions)."""
+    ids = spark.range(0, rows, numPartitions=files) if files else spark.range(rows)
+    sales = ids.select(
         (F.col("id") % ITEMS + 1).alias("ws_item_sk"),
         (F.col("id") / ITEMS).cast("bigint").alias("ws_order_number"),
         (F.col("id") * 7 % 365 + 1).alias("ws_sold_date_sk"),
@@ -137,6 +139,15 @@ def main() -> None:
     parser.add_argument("--fraction", type=float, default=0.01)
     parser.add_argument("--work", default=None)
     parser.add_argument("--out", default=None, help="the results file (JSON)")
+    parser.add_argument(
+        "--files", type=int, default=0, help="write the sales in this many files (0: Spark's)"
+    )
+    parser.add_argument(
+        "--recent",
+        action="store_true",
+        help="change the newest fraction of the sales (a CDC stream's usual change: a few files), not every "
+        "1/fraction-th sale (every file)",
+    )
     args = parser.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-refine-"))
     config = LakeConfig(
@@ -145,21 +156,33 @@ def main() -> None:
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
     spark = build_session(config, "bench-refine-models")
     ensure_namespace(spark, config.catalog_name, config.clean_database)
-    for name, frame in source_tables(spark, args.rows).items():
+    for name, frame in source_tables(spark, args.rows, args.files).items():
         writer = frame.writeTo(config.clean_table(f"main_{name}")).using("iceberg")
         for key, value in TABLE_PROPERTIES.items():
             writer = writer.tableProperty(key, value)
         writer.createOrReplace()
-    results: dict[str, Any] = {"rows": args.rows, "fraction": args.fraction, "cores": os.cpu_count()}
+    results: dict[str, Any] = {
+        "rows": args.rows,
+        "fraction": args.fraction,
+        "files": args.files,
+        "recent": args.recent,
+        "cores": os.cpu_count(),
+    }
     results["build"] = timed_refine(spark, config, "build")
 
     sales, items = config.clean_table("main_web_sales"), config.clean_table("main_item")
     every = max(int(1 / args.fraction), 1)
-    spark.sql(
-        f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 "
-        f"WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every} = 0"
-    )
-    spark.sql(f"DELETE FROM {sales} WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every * 10} = 1")
+    sale_id = f"(ws_order_number * {ITEMS} + ws_item_sk - 1)"  # the id the sale was made from
+    if args.recent:
+        newest = int(args.rows * (1 - args.fraction))
+        spark.sql(f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 WHERE {sale_id} >= {newest}")
+        spark.sql(f"DELETE FROM {sales} WHERE {sale_id} >= {newest} AND {sale_id} % 10 = 1")
+    else:
+        spark.sql(
+            f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 "
+            f"WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every} = 0"
+        )
+        spark.sql(f"DELETE FROM {sales} WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every * 10} = 1")
     results["sales_changed"] = timed_refine(spark, config, "sales-changed")
     spark.sql(f"UPDATE {items} SET i_category = 'reclassified' WHERE i_item_sk % {every} = 0")
     results["items_changed"] = timed_refine(spark, config, "items-changed")
