@@ -195,7 +195,7 @@ def _plan(
     if target == report.current_snapshot_id:
         report.note = f"{target} is the current snapshot: nothing to roll back"
         return
-    undone = [s for s in lineage[: [s.snapshot_id for s in lineage].index(target)]]
+    undone = lineage[: [s.snapshot_id for s in lineage].index(target)]
     report.rolled_back_snapshot_ids = [s.snapshot_id for s in undone]
     for snapshot in undone:
         if snapshot.summary.get(REPLACED_SNAPSHOT) or FULL_LOAD_DONE in snapshot.summary:
@@ -284,11 +284,11 @@ def _target(lineage: list[Snapshot], snapshot_id: int | None, before: datetime |
 
 def _applied_names(undone: list[Snapshot]) -> list[str]:
     """The files the commits applied, oldest commit first."""
-    names: list[str] = []
+    names: dict[str, None] = {}  # ordered, each name once
     for snapshot in reversed(undone):
         text = snapshot.summary.get(APPLIED_FILES)
-        names += [n for n in (json.loads(text) if text else []) if n not in names]
-    return names
+        names |= dict.fromkeys(json.loads(text) if text else [])
+    return list(names)
 
 
 def _ledger_uris(

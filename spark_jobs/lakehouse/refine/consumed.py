@@ -130,18 +130,20 @@ def file_changes(
     return FileChanges(frozenset(rewritten), frozenset(kept), frozenset(kept.values()))
 
 
-def rows_in_files(java_table: Any, snapshot_id: int, files: frozenset[str]) -> int:
-    """The rows the snapshot's data files among `files` hold (their record counts, deleted rows not
-    subtracted: what reading them costs), from its manifests in the driver: no Spark job."""
-    rows = 0
+def _tasks_of(java_table: Any, snapshot_id: int, files: frozenset[str]) -> list[Any]:
+    """The snapshot's scan tasks (a data file with its delete files) of the data files among `files`, planned
+    from its manifests in the driver: no Spark job."""
     planned = java_table.newScan().useSnapshot(snapshot_id).planFiles()
     try:
-        for task in _each(planned):
-            if str(task.file().location()) in files:
-                rows += int(task.file().recordCount())
+        return [task for task in _each(planned) if str(task.file().location()) in files]
     finally:
         planned.close()
-    return rows
+
+
+def rows_in_files(java_table: Any, snapshot_id: int, files: frozenset[str]) -> int:
+    """The rows the snapshot's data files among `files` hold (their record counts, deleted rows not
+    subtracted: what reading them costs)."""
+    return sum(int(task.file().recordCount()) for task in _tasks_of(java_table, snapshot_id, files))
 
 
 class StagedReads:
@@ -156,16 +158,12 @@ class StagedReads:
 
     def rows(self, java_table: Any, table: str, snapshot_id: int, files: frozenset[str]) -> DataFrame:
         """The live rows of `files` (and their `_file`, `_pos`) as of the snapshot, in the table's schema."""
-        tasks = java_class(self.spark, "java.util.ArrayList")()
-        planned = java_table.newScan().useSnapshot(snapshot_id).planFiles()
-        try:
-            for task in _each(planned):
-                if str(task.file().location()) in files:
-                    tasks.add(task)
-        finally:
-            planned.close()
-        if tasks.isEmpty():
+        chosen = _tasks_of(java_table, snapshot_id, files)
+        if not chosen:
             return read_as_of(self.spark, table, snapshot_id).where(F.lit(False))
+        tasks = java_class(self.spark, "java.util.ArrayList")()
+        for task in chosen:
+            tasks.add(task)
         group = f"refine-{uuid.uuid4()}"
         _table_cache(self.spark).add(group, java_table)
         java_class(self.spark, "org.apache.iceberg.spark.ScanTaskSetManager").get().stageTasks(
