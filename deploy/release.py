@@ -13,7 +13,8 @@
    for a rollback. The jobs run Glue's own Iceberg (`IcebergJarKey` empty) unless the parameters say
    `IcebergJarKey=pinned`: then the runtime the tests run on is published too and its key passed instead (a key
    of a jar of your own, uploaded by you, is passed as given);
-5. `sam deploy` with all of them (the command line's overrides replace samconfig's, so both are passed);
+5. `sam deploy` with all of them (the command line's overrides replace samconfig's, so both are passed; the
+   models folder sets HasRefineModels and ExampleModels unless the parameters name them);
 6. the release again, after a first create (the artifacts bucket is the stack's own): keys already there are skipped.
 """
 
@@ -82,6 +83,9 @@ def _override(key: str, value: str) -> str:
     return f'{key}="{value}"' if not value or any(c.isspace() for c in value) else f"{key}={value}"
 
 
+# Parameters the release reads from the models folder: defaults the user's parameters may override.
+MODELS_FOLDER_PARAMETERS = ("HasRefineModels", "ExampleModels")
+
 # `IcebergJarKey=pinned`: publish the Iceberg runtime the tests run on and run the jobs on it.
 PINNED_ICEBERG = "pinned"
 
@@ -147,8 +151,12 @@ def main(argv: Sequence[str] | None = None, session: Any = None) -> int:
     if bucket is not None:
         glue_artifacts.publish(s3, bucket, release.artifacts, overwrite=False)
     # Glue's own Iceberg unless a jar is named: said on every deploy, so an update that no longer asks for the
-    # pinned jar goes back to Glue's (sam deploy would keep the stack's previous key).
-    parameters = {"IcebergJarKey": ""} | dict(overrides) | dict(release.parameters)
+    # pinned jar goes back to Glue's (sam deploy would keep the stack's previous key). What the models folder
+    # holds sets HasRefineModels and ExampleModels unless the user's parameters say otherwise (a refine kept
+    # off while models are written); the code's and the schema file's keys are always the release's.
+    keys = dict(release.parameters)
+    from_folder = {name: keys.pop(name) for name in MODELS_FOLDER_PARAMETERS if name in keys}
+    parameters = {"IcebergJarKey": ""} | from_folder | dict(overrides) | keys
     _run(deploy_command(sam, stack_name, args.config_env, parameters, not args.no_confirm_changeset))
     bucket = artifacts_bucket(cloudformation, stack_name)
     if bucket is None:

@@ -154,6 +154,22 @@ def test_a_first_deploy_builds_deploys_with_the_users_parameters_and_the_keys_th
     assert f"s3://{BUCKET}/{keys['SchemaFileKey']}" in capsys.readouterr().out
 
 
+def test_the_models_folder_sets_the_refine_parameters_unless_the_user_names_them(
+    aws: Any, monkeypatch: pytest.MonkeyPatch, small_jar: Path
+) -> None:
+    """Given the example models in models/, When make deploy runs with PARAMS naming HasRefineModels=false (a
+    refine kept off while models are written), Then sam deploy gets the user's value; ExampleModels, not
+    named, is what the folder says; the code's key is the release's whatever PARAMS say."""
+    create_stack()
+    params = "HasRefineModels=false JobCodePrefix=glue/mine"
+    code, sam = _deploy(aws, monkeypatch, "--parameter-overrides", params)
+    assert code == 0
+    given = _parameters(sam.commands[1])
+    expected = glue_artifacts.release().parameters
+    assert (given["HasRefineModels"], given["ExampleModels"]) == ("false", expected["ExampleModels"])
+    assert given["JobCodePrefix"] == expected["JobCodePrefix"] != "glue/mine"
+
+
 def test_an_update_publishes_the_new_code_before_the_stack_names_it(
     aws: Any, monkeypatch: pytest.MonkeyPatch, small_jar: Path
 ) -> None:
