@@ -69,9 +69,12 @@ class Measured:
     """Per-run costs measured on this repository's benchmark machine, 2 local cores standing in for one run's
     workers (as in the engine table); each figure's source beside it, `from_results` replaces them with a
     newer bench's JSON.
-    - a run's fixed cost and the apply's throughput: the line of bench/RESULTS.md section 4 (39.2 s + 40,254
-      changes/s, a 10M-row table, CSV; `bench/cost_model.py --results …20261123T154339Z.json`); the fixed cost
-      holds the process, the session and the MERGE of one table;
+    - a run's fixed cost and the apply's throughput: the line through two CDC job processes on a 10M-row
+      table from DMS CSV (the template's DmsDataFormat), one file of 5,000 changes (22.05 s) and a batch of
+      1M (41.90 s): 22.0 s + 50,128 changes/s (`bench/run.py --rows 10000000 --formats csv --only
+      cdc-job,perfile-job --sample 3 --runs 3`, 2026-11-29, `bench/cost_model.py --results
+      bench/results/run-csv-20261129T060554Z.json`; 39.2 s + 40,254/s on 2026-11-23's code); the fixed cost holds the process,
+      the session and the MERGE of one table;
     - each further table a batch touches: `table_fixed_seconds`, the slope of `bench/many_tables.py` (one warm
       session, batches touching 1 to 100 small tables), plus `table_seconds_per_million_rows` (0.026 s:
       "Cost growth", `bench/scale.py`, 2026-11-26: 1,000 changes into 10M and 100M rows, 2.8 and 5.1 s; the MERGE
@@ -89,8 +92,8 @@ class Measured:
     - once a day, expiry and orphan removal: `expiry_seconds_per_table` for each table it visits;
     - a refine run: its fixed cost only (the refine job's own work depends on the refined model: not measured)."""
 
-    overhead_seconds: float = 39.2
-    changes_per_second: float = 40_254.0
+    overhead_seconds: float = 22.0
+    changes_per_second: float = 50_128.0
     table_fixed_seconds: float = MANY_TABLES_SECONDS_PER_TABLE
     table_seconds_per_million_rows: float = 0.026
     maintenance_table_seconds: float = MANY_TABLES_PASSES[1]
