@@ -12,6 +12,8 @@ from lakectl.stack import FULL_LOAD_MARKER_KEY, LEASE_KEY, Clients, Stack, objec
 
 REPORTS = "manifests/reports/"
 RECONCILE_REPORTS = REPORTS + "reconcile-"
+# the reconcile job's own state between runs (the template's --state_uri), beside its reports: not a report
+RECONCILE_STATE = REPORTS + "reconcile-rotation.json"
 
 
 def newest_object(s3: Any, bucket: str, prefix: str, exclude: tuple[str, ...] = ()) -> str | None:
@@ -104,7 +106,7 @@ def last_run(s3: Any, bucket: str) -> dict[str, Any] | None:
 
 
 def last_reconcile(s3: Any, bucket: str) -> dict[str, Any] | None:
-    key = newest_object(s3, bucket, RECONCILE_REPORTS)
+    key = newest_object(s3, bucket, RECONCILE_REPORTS, exclude=(RECONCILE_STATE,))
     document = read_json(s3, bucket, key) if key else None
     if document is None:
         return None

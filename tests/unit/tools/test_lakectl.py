@@ -189,6 +189,12 @@ def test_status_gathers_lease_execution_queue_batches_last_run_and_divergence(aw
         },
     )
 
+    # the reconcile job's state between runs, written after its report under the same prefix (the template's
+    # --state_uri): not a report
+    aws.put(
+        ARTIFACTS, "manifests/reports/reconcile-rotation.json", {"start_after": "sales.orders", "pending": {}}
+    )
+
     code, status = lakectl(capsys, "status")
     cli.main(["status", "--stack-name", STACK])
     text = capsys.readouterr().out
@@ -212,6 +218,7 @@ def test_status_gathers_lease_execution_queue_batches_last_run_and_divergence(aw
             "last_batch": RUN_ID,
         }
     ]
+    assert status["last_reconcile"]["run_id"] == "reconcile-1"
     assert status["last_reconcile"]["diverged"] == [
         {
             "table": "sales.customer",
