@@ -29,10 +29,11 @@ class LocalDmsTask:
         base = self.settings.replication or replication.ReplicationSettings(bucket=raw_bucket)
         return replace(base, bucket=raw_bucket, source_schema=source_schema)
 
-    def start(
+    def create(
         self, source_db: SourceDatabase, settings: replication.ReplicationSettings
     ) -> replication.ReplicationTask:
-        """The task created (endpoints included) with the ARN fixed in advance, and started."""
+        """The task created (endpoints included) with the ARN fixed in advance, not started: a task of the
+        user's own that a deploy with CreateDmsTask=false is given, created before the stack."""
         self.task = replication.create_replication_task(
             self.aws("dms"),
             source_db,
@@ -40,8 +41,15 @@ class LocalDmsTask:
             identifier=f"lake-{self.settings.name}",
             resource_identifier=self.resource_identifier,
         )
-        replication.start_task(self.aws("dms"), self.task)
         return self.task
+
+    def start(
+        self, source_db: SourceDatabase, settings: replication.ReplicationSettings
+    ) -> replication.ReplicationTask:
+        """The task started (created first unless `create` made it)."""
+        task = self.task or self.create(source_db, settings)
+        replication.start_task(self.aws("dms"), task)
+        return task
 
     def resume(self) -> None:
         """StartReplicationTask resume-processing: CDC goes on from the slot's last confirmed position."""

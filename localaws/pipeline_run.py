@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -146,6 +147,16 @@ class LocalPipeline:
         artifacts and the schema file into the artifacts bucket. `template`: one `sam_app.package` made
         already (its code in this local AWS's S3), deployed as it is (no build)."""
         return self.deployed.deploy(self.source_db, self.task_arn, build=build, template=template)
+
+    def release(self, schema_file: Path) -> subprocess.CompletedProcess[str]:
+        """The stack deployed as a user deploys it: what `make deploy` runs, with this run's parameters and
+        `schema_file` (see `DeployedStack.release`); the process as it ended."""
+        return self.deployed.release(self.source_db, self.task_arn, schema_file)
+
+    def create_replication(self, raw_bucket: str) -> replication.ReplicationTask:
+        """The DMS task created before the stack, as a user's own task (CreateDmsTask=false) is: writing to the
+        raw bucket the stack will create (`raw_bucket`), not started (`start_replication` starts it)."""
+        return self.dms.create(self.source_db, self.dms.replication_settings(raw_bucket, self.source_schema))
 
     def publish_models(self, folder: Path) -> list[str]:
         """The stack's job code published again with the models of `folder` (the next refine reads them)."""

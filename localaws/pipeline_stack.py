@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -94,23 +97,15 @@ class DeployedStack:
         self.aws = aws
         self.app: AppHandles | None = None
         self.execution_arn: str | None = None
+        self.schema_key = replication.SCHEMA_FILE_KEY  # a release publishes it under a versioned key
 
     @property
     def stack_name(self) -> str:
         return f"lake-{self.settings.name}"
 
-    def deploy(
-        self,
-        source_db: SourceDatabase,
-        task_arn: str,
-        build: bool = True,
-        template: Path | None = None,
-    ) -> AppHandles:
-        """`sam build` + `sam deploy --config-env local` with this run's parameters, then the Glue
-        artifacts and the schema file into the artifacts bucket. `template`: one `sam_app.package` made
-        already (its code in this local AWS's S3), deployed as it is (no build)."""
-        if build and template is None:
-            sam_app.build(self.endpoint_url)
+    def run_parameters(self, source_db: SourceDatabase, task_arn: str) -> dict[str, str]:
+        """The template parameters of this run: its environment, the DMS task it follows, the source's schema
+        and engine, then the run's own (`RunSettings.parameters`)."""
         declared = sam_app.template_parameters()
         wanted = {
             ENVIRONMENT_PARAMETERS: self.settings.name,
@@ -127,12 +122,65 @@ class DeployedStack:
                 log.warning("template.yaml declares none of %s; not set", candidates)
             else:
                 parameters[name] = value
-        parameters |= self.settings.parameters
+        return parameters | self.settings.parameters
+
+    def deploy(
+        self,
+        source_db: SourceDatabase,
+        task_arn: str,
+        build: bool = True,
+        template: Path | None = None,
+    ) -> AppHandles:
+        """`sam build` + `sam deploy --config-env local` with this run's parameters, then the Glue
+        artifacts and the schema file into the artifacts bucket. `template`: one `sam_app.package` made
+        already (its code in this local AWS's S3), deployed as it is (no build)."""
+        if build and template is None:
+            sam_app.build(self.endpoint_url)
+        parameters = self.run_parameters(source_db, task_arn)
         sam_app.deploy(self.endpoint_url, self.stack_name, parameters, template=template)
         self.app = AppHandles.from_stack(self.aws("cloudformation"), self.stack_name)
         sam_app.upload_glue_artifacts(self.aws("s3"), self.app.artifacts_bucket, iceberg_jar=False)
         self.upload_schema(source_db)
         return self.app
+
+    def release(
+        self, source_db: SourceDatabase, task_arn: str, schema_file: Path, timeout: float = 1200
+    ) -> subprocess.CompletedProcess[str]:
+        """What `make deploy` runs (`python -m deploy.release`, docs/DEPLOY.md), from the repository's root as a
+        user runs it, aimed at this local AWS by AWS_ENDPOINT_URL: the preflight, `sam build`, the code and
+        `schema_file` published under versioned keys, `sam deploy --config-env local` with this run's
+        parameters. The finished process is returned as it ended (a refused preflight exits 2); once it
+        succeeded, `app` and `schema_key` name the stack's."""
+        parameters = self.run_parameters(source_db, task_arn)
+        command = [
+            sys.executable,
+            "-m",
+            "deploy.release",
+            "--stack-name",
+            self.stack_name,
+            "--config-env",
+            "local",
+            "--parameter-overrides",
+            " ".join(f"{key}={shlex.quote(value)}" for key, value in parameters.items()),
+            "--schema-file",
+            str(schema_file),
+            "--no-confirm-changeset",
+        ]
+        done = subprocess.run(
+            command,
+            cwd=sam_app.REPO_ROOT,
+            env=sam_app.aws_environment(self.endpoint_url),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if done.returncode == 0:
+            cloudformation = self.aws("cloudformation")
+            self.app = AppHandles.from_stack(cloudformation, self.stack_name)
+            stack = cloudformation.describe_stacks(StackName=self.stack_name)["Stacks"][0]
+            given = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters", [])}
+            self.schema_key = given["SchemaFileKey"]
+        return done
 
     def publish_models(self, folder: Path) -> list[str]:
         """The job code published again with `folder` as the models folder, as a user's redeploy publishes their
@@ -162,7 +210,7 @@ class DeployedStack:
         from lakehouse.base.schema import SchemaFile
 
         assert self.app is not None
-        body = self.aws("s3").get_object(Bucket=self.app.artifacts_bucket, Key=replication.SCHEMA_FILE_KEY)
+        body = self.aws("s3").get_object(Bucket=self.app.artifacts_bucket, Key=self.schema_key)
         schema = SchemaFile.from_dict(json.loads(body["Body"].read()), per_table=True)
         return {spec.iceberg_name for spec in schema.tables.values()}
 

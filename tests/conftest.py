@@ -89,7 +89,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
 def pytest_configure(config: pytest.Config) -> None:
     """A pytest-xdist worker (`gw0`, `gw1`, …) runs its local AWS on LOCALAWS_PORT (4566 when unset) + 1 + its
     number, so workers never share one; `sam build` output stays shared (LOCALAWS_SAM_BUILD_DIR: the build
-    folder of the run's own port; tests/integration/pipeline/conftest.py builds it once per run). Every process
+    folder of the run's own port, `.aws-sam/build-<port>`; tests/integration/pipeline/conftest.py builds it once per run). Every process
     of the run (and what it starts) compiles with C1 only and maps the JVM class archive when `make test` made
     it (`jvm_environment`). Its botocore sessions share one reading of AWS's service models, as a warm Spark
     worker's runs do (`share_service_models`): moto gives each test a new boto3 default session, and each read
@@ -108,7 +108,9 @@ def pytest_configure(config: pytest.Config) -> None:
     from localaws.stack import DEFAULT_PORT
 
     base = int(os.environ.get("LOCALAWS_PORT", DEFAULT_PORT))
-    os.environ.setdefault("LOCALAWS_SAM_BUILD_DIR", str(sam_app.build_dir(f"http://127.0.0.1:{base}")))
+    # never .aws-sam/build itself: that is the user's `sam build` folder, which the test that deploys as a user
+    # does (`make deploy`'s command) builds while the other workers package the shared build
+    os.environ.setdefault("LOCALAWS_SAM_BUILD_DIR", str(sam_app.BUILD_DIR.with_name(f"build-{base}")))
     os.environ["LOCALAWS_PORT"] = str(base + 1 + int(worker.removeprefix("gw")))
 
 

@@ -62,14 +62,15 @@ REFINE_OFF = {"HasRefineModels": "false"}
 def make_pipeline(
     pipeline_endpoint: str, sam_packaged: Path, tmp_path: Path
 ) -> Iterator[Callable[..., LocalPipeline]]:
-    """Factory: a deployed `LocalPipeline` with a new environment name and no refine runs unless `refine`;
-    closed (and its stack deleted) at the end of the test."""
+    """Factory: a deployed `LocalPipeline` (not deployed with `deploy=False`) with a new environment name and no
+    refine runs unless `refine`; closed at the end of the test."""
     made: list[LocalPipeline] = []
 
     def make(
         parameters: dict[str, str] | None = None,
         scale: float = TEST_SCALE,
         refine: bool = False,
+        deploy: bool = True,
         **replication_knobs,
     ):
         name = f"it{next(_numbers)}{uuid.uuid4().hex[:4]}"
@@ -88,7 +89,8 @@ def make_pipeline(
         pipeline = LocalPipeline(pipeline_endpoint, settings, StackConfig())
         made.append(pipeline)
         pipeline.create_source()
-        pipeline.deploy(build=False, template=sam_packaged)
+        if deploy:  # else the test deploys it itself (`pipeline.release`: as a user does)
+            pipeline.deploy(build=False, template=sam_packaged)
         return pipeline
 
     yield make

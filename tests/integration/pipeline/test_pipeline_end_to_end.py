@@ -273,31 +273,6 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline,
     ] == (expected)
 
 
-def test_a_table_reloaded_during_cdc_ends_equal_to_its_source(make_pipeline) -> None:
-    """Given a pipeline applying CDC, When a DBA reloads two tables on the DMS task while changes keep
-    coming (DMS empties their folders, deleting CDC files that may not be applied yet, and writes new LOAD
-    files), Then the drain records reload requests instead of batching the LOAD files, the state machine
-    runs the full-load job for those tables once DMS reports them reloaded, retires the requests, and the
-    clean zone equals the source: nothing the deleted CDC files held is lost, nothing older overwrites newer."""
-    pipeline = make_pipeline()
-    start(pipeline)
-    pipeline.run_workload(300, seed=31)
-    pipeline.wait_until_applied(timeout=420)
-    pipeline.run_workload(150, seed=32)
-    pipeline.reload_tables("customer", "web_sales")
-    pipeline.run_workload(150, seed=33)
-    requested = wait_for(lambda: pipeline.reloads_pending(), 120)
-    assert requested and set(requested) <= {"public.customer", "public.web_sales"}, requested
-    assert wait_for(lambda: not pipeline.reloads_pending() or None, 420) is not None, (
-        pipeline.reloads_pending()
-    )
-    pipeline.wait_until_applied(timeout=420)
-    assert_clean_equals_source(pipeline)
-    full_loads = pipeline.aws("glue").get_job_runs(JobName=pipeline.app.full_load_job_name)["JobRuns"]
-    reloads = [r for r in full_loads if r.get("Arguments", {}).get("--reload") == "true"]
-    assert reloads and all(r["JobRunState"] == "SUCCEEDED" for r in reloads), full_loads
-
-
 FAIL_ONCE_CDC_SCRIPT = """
 import os
 import sys

@@ -139,7 +139,8 @@ def test_a_worker_runs_its_local_aws_on_a_port_of_its_own_and_deploys_the_runs_b
     """Given LOCALAWS_PORT=4720,
     When pytest configures worker gw2, and then a process that is no worker,
     Then the worker's local AWS listens on 4723 (state in var/localstack-4723) and builds into the folder of
-    the run's port 4720; outside a worker nothing changes."""
+    the run's port 4720; outside a worker nothing changes; a worker of a run on the default port 4566 builds
+    into build-4566, not the user's .aws-sam/build."""
     monkeypatch.setenv("LOCALAWS_PORT", "4720")
     monkeypatch.delenv("LOCALAWS_SAM_BUILD_DIR", raising=False)
 
@@ -155,6 +156,13 @@ def test_a_worker_runs_its_local_aws_on_a_port_of_its_own_and_deploys_the_runs_b
     assert StackConfig().port == 4720
     assert sam_app.build_dir("http://127.0.0.1:4720") == sam_app.BUILD_DIR.with_name("build-4720")
     assert sam_app.build_dir("http://127.0.0.1:4566") == sam_app.BUILD_DIR
+
+    # on the default port too, the workers' shared build is not .aws-sam/build: that folder is the user's
+    # `sam build`'s, which the test deploying as a user (make deploy's command) writes meanwhile
+    monkeypatch.setenv("LOCALAWS_PORT", "4566")
+    monkeypatch.delenv("LOCALAWS_SAM_BUILD_DIR", raising=False)
+    conftest.pytest_configure(SimpleNamespace(workerinput={"workerid": "gw0"}))
+    assert sam_app.build_dir("http://127.0.0.1:4567") == sam_app.BUILD_DIR.with_name("build-4566")
 
 
 def _fake_build(log: Path, fail: bool = False):
