@@ -171,8 +171,16 @@ def emr_serverless_engine(
     pre_initialized_workers: int = 0,
     usd_per_vcpu_hour: float = PRICES["emr_serverless_usd_per_vcpu_hour"],
     usd_per_gb_hour: float = PRICES["emr_serverless_usd_per_gb_hour"],
+    driver_vcpu: float | None = None,
+    driver_memory_gb: float | None = None,
 ) -> Engine:
+    """`workers` of a run (its driver and executors) of `vcpu` and `memory_gb` each, the driver of its own size
+    when given (the template's: 2 vCPU, 8 GB); `pre_initialized_workers` of them (the driver among them) kept
+    warm and billed all day."""
     worker_hour = vcpu * usd_per_vcpu_hour + memory_gb * usd_per_gb_hour
+    driver_hour = (vcpu if driver_vcpu is None else driver_vcpu) * usd_per_vcpu_hour + (
+        memory_gb if driver_memory_gb is None else driver_memory_gb
+    ) * usd_per_gb_hour
     name = (
         f"EMR Serverless, {pre_initialized_workers} pre-initialized"
         if pre_initialized_workers
@@ -180,11 +188,13 @@ def emr_serverless_engine(
     )
     return Engine(
         name,
-        workers * worker_hour,
+        driver_hour + (workers - 1) * worker_hour,
         start_seconds,
         start_billed=False,
         workers=workers,
-        idle_usd_per_hour=pre_initialized_workers * worker_hour,
+        idle_usd_per_hour=driver_hour + (pre_initialized_workers - 1) * worker_hour
+        if pre_initialized_workers
+        else 0.0,
     )
 
 
@@ -284,11 +294,15 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--glue-start-seconds", type=float, default=10, help="Glue start-up billed per run")
     parser.add_argument("--price-per-dpu-hour", type=float, default=0.44, help="USD (us-east-1 list price)")
     engines = parser.add_argument_group("engines: the batched schedule on Glue and on EMR Serverless")
+    engines.add_argument("--emr-workers", type=int, default=2, help="driver + executors of a run")
+    engines.add_argument("--emr-vcpu", type=float, default=4, help="vCPU per EMR Serverless executor")
+    engines.add_argument("--emr-memory-gb", type=float, default=16, help="GB per EMR Serverless executor")
     engines.add_argument(
-        "--emr-workers", type=int, default=2, help="driver + executors of a run (4 vCPU each)"
+        "--emr-driver-vcpu", type=float, default=2, help="the driver's vCPU (the template's)"
     )
-    engines.add_argument("--emr-vcpu", type=float, default=4, help="vCPU per EMR Serverless worker")
-    engines.add_argument("--emr-memory-gb", type=float, default=16, help="GB per EMR Serverless worker")
+    engines.add_argument(
+        "--emr-driver-memory-gb", type=float, default=8, help="the driver's GB (the template's)"
+    )
     engines.add_argument(
         "--emr-start-seconds", type=float, default=60, help="EMR Serverless run start without a warm pool"
     )
@@ -338,16 +352,19 @@ def main(argv: Sequence[str]) -> int:
         emr_serverless_engine(
             args.emr_workers, args.emr_vcpu, args.emr_memory_gb, args.emr_start_seconds,
             usd_per_vcpu_hour=args.price_per_vcpu_hour, usd_per_gb_hour=args.price_per_gb_hour,
+            driver_vcpu=args.emr_driver_vcpu, driver_memory_gb=args.emr_driver_memory_gb,
         ),
         emr_serverless_engine(
             args.emr_workers, args.emr_vcpu, args.emr_memory_gb, args.emr_warm_start_seconds,
             pre_initialized_workers=args.emr_workers,
             usd_per_vcpu_hour=args.price_per_vcpu_hour, usd_per_gb_hour=args.price_per_gb_hour,
+            driver_vcpu=args.emr_driver_vcpu, driver_memory_gb=args.emr_driver_memory_gb,
         ),
     ]  # fmt: skip
     print(
         f"\nengines (batched): Glue {args.dpus:g} DPU at {args.price_per_dpu_hour} USD/DPU-h, start "
-        f"{args.glue_start_seconds:.0f} s billed; EMR Serverless {args.emr_workers} x ({args.emr_vcpu:g} vCPU, "
+        f"{args.glue_start_seconds:.0f} s billed; EMR Serverless a driver ({args.emr_driver_vcpu:g} vCPU, "
+        f"{args.emr_driver_memory_gb:g} GB) and {args.emr_workers - 1} x ({args.emr_vcpu:g} vCPU, "
         f"{args.emr_memory_gb:g} GB) at {args.price_per_vcpu_hour} USD/vCPU-h + {args.price_per_gb_hour} "
         f"USD/GB-h, start {args.emr_start_seconds:.0f} s (warm pool {args.emr_warm_start_seconds:.0f} s) "
         f"unbilled; {MINIMUM_BILLED_SECONDS:.0f} s minimum per run / per worker"

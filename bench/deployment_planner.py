@@ -167,20 +167,32 @@ class Measured:
 @dataclass(frozen=True)
 class RunSize:
     """One run's workers as each engine bills them, at the template's defaults: Glue CdcNumberOfWorkers=2 of
-    CdcWorkerType=G.1X (2 DPU, start-up billed); EMR Serverless a driver and one executor of 4 vCPU / 16 GB (the
-    application's worker size), billed from when they are ready, each at least a minute. With
-    `emr_pre_initialized` (EmrPreInitializedExecutors=1: the driver and the executor kept warm) a run starts in
-    `emr_warm_start_seconds` and the pool is billed for as long as the application is started: all day, as a
-    loop that drains every few minutes never leaves it idle for EmrIdleTimeoutMinutes."""
+    CdcWorkerType=G.1X (2 DPU, start-up billed); EMR Serverless a driver of 2 vCPU / 8 GB and one executor of
+    4 vCPU / 16 GB (the application's spark-defaults), billed from when they are ready, each at least a minute.
+    With `emr_pre_initialized` (EmrPreInitializedExecutors=1, the template's default: the driver and the
+    executor kept warm) a run starts in `emr_warm_start_seconds` and the pool is billed for as long as the
+    application is started: all day, as a loop that drains every few minutes never leaves it idle for
+    EmrIdleTimeoutMinutes; without it, each run waits `emr_start_seconds` for its workers (unbilled)."""
 
     glue_dpus: float = 2.0
     glue_start_seconds: float = 10.0
-    emr_workers: int = 2
-    emr_vcpu: float = 4.0
+    emr_workers: int = 2  # the driver and its executors
+    emr_vcpu: float = 4.0  # an executor's
     emr_memory_gb: float = 16.0
+    emr_driver_vcpu: float = 2.0
+    emr_driver_memory_gb: float = 8.0
     emr_start_seconds: float = 60.0
-    emr_pre_initialized: bool = False
+    emr_pre_initialized: bool = True
     emr_warm_start_seconds: float = 5.0
+
+    @property
+    def emr_run_vcpu(self) -> float:
+        """The vCPUs of one run's workers: the driver's and the executors'."""
+        return self.emr_driver_vcpu + (self.emr_workers - 1) * self.emr_vcpu
+
+    @property
+    def emr_run_memory_gb(self) -> float:
+        return self.emr_driver_memory_gb + (self.emr_workers - 1) * self.emr_memory_gb
 
 
 @dataclass(frozen=True)
@@ -277,9 +289,9 @@ def deployment_day(
             runs.append(("audit", start + measured.overhead_seconds))
             next_audit = clock + audit_period
     glue_seconds = sum(max(MINIMUM_BILLED_SECONDS, s - start + size.glue_start_seconds) for _, s in runs)
-    emr_seconds = sum(max(MINIMUM_BILLED_SECONDS, s - start) for _, s in runs) * size.emr_workers
+    emr_seconds = sum(max(MINIMUM_BILLED_SECONDS, s - start) for _, s in runs)  # of a run's workers
     if warm:
-        emr_seconds = max(horizon, clock) * size.emr_workers
+        emr_seconds = max(horizon, clock)
     quantiles = statistics.quantiles(fresh, n=20, method="inclusive")
     return DeploymentDay(
         cdc_runs=sum(kind == "cdc" for kind, _ in runs),
@@ -290,8 +302,8 @@ def deployment_day(
         busy_hours=sum(s for _, s in runs) / 3600,
         end_hours=clock / 3600,
         glue_dpu_hours=glue_seconds * size.glue_dpus / 3600,
-        emr_vcpu_hours=emr_seconds * size.emr_vcpu / 3600,
-        emr_gb_hours=emr_seconds * size.emr_memory_gb / 3600,
+        emr_vcpu_hours=emr_seconds * size.emr_run_vcpu / 3600,
+        emr_gb_hours=emr_seconds * size.emr_run_memory_gb / 3600,
         freshness_p50=statistics.median(fresh),
         freshness_p95=quantiles[18],
         cdc_hours=sum(s for kind, s in runs if kind == "cdc") / 3600,
@@ -407,14 +419,13 @@ def deployment_main(argv: Sequence[str]) -> int:
     print(
         f"goal (keeps up, freshness p95 <= {args.p95_minutes:g} min) on both engines: {'met' if met else 'missed'}"
     )
-    if not meets_goal(emr, plan.hours, goal):
-        warm = deployment_day(plan, measured, replace(size, emr_pre_initialized=True), "emr")
-        print(
-            f"EMR Serverless with EmrPreInitializedExecutors=1 (runs start in {size.emr_warm_start_seconds:g} s, the "
-            f"pool billed all day): freshness p50 / p95 {warm.freshness_p50 / 60:.1f} / "
-            f"{warm.freshness_p95 / 60:.1f} min, keeps up: {'yes' if warm.keeps_up(plan.hours) else 'no'}, "
-            f"{warm.emr_vcpu_hours:,.1f} vCPU-hours + {warm.emr_gb_hours:,.1f} GB-hours, {warm.emr_usd():,.2f} USD"
-        )
+    cold = deployment_day(plan, measured, replace(size, emr_pre_initialized=False), "emr")
+    print(
+        f"EMR Serverless with EmrPreInitializedExecutors=0 (each run waits {size.emr_start_seconds:g} s for its "
+        f"workers, billed only while runs go): freshness p50 / p95 {cold.freshness_p50 / 60:.1f} / "
+        f"{cold.freshness_p95 / 60:.1f} min, keeps up: {'yes' if cold.keeps_up(plan.hours) else 'no'}, "
+        f"{cold.emr_vcpu_hours:,.1f} vCPU-hours + {cold.emr_gb_hours:,.1f} GB-hours, {cold.emr_usd():,.2f} USD"
+    )
     if not met and args.search:
         found = cheapest_meeting_goal(plan, measured, size, goal)
         if found is None:

@@ -186,8 +186,28 @@ def _lower_keys(value: Any) -> Any:
     return value
 
 
+# The worker sizes EMR Serverless accepts (EMR Serverless User Guide, "Supported worker configurations"):
+# vCPU -> (least GB, most GB, step GB).
+WORKER_MEMORY_GB = {1: (2, 8, 1), 2: (4, 16, 1), 4: (8, 30, 1), 8: (16, 60, 4), 16: (32, 120, 8)}
+
+
+def check_worker_configuration(cpu: str, memory: str) -> None:
+    """Refuse a worker configuration EMR Serverless refuses (a ValueError saying which and why)."""
+    vcpu = float(str(cpu).lower().removesuffix("vcpu").strip())
+    gb = float(str(memory).lower().removesuffix("gb").strip())
+    limits = WORKER_MEMORY_GB.get(int(vcpu)) if vcpu.is_integer() else None
+    if limits is None:
+        raise ValueError(f"worker of {cpu}: EMR Serverless workers have 1, 2, 4, 8 or 16 vCPU")
+    least, most, step = limits
+    if not (least <= gb <= most and (gb - least) % step == 0):
+        raise ValueError(
+            f"worker of {cpu} and {memory}: EMR Serverless gives {cpu} workers {least}-{most} GB in steps of {step} GB"
+        )
+
+
 def application_request(model: dict[str, Any]) -> dict[str, Any]:
-    """CreateApplication's request for an AWS::EMRServerless::Application resource model."""
+    """CreateApplication's request for an AWS::EMRServerless::Application resource model (its pre-initialized
+    workers of sizes EMR Serverless accepts, or a ValueError)."""
     request: dict[str, Any] = {
         "name": model["Name"],
         "releaseLabel": model["ReleaseLabel"],
@@ -204,6 +224,9 @@ def application_request(model: dict[str, Any]) -> dict[str, Any]:
     if (start := request.get("autoStartConfiguration")) and "enabled" in start:
         start["enabled"] = str(start["enabled"]).lower() == "true"
     if model.get("InitialCapacity"):  # a list of {Key, Value} in CloudFormation, a map in the API
+        for item in model["InitialCapacity"]:
+            worker = item["Value"]["WorkerConfiguration"]
+            check_worker_configuration(worker["Cpu"], worker["Memory"])
         request["initialCapacity"] = {
             item["Key"]: {
                 "workerCount": int(item["Value"]["WorkerCount"]),

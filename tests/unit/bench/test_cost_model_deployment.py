@@ -89,15 +89,16 @@ def test_a_file_is_applied_when_its_run_commits():
 
 def test_a_quiet_small_deployment_pays_the_minimum_per_run_on_both_engines():
     """Given one table and runs of 20 s (under the 60 s minimum), Then every run is billed 60 s: Glue 2 DPU
-    each (its 10 s start-up inside the minute), EMR Serverless 2 workers x (4 vCPU, 16 GB) each."""
+    each (its 10 s start-up inside the minute), EMR Serverless without pre-initialized workers a driver
+    (2 vCPU, 8 GB) and an executor (4 vCPU, 16 GB) each."""
     plan = Deployment(rows=1e6, tables=1, changes_per_day=86_400, hours=1.0)
     glue = deployment_day(plan, FREE, RunSize(), "glue")
     runs = glue.cdc_runs + glue.refine_runs + glue.maintenance_runs + glue.audit_runs
     assert glue.glue_dpu_hours == pytest.approx(runs * 2 * MINIMUM_BILLED_SECONDS / 3600)
-    emr = deployment_day(plan, FREE, RunSize(), "emr")
+    emr = deployment_day(plan, FREE, RunSize(emr_pre_initialized=False), "emr")
     runs = emr.cdc_runs + emr.refine_runs + emr.maintenance_runs + emr.audit_runs
-    assert emr.emr_vcpu_hours == pytest.approx(runs * 2 * 4 * MINIMUM_BILLED_SECONDS / 3600)
-    assert emr.emr_gb_hours == pytest.approx(runs * 2 * 16 * MINIMUM_BILLED_SECONDS / 3600)
+    assert emr.emr_vcpu_hours == pytest.approx(runs * (2 + 4) * MINIMUM_BILLED_SECONDS / 3600)
+    assert emr.emr_gb_hours == pytest.approx(runs * (8 + 16) * MINIMUM_BILLED_SECONDS / 3600)
     assert glue.changes == pytest.approx(3600) and emr.changes == pytest.approx(3600)
     assert glue.keeps_up(1.0) and emr.keeps_up(1.0)
 
@@ -175,12 +176,14 @@ def test_the_figures_come_from_the_benches_json(tmp_path):
 
 
 def test_the_search_finds_a_cheaper_setting_that_meets_the_freshness_goal():
-    """Given a deployment whose refine run after every batch pushes EMR Serverless's p95 past 5 minutes, Then
-    the search finds a setting that meets the goal on both engines, refining less often."""
+    """Given a deployment whose refine run after every batch pushes EMR Serverless's p95 past 5 minutes (no
+    pre-initialized workers: each run waits a minute for its own), Then the search finds a setting that meets
+    the goal on both engines, refining less often."""
     plan = Deployment(rows=1e6, tables=10, changes_per_day=1e6, hours=2.0, refine_every=1, loop_wait=60)
     measured = Measured(overhead_seconds=40.0, table_fixed_seconds=1.0)
-    assert not meets_goal(deployment_day(plan, measured, RunSize(), "emr"), 2.0)
-    found = cheapest_meeting_goal(plan, measured, RunSize())
+    cold = RunSize(emr_pre_initialized=False)
+    assert not meets_goal(deployment_day(plan, measured, cold, "emr"), 2.0)
+    found = cheapest_meeting_goal(plan, measured, cold)
     assert found is not None
     candidate, glue, emr = found
     assert candidate.refine_every > 1 and meets_goal(glue, 2.0) and meets_goal(emr, 2.0)
@@ -197,11 +200,12 @@ def test_the_command_prints_the_day_at_the_settings_and_whether_it_meets_the_goa
 
 
 def test_a_warm_emr_pool_starts_runs_at_once_and_is_billed_all_day():
-    """Given EMR Serverless with its driver and executor pre-initialized, Then runs start in 5 s instead of
-    60 s (fresher files) and the bill is the pool's two workers for the whole day, whatever the runs."""
+    """Given EMR Serverless with its driver and executor pre-initialized (the template's default), Then runs
+    start in 5 s instead of 60 s (fresher files) and the bill is the pool's two workers (a driver of 2 vCPU,
+    8 GB and an executor of 4 vCPU, 16 GB) for the whole day, whatever the runs."""
     plan = Deployment(rows=1e6, tables=10, changes_per_day=1e6, hours=2.0)
-    cold = deployment_day(plan, FREE, RunSize(), "emr")
-    warm = deployment_day(plan, FREE, RunSize(emr_pre_initialized=True), "emr")
+    cold = deployment_day(plan, FREE, RunSize(emr_pre_initialized=False), "emr")
+    warm = deployment_day(plan, FREE, RunSize(), "emr")
     assert warm.freshness_p95 < cold.freshness_p95
-    assert warm.emr_vcpu_hours == pytest.approx(2 * 4 * max(2.0, warm.end_hours))
-    assert warm.emr_gb_hours == pytest.approx(2 * 16 * max(2.0, warm.end_hours))
+    assert warm.emr_vcpu_hours == pytest.approx((2 + 4) * max(2.0, warm.end_hours))
+    assert warm.emr_gb_hours == pytest.approx((8 + 16) * max(2.0, warm.end_hours))

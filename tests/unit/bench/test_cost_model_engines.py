@@ -48,3 +48,16 @@ def test_a_warm_pool_is_billed_all_day_and_starts_runs_at_once():
         SCENARIO, COST, emr_serverless_engine(workers=2, vcpu=4, memory_gb=16, start_seconds=60)
     )
     assert day.freshness_p95 < cold.freshness_p95
+
+
+def test_a_smaller_driver_is_billed_at_its_own_size_in_runs_and_in_the_pool():
+    """Given a driver of 2 vCPU / 8 GB beside one executor of 4 vCPU / 16 GB (the template's), Then a run and
+    the warm pool cost a driver's hour plus an executor's, not two executors'."""
+    driver_hour = (
+        2 * PRICES["emr_serverless_usd_per_vcpu_hour"] + 8 * PRICES["emr_serverless_usd_per_gb_hour"]
+    )
+    cold = emr_serverless_engine(2, 4, 16, 60, driver_vcpu=2, driver_memory_gb=8)
+    warm = emr_serverless_engine(2, 4, 16, 5, pre_initialized_workers=2, driver_vcpu=2, driver_memory_gb=8)
+    assert cold.usd_per_hour == pytest.approx(driver_hour + WORKER_HOUR)
+    assert warm.idle_usd_per_hour == pytest.approx(driver_hour + WORKER_HOUR)
+    assert engine_day(SCENARIO, COST, warm).usd_per_day == pytest.approx(24 * (driver_hour + WORKER_HOUR))

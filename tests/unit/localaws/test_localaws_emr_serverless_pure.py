@@ -217,3 +217,29 @@ def test_a_job_run_gets_the_callers_spark_jvm_options_and_not_localstacks_settin
     assert env["LAKE_SPARK_JAVA_OPTIONS"] == "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
     assert env["PATH"] == "/usr/bin"
     assert "GATEWAY_LISTEN" not in env
+
+
+def test_pre_initialized_workers_of_a_size_emr_serverless_refuses_are_refused():
+    """Given the template's pool (a driver of 2 vCPU / 8 GB, executors of 4 vCPU / 16 GB), Then the request is
+    made; given a driver of 2 vCPU / 20 GB or of 3 vCPU, or 8 vCPU / 18 GB (8 vCPU workers step by 4 GB), Then
+    the local EMR Serverless refuses the application, as AWS does."""
+
+    def model(cpu: str, memory: str) -> dict:
+        worker = {"WorkerCount": 1, "WorkerConfiguration": {"Cpu": cpu, "Memory": memory}}
+        executor = {"WorkerCount": 1, "WorkerConfiguration": {"Cpu": "4 vCPU", "Memory": "16 GB"}}
+        return {
+            "Name": "dev-lake",
+            "Type": "SPARK",
+            "ReleaseLabel": "emr-7.12.0",
+            "InitialCapacity": [{"Key": "Driver", "Value": worker}, {"Key": "Executor", "Value": executor}],
+        }
+
+    assert application_request(model("2 vCPU", "8 GB"))["initialCapacity"]["Driver"][
+        "workerConfiguration"
+    ] == {
+        "cpu": "2 vCPU",
+        "memory": "8 GB",
+    }
+    for cpu, memory in (("2 vCPU", "20 GB"), ("3 vCPU", "8 GB"), ("8 vCPU", "18 GB")):
+        with pytest.raises(ValueError, match="EMR Serverless"):
+            application_request(model(cpu, memory))

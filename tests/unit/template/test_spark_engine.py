@@ -328,14 +328,29 @@ def test_the_application_runs_spark_3_5_one_run_at_a_time_and_stops_when_idle(te
     assert {v for k, v in python.items() if "PYTHON" in k} == {"/usr/bin/python3.11"}
 
 
-def test_pre_initialized_capacity_only_when_asked_for(template):
+def test_a_warm_pool_by_default_whose_workers_are_the_runs_own(template):
+    """Given the EMR Serverless application, Then by default a driver and one executor are kept warm (none with
+    EmrPreInitializedExecutors=0), and each pre-initialized worker is the size a run asks for: the driver's
+    2 vCPU and spark.driver.memory plus Spark's overhead (10 %, at least 384 MB) within its 8 GB, the executors'
+    4 vCPU and EMR's default 14g within 16 GB; a run asking for other sizes would wait for new workers while
+    the pool is billed."""
     properties = template["Resources"]["EmrApplication"]["Properties"]
     capacity = properties["InitialCapacity"]["Fn::If"]
     assert capacity[0] == "EmrWarmPool" and capacity[2] == {"Ref": "AWS::NoValue"}
     assert {item["Key"] for item in capacity[1]} == {"Driver", "Executor"}
     executors = next(item for item in capacity[1] if item["Key"] == "Executor")
     assert executors["Value"]["WorkerCount"] == {"Ref": "EmrPreInitializedExecutors"}
-    assert template["Parameters"]["EmrPreInitializedExecutors"]["Default"] == "0"
+    assert template["Parameters"]["EmrPreInitializedExecutors"]["Default"] == "1"
+    defaults = properties["RuntimeConfiguration"][0]["Properties"]
+    driver = next(item for item in capacity[1] if item["Key"] == "Driver")["Value"]["WorkerConfiguration"]
+    assert driver["Cpu"] == f"{defaults['spark.driver.cores']} vCPU"
+    heap_gb = float(defaults["spark.driver.memory"].removesuffix("g"))
+    assert heap_gb + max(0.384, 0.1 * heap_gb) <= float(driver["Memory"].removesuffix(" GB"))
+    assert executors["Value"]["WorkerConfiguration"] == {
+        "Cpu": f"{defaults['spark.executor.cores']} vCPU",
+        "Memory": "16 GB",
+    }
+    assert "spark.executor.memory" not in defaults  # EMR's default for 4 vCPU: 14g, within 16 GB
     assert template["Conditions"]["EmrWarmPool"]["Fn::And"][1] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "EmrPreInitializedExecutors"}, "0"]}]
     }

@@ -69,7 +69,7 @@ def test_the_emr_runs_carry_the_same_parallelism_and_no_constant(template):
 @pytest.mark.parametrize("vcpu", ["16", "32", "64", "128", "256", "512"])
 def test_an_emr_run_knows_the_cores_the_application_can_give_it(template, vcpu):
     """Given EmrMaximumVcpu, Then the application's spark-defaults give executors of 4 vCPU and at most as many
-    as fit beside a driver of 4 vCPU, so a run derives twice those cores as its shuffle partitions."""
+    as fit beside the driver (2 vCPU), so a run derives twice those cores as its shuffle partitions."""
     application = template["Resources"]["EmrApplication"]["Properties"]
     defaults = application["RuntimeConfiguration"][0]["Properties"]
     capacity = template["Mappings"]["EmrCapacity"][vcpu]
@@ -85,9 +85,13 @@ def test_an_emr_run_knows_the_cores_the_application_can_give_it(template, vcpu):
     assert executor_cores(conf) == int(vcpu) - 4
     assert shuffle_partitions_for(executor_cores(conf), 1) == 2 * (int(vcpu) - 4)
     assert capacity["Memory"] == f"{4 * int(vcpu)} GB"
-    warm = application["InitialCapacity"]["Fn::If"][1]
-    assert {w["Value"]["WorkerConfiguration"]["Cpu"] for w in warm} == {
-        f"{defaults['spark.executor.cores']} vCPU"
+    warm = {
+        w["Key"]: w["Value"]["WorkerConfiguration"]["Cpu"]
+        for w in application["InitialCapacity"]["Fn::If"][1]
+    }
+    assert warm == {
+        "Driver": f"{defaults['spark.driver.cores']} vCPU",
+        "Executor": f"{defaults['spark.executor.cores']} vCPU",
     }
 
 
