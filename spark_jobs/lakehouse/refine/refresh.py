@@ -16,7 +16,8 @@ reads the inputs as of their current snapshots (or the newest consistent point, 
   snapshots (Iceberg 1.10's changelog scan refuses merge-on-read delete files and its incremental read skips
   overwrite snapshots, so a snapshot comparison it is, on the rows' hashes, of the rows in the data files that
   differ: lakehouse.refine.consumed.file_changes); the keys they reach are traced
-  through the model (lakehouse.refine.changes), recomputed from the inputs as they are now, and MERGEd:
+  through the model (lakehouse.refine.changes), recomputed from the inputs as they are now (from the keys'
+  rows alone where the key is an input's columns: lakehouse.refine.incremental), and MERGEd:
   changed rows updated, new ones inserted, keys that no longer come out deleted. Untouched rows are not
   rewritten;
 - otherwise the model is rebuilt, and its report says why: new table, model or inputs changed, a consumed
@@ -36,13 +37,13 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.audit.consistent import POINT_AT, last_point
@@ -56,7 +57,6 @@ from lakehouse.io.iceberg import (
     overwrite_rows,
     replace_table,
     table_exists,
-    with_commit_properties,
 )
 from lakehouse.io.storage import list_objects, read_text
 from lakehouse.refine.changes import affected_keys, incremental_blocker, null_safe_join
@@ -76,6 +76,7 @@ from lakehouse.refine.consumed import (
     schema_of,
     seconds_since_commit,
 )
+from lakehouse.refine.incremental import key_origin, merge_by_key, rows_of_input_keys, summarize_keys
 from lakehouse.refine.models import Model, ModelError, ModelFolder, Reference, load_folder
 from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, rebuild_reason
 
@@ -117,9 +118,9 @@ class RefineOptions:
 class RefinedTableReport:
     table: str
     mode: str = "unchanged"  # "built" (full), "incremental", "unchanged", "failed", "waiting"
-    changed_inputs: dict[str, int] = field(
-        default_factory=dict
-    )  # input → changed rows (before + after images)
+    # input → the rows its commits since the consumed snapshot added and deleted (their summaries: an update
+    # counts its before and after images)
+    changed_inputs: dict[str, int] = field(default_factory=dict)
     affected: int = 0  # keys recomputed (incremental)
     snapshot_id: int | None = None
     seconds: float = 0.0
@@ -223,22 +224,23 @@ class _Refiner:
         consumed = {f"{CONSUMED_PREFIX}{r.input_name}": str(s) for r, s in inputs.items()}
         return consumed | {REFINE_RUN_ID: self.run_id, MODEL_HASH: model_hash_of(model)} | point
 
-    def evaluator(self, model: Model, views: list[str]) -> Any:
+    def evaluator(self, model: Model, views: dict[str, str]) -> Any:
         """A function of the inputs (input name → DataFrame) giving the model's rows over them; the temporary
-        views it makes are added to `views` (Spark may resolve them again until the rows are written)."""
+        views it makes are added to `views` (view → input name: Spark may resolve them again until the rows are
+        written)."""
 
         def evaluate(frames: Mapping[str, DataFrame]) -> DataFrame:
             names = {}
             for name, frame in frames.items():
                 names[name] = f"refine_in_{abs(hash((model.name, threading.get_ident())))}_{len(views)}"
-                views.append(names[name])
+                views[names[name]] = name
                 frame.createOrReplaceTempView(names[name])
             return self.spark.sql(model.render(lambda r: names[r.input_name]))
 
         return evaluate
 
     def refresh(self, model: Model) -> RefinedTableReport:
-        views: list[str] = []
+        views: dict[str, str] = {}
         reads = StagedReads(self.spark)  # the model's own (models may be refreshed in parallel)
         try:
             return self._refresh(model, views, reads)
@@ -249,7 +251,7 @@ class _Refiner:
 
     # --- one model --------------------------------------------------------------------------------
 
-    def _refresh(self, model: Model, views: list[str], reads: StagedReads) -> RefinedTableReport:
+    def _refresh(self, model: Model, views: dict[str, str], reads: StagedReads) -> RefinedTableReport:
         report = RefinedTableReport(model.name)
         inputs = self.inputs_of(model)
         if isinstance(inputs, str):
@@ -313,6 +315,7 @@ class _Refiner:
         else:
             assert consumed is not None
             report.mode = "incremental"
+            origin = key_origin(rows, dict(views), model.unique_key, reads_of(model))
             before = {
                 r.input_name: read_as_of(self.spark, self.input_table(r), consumed[r.input_name])
                 for r in inputs
@@ -322,7 +325,10 @@ class _Refiner:
                 name = reference.input_name
                 if consumed[name] == by_name[name]:
                     continue
-                removed, added = changed_rows_between(
+                report.changed_inputs[name] = input_size(
+                    self.spark, self.input_table(reference), consumed[name], by_name[name], loaded[reference]
+                )[1]
+                changes[name] = changed_rows_between(
                     self.spark,
                     self.input_table(reference),
                     consumed[name],
@@ -331,14 +337,19 @@ class _Refiner:
                     reads,
                     loaded[reference],
                 )
-                report.changed_inputs[name] = removed.count() + added.count()
-                changes[name] = (removed, added)
             keys = affected_keys(evaluate, before, now, changes, model.unique_key)
             assert keys is not None  # an input moved, or the table would be unchanged
             keys = keys.localCheckpoint()
-            report.affected = keys.count()
-            recomputed = null_safe_join(rows, keys, model.unique_key, "left_semi")
-            self._merge(table, keys, recomputed, model.unique_key, properties)
+            keys_summary = summarize_keys(keys)
+            report.affected = keys_summary.count
+            if origin is None:
+                recomputed = null_safe_join(rows, keys, model.unique_key, "left_semi")
+            else:
+                name = origin.input_name
+                recomputed = evaluate(
+                    {**now, name: rows_of_input_keys(now[name], keys, origin, keys_summary)}
+                )
+            merge_by_key(self.spark, table, keys, recomputed, model.unique_key, properties)
         report.snapshot_id = current_snapshot_id(self.spark, table)
         self.refreshed[model.name] = report.snapshot_id or 0
         return report
@@ -358,36 +369,6 @@ class _Refiner:
             return
         overwrite_rows(self.spark, table, rows, properties)
 
-    def _merge(
-        self, table: str, keys: DataFrame, rows: DataFrame, key: Sequence[str], properties: dict[str, str]
-    ) -> None:
-        """MERGE `rows` for exactly the `keys` (null-safe: a null is one key value): a key without a row is
-        deleted from the table. One commit, carrying `properties`, even when nothing changed (the consumed
-        snapshots advance)."""
-        present = rows.withColumn("__present", F.lit(True))
-        source = null_safe_join(
-            keys.select(*[F.col(quote(k)) for k in key]), present, key, "left"
-        ).withColumn("__present", F.coalesce(F.col("__present"), F.lit(False)))
-        columns = [f.name for f in self.spark.table(table).schema.fields]
-        # The MERGE reads its source more than once (to find the target's files, then to write): the model
-        # over the whole inputs is run once, its recomputed rows kept.
-        source = source.select(*[F.col(quote(c)) for c in columns], "__present").localCheckpoint()
-        view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
-        source.createOrReplaceTempView(view)
-        on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in key)
-        updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in key)
-        statement = (
-            f"MERGE INTO {table} t USING {view} s ON {on} "
-            "WHEN MATCHED AND NOT s.__present THEN DELETE "
-            + (f"WHEN MATCHED THEN UPDATE SET {updates} " if updates else "")
-            + f"WHEN NOT MATCHED AND s.__present THEN INSERT ({', '.join(quote(c) for c in columns)}) "
-            f"VALUES ({', '.join(f's.{quote(c)}' for c in columns)})"
-        )
-        try:
-            with_commit_properties(self.spark, properties, lambda: self.spark.sql(statement))
-        finally:
-            self.spark.catalog.dropTempView(view)
-
 
 def create_refined_table(
     spark: SparkSession, table: str, schema: T.StructType, location: str | None = None
@@ -398,6 +379,13 @@ def create_refined_table(
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg{where} TBLPROPERTIES ({properties})"
     )
+
+
+def reads_of(model: Model) -> Counter[str]:
+    """How many times the model's SQL reads each input (a self-join reads one twice)."""
+    reads: Counter[str] = Counter()
+    model.render(lambda reference: reads.update([reference.input_name]) or "")
+    return reads
 
 
 def model_failure(model: Model, error: BaseException) -> ModelError:

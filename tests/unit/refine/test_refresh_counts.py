@@ -1,0 +1,85 @@
+"""What an incremental refresh spends, counted (never timed): the Spark jobs of one model's refresh after a change
+confined to one data file of its fact input, and that they do not grow with the table.
+
+Two models over a fact (`sales`) and a dimension (`item`): `enriched` (the fact left-joined to the dimension, keyed
+on the fact's key) and `by_category` (an aggregate of `enriched`, keyed on its group). One sale is updated and one
+inserted; each model's refresh is then counted by its Spark jobs (the status tracker's jobs of a job group set
+around the refine). A change that adds an action per model (a count, a checkpoint, another run of the model)
+changes a figure here: the reviewer sees the constant change with it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from lakehouse.io.iceberg import append_rows, create_table, ensure_namespace
+from lakehouse.refine import refresh
+from lakehouse.refine.models import load_folder
+from lakehouse.refine.refresh import refine
+
+pytestmark = pytest.mark.spark
+
+MODELS = {
+    "enriched.sql": """{{ config(materialized='incremental', unique_key='id') }}
+SELECT s.id, s.amount, i.category FROM {{ source('sales') }} s LEFT JOIN {{ source('item') }} i ON s.item = i.item
+""",
+    "by_category.sql": """{{ config(materialized='incremental', unique_key='category') }}
+SELECT category, sum(amount) AS amount, count(*) AS lines FROM {{ ref('enriched') }} GROUP BY category
+""",
+}
+# The jobs of one model's incremental refresh after a one-file change of one input, whatever the table's size.
+JOBS_PER_REFRESH = {"enriched": 16, "by_category": 17}
+
+
+def _refresh_jobs(spark, base_config, monkeypatch, sales: int, suffix: str) -> dict[str, tuple[str, int]]:
+    """Each model's (mode, Spark jobs) of a refresh after one sale updated and one inserted, over `sales` rows."""
+    config = replace(
+        base_config, clean_database=f"counts_clean_{suffix}", refined_database=f"counts_refined_{suffix}"
+    )
+    ensure_namespace(spark, config.catalog_name, config.clean_database)
+    fact, dimension = config.clean_table("main_sales"), config.clean_table("main_item")
+    create_table(spark, fact, spark.createDataFrame([], "id bigint, item bigint, amount bigint").schema)
+    create_table(spark, dimension, spark.createDataFrame([], "item bigint, category string").schema)
+    rows = [(n, n % 7, n) for n in range(sales)]
+    append_rows(
+        spark, fact, spark.createDataFrame(rows, "id bigint, item bigint, amount bigint").coalesce(1), {}
+    )
+    items = [(n, f"c{n % 3}") for n in range(7)]
+    append_rows(spark, dimension, spark.createDataFrame(items, "item bigint, category string"), {})
+    folder = load_folder(MODELS.items())
+    assert [t.mode for t in refine(spark, config, models=folder).tables] == ["built", "built"]
+    spark.sql(f"UPDATE {fact} SET amount = amount + 1 WHERE id = 3")
+    append_rows(
+        spark, fact, spark.createDataFrame([(sales, 1, 5)], "id bigint, item bigint, amount bigint"), {}
+    )
+    context = spark.sparkContext
+    unwrapped = refresh._Refiner.refresh
+
+    def in_its_job_group(refiner: refresh._Refiner, model):  # type: ignore[no-untyped-def]
+        context.setJobGroup(f"refresh-counts-{suffix}-{model.name}", "counted refresh")
+        try:
+            return unwrapped(refiner, model)
+        finally:
+            context.setLocalProperty("spark.jobGroup.id", None)
+
+    monkeypatch.setattr(refresh._Refiner, "refresh", in_its_job_group)
+    report = refine(spark, config, models=folder)
+    monkeypatch.undo()
+    context._jsc.sc().listenerBus().waitUntilEmpty(30_000)
+    tracker = context.statusTracker()
+    return {
+        t.table: (t.mode, len(tracker.getJobIdsForGroup(f"refresh-counts-{suffix}-{t.table}")))
+        for t in report.tables
+    }
+
+
+def test_a_one_file_change_refreshes_in_a_few_jobs_whatever_the_table_size(
+    spark, base_config, monkeypatch
+) -> None:
+    """Given two incremental models over a fact of N rows, refreshed after one sale updated and one inserted;
+    when the same is done over a fact of 2N rows; then both refresh incrementally, in the same small number of
+    Spark jobs."""
+    small = _refresh_jobs(spark, base_config, monkeypatch, 200, "small")
+    large = _refresh_jobs(spark, base_config, monkeypatch, 400, "large")
+    expected = {name: ("incremental", jobs) for name, jobs in JOBS_PER_REFRESH.items()}
+    assert (small, large) == (expected, expected)
