@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from localaws_plugin.emr_serverless_runs import check_worker_configuration
 
 from tests.unit.template.test_template import ASL, TEMPLATE
 from tools import emr_serverless_asl
@@ -351,6 +352,8 @@ def test_a_warm_pool_by_default_whose_workers_are_the_runs_own(template):
         "Memory": "16 GB",
     }
     assert "spark.executor.memory" not in defaults  # EMR's default for 4 vCPU: 14g, within 16 GB
+    for worker in (driver, executors["Value"]["WorkerConfiguration"]):  # sizes EMR Serverless accepts
+        check_worker_configuration(worker["Cpu"], worker["Memory"])
     assert template["Conditions"]["EmrWarmPool"]["Fn::And"][1] == {
         "Fn::Not": [{"Fn::Equals": [{"Ref": "EmrPreInitializedExecutors"}, "0"]}]
     }
