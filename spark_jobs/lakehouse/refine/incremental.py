@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -40,7 +41,8 @@ KEPT_SIDES = {
     "LeftSemi": ("left",),
     "RightOuter": ("right",),
 }
-RANGED_TYPES = (T.NumericType, T.StringType, T.DateType, T.TimestampType, T.TimestampNTZType)
+# Key types bounded by a range (a timestamp without time zone is not: its bound would come back zoned).
+RANGED_TYPES = (T.NumericType, T.StringType, T.DateType, T.TimestampType)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,10 @@ def key_origin(
     output = {str(a.name()): a for a in _each(plan.output())}
     found: dict[str, tuple[str, str]] = {}
     for column in key:
-        origin = _origin(plan, output[column].exprId().id(), view_inputs)
+        try:
+            origin = _origin(plan, output[column].exprId().id(), view_inputs)
+        except Py4JError:  # a plan node of another shape: the model is recomputed in full
+            origin = None
         if origin is None:
             return None
         found[column] = origin
