@@ -9,9 +9,12 @@ other model is run over its whole inputs and its output semi-joined to the keys.
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import date, datetime
+from decimal import Decimal
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -19,7 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.base.names import quote
+from lakehouse.base.names import quote, sql_string
 from lakehouse.io.iceberg import with_commit_properties
 from lakehouse.refine.changes import null_safe_join
 
@@ -177,10 +180,12 @@ def merge_by_key(
     rows: DataFrame,
     key: Sequence[str],
     properties: dict[str, str],
+    summary: KeysSummary | None = None,
 ) -> None:
     """MERGE `rows` for exactly the `keys` (null-safe: a null is one key value): a key without a row is
     deleted from the table. One commit, carrying `properties`, even when nothing changed (the consumed
-    snapshots advance)."""
+    snapshots advance). The keys' bounds (`summary`) bound the target's rows too: Iceberg skips the data
+    files outside them."""
     present = rows.withColumn("__present", F.lit(True))
     source = null_safe_join(keys.select(*[F.col(quote(k)) for k in key]), present, key, "left").withColumn(
         "__present", F.coalesce(F.col("__present"), F.lit(False))
@@ -192,6 +197,9 @@ def merge_by_key(
     view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
     source.createOrReplaceTempView(view)
     on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in key)
+    if summary is not None:
+        ranges = [_within_sql(f"t.{quote(c)}", bounds) for c, bounds in summary.bounds.items()]
+        on = " AND ".join([on, *[r for r in ranges if r is not None]])
     updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in key)
     statement = (
         f"MERGE INTO {table} t USING {view} s ON {on} "
@@ -204,3 +212,31 @@ def merge_by_key(
         with_commit_properties(spark, properties, lambda: spark.sql(statement))
     finally:
         spark.catalog.dropTempView(view)
+
+
+def _within_sql(column: str, bounds: tuple[Any, Any, bool]) -> str | None:
+    """`column` within the keys' bounds, as SQL; None when a bound has no plain literal (a timestamp, NaN)."""
+    lowest, highest, has_null = bounds
+    if lowest is None:
+        return f"{column} IS NULL"
+    low, high = _sql_literal(lowest), _sql_literal(highest)
+    if low is None or high is None:
+        return None
+    within = f"{column} BETWEEN {low} AND {high}"
+    return f"({within} OR {column} IS NULL)" if has_null else within
+
+
+def _sql_literal(value: Any) -> str | None:
+    if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+        return None
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, float):
+        return f"{value!r}D"
+    if isinstance(value, str):
+        return sql_string(value)
+    if isinstance(value, date) and not isinstance(value, datetime):
+        return f"DATE '{value.isoformat()}'"
+    return None

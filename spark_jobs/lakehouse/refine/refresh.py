@@ -349,7 +349,7 @@ class _Refiner:
                 recomputed = evaluate(
                     {**now, name: rows_of_input_keys(now[name], keys, origin, keys_summary)}
                 )
-            merge_by_key(self.spark, table, keys, recomputed, model.unique_key, properties)
+            merge_by_key(self.spark, table, keys, recomputed, model.unique_key, properties, keys_summary)
         report.snapshot_id = current_snapshot_id(self.spark, table)
         self.refreshed[model.name] = report.snapshot_id or 0
         return report
