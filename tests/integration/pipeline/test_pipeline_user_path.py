@@ -50,6 +50,13 @@ def schema_file(port: int, out: Path) -> Path:
     return out
 
 
+def equal_to_source(pipeline: LocalPipeline) -> bool:
+    """Every clean table of the source's tables equals it (row checksums), none missing."""
+    checks = pipeline.verify()
+    wanted = {f"{pipeline.source_schema}.{t}" for t in replication.SOURCE_TABLES}
+    return all(c.matches for c in checks) and {c.table for c in checks} == wanted
+
+
 def snapshot_ids(pipeline: LocalPipeline, table: str) -> list[int]:
     """The clean table's snapshots, oldest first."""
     clean = pipeline.lake_config().clean_table(table_name(pipeline.source_schema, table))
@@ -118,21 +125,22 @@ def test_a_user_deploys_with_the_release_and_runs_it_with_lakectl_alone(
         pipeline.reloads_pending()
     )
     pipeline.wait_until_applied(timeout=420)
-    assert_clean_equals_source(pipeline)
     full_loads = glue.get_job_runs(JobName=app.full_load_job_name)["JobRuns"]
     reloads = [r for r in full_loads if r.get("Arguments", {}).get("--reload") == "true"]
     assert reloads and all(r["JobRunState"] == "SUCCEEDED" for r in reloads), full_loads
 
+    # the lake caught up after the reloads: the on-demand reconcile finds no difference at all (none diverged,
+    # none in flight), so every table equals its source
     code, reconcile = lakectl(pipeline, "reconcile", "--wait")
     assert (code, reconcile["state"]) == (0, "SUCCEEDED"), reconcile
     key = f"manifests/reports/{reconcile['run_id']}.json"
     report = json.loads(pipeline.aws("s3").get_object(Bucket=app.artifacts_bucket, Key=key)["Body"].read())
-    assert report["totals"]["diverged_tables"] == 0, report
+    assert (report["totals"]["diverged_tables"], report["totals"]["in_flight"]) == (0, 0), report
     assert {t["table"] for t in report["tables"]} == {f"public.{t}" for t in replication.SOURCE_TABLES}
 
     # a rollback that commits: web_sales back to where the reload left it, its newer commits' files re-driven
     target = snapshot_ids(pipeline, "web_sales")[-1]
-    pipeline.run_workload(150, seed=34)
+    pipeline.run_workload(80, seed=34)
     pipeline.wait_until_applied(timeout=420)
     newer = snapshot_ids(pipeline, "web_sales")
     assert newer[-1] != target, "the workload changed no web_sales row"
@@ -145,11 +153,11 @@ def test_a_user_deploys_with_the_release_and_runs_it_with_lakectl_alone(
     assert sorted(rollback["redrive"]["sent"]) == sorted(
         uri.removeprefix(f"s3://{app.raw_bucket}/") for uri in plan["files_to_redrive"]
     ), rollback
-    reapplied = wait_for(lambda: all(c.matches for c in pipeline.verify()) or None, 420, 5)
-    assert reapplied, "\n".join(c.line() for c in pipeline.verify())
-    assert snapshot_ids(pipeline, "web_sales")[-1] not in newer  # applied again, in a commit of its own
+    # the loop applies the re-driven files again, in commits of its own (the files may come in two batches)
+    assert wait_for(lambda: snapshot_ids(pipeline, "web_sales")[-1] not in newer, 420, 3)
     pipeline.wait_until_applied(timeout=420)
-    assert_clean_equals_source(pipeline)
+    if not wait_for(lambda: equal_to_source(pipeline), 60, 10):
+        assert_clean_equals_source(pipeline)  # says which table differs, and how
 
     code, status = lakectl(pipeline, "status")
     assert code == 0 and status["lease"]["holder"] == started["execution_arn"], status
