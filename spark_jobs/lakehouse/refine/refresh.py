@@ -191,22 +191,17 @@ class _Refiner:
     def cheaper_rebuild(
         self,
         inputs: Mapping[Reference, int],
-        consumed: Mapping[str, int],
+        sizes: Mapping[Reference, tuple[int, int]],
         loaded: Mapping[Reference, Any],
         differing: Mapping[Reference, FileChanges | None],
     ) -> str | None:
         """Why rebuilding the model costs less than refreshing it from its inputs' changes, or None. What a
         refresh reads of a moved input is the rows of its data files that differ (`differing`: every row where
-        metadata cannot tell), however few of them changed: a change spread over every file reads them all."""
+        metadata cannot tell), however few of them changed: a change spread over every file reads them all.
+        `sizes`: each input's `input_size` since the consumed snapshot."""
         rows, read = 0, 0
         for reference, snapshot in inputs.items():
-            held, changed = input_size(
-                self.spark,
-                self.input_table(reference),
-                consumed[reference.input_name],
-                snapshot,
-                loaded[reference],
-            )
+            held, changed = sizes[reference]
             rows += held
             if reference in differing and self.options.rebuild_above_changed_fraction < 1:
                 files = differing[reference]
@@ -284,9 +279,17 @@ class _Refiner:
                     log.warning("%s: %s: rebuilding", table, reason)
                     break
         differing: dict[Reference, FileChanges | None] = {}  # each moved input's differing files
+        sizes: dict[Reference, tuple[int, int]] = {}  # each input's rows, and rows changed since consumed
         if reason is None:
             assert consumed is not None
             for reference, snapshot in inputs.items():
+                sizes[reference] = input_size(
+                    self.spark,
+                    self.input_table(reference),
+                    consumed[reference.input_name],
+                    snapshot,
+                    loaded[reference],
+                )
                 if consumed[reference.input_name] != snapshot:
                     differing[reference] = file_changes(
                         self.spark,
@@ -295,7 +298,7 @@ class _Refiner:
                         snapshot,
                         loaded[reference],
                     )
-            reason = self.cheaper_rebuild(inputs, consumed, loaded, differing)
+            reason = self.cheaper_rebuild(inputs, sizes, loaded, differing)
         evaluate = self.evaluator(model, views)
         now = {r.input_name: read_as_of(self.spark, self.input_table(r), s) for r, s in inputs.items()}
         rows = evaluate(now)
@@ -315,7 +318,7 @@ class _Refiner:
         else:
             assert consumed is not None
             report.mode = "incremental"
-            origin = key_origin(rows, dict(views), model.unique_key, reads_of(model))
+            origin = key_origin(rows, views, model.unique_key, reads_of(model))
             before = {
                 r.input_name: read_as_of(self.spark, self.input_table(r), consumed[r.input_name])
                 for r in inputs
@@ -325,9 +328,7 @@ class _Refiner:
                 name = reference.input_name
                 if consumed[name] == by_name[name]:
                     continue
-                report.changed_inputs[name] = input_size(
-                    self.spark, self.input_table(reference), consumed[name], by_name[name], loaded[reference]
-                )[1]
+                report.changed_inputs[name] = sizes[reference][1]
                 changes[name] = changed_rows_between(
                     self.spark,
                     self.input_table(reference),
