@@ -28,8 +28,9 @@ SELECT category, sum(amount) AS amount, count(*) AS lines FROM {{ ref('enriched'
 """,
 }
 # The most jobs of one model's incremental refresh after a one-file change of one input, whatever the table's size
-# (16 and 17 as a rule; adaptive execution's re-planning may add one).
-JOBS_AT_MOST = {"enriched": 18, "by_category": 18}
+# (16 and 17 as a rule; adaptive execution's re-planning adds one or two on a loaded machine: 18 and 19 once in
+# a full suite run). Before the keyed recompute it was 25 and 24: a count, a checkpoint or a model run more.
+JOBS_AT_MOST = {"enriched": 20, "by_category": 20}
 
 
 def _refresh_jobs(spark, base_config, monkeypatch, sales: int, suffix: str) -> dict[str, tuple[str, int]]:
