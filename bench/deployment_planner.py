@@ -32,7 +32,8 @@ else:  # imported by bench/cost_model.py run as a script: bench/ is on sys.path
 class Deployment:
     """What a user plans: `rows` in `tables` tables of equal size, `changes_per_day` spread evenly over the
     day and the tables, DMS writing one file per table every `file_interval` seconds; the template's
-    defaults for the loop (LoopWaitSeconds, MaxFilesPerRun, RefineEveryNBatches, MaintenanceEveryNBatches)."""
+    defaults for the loop (LoopWaitSeconds, MaxFilesPerRun, RefineEveryNBatches, RefineEveryMinutes,
+    MaintenanceEveryNBatches)."""
 
     rows: float = 1e9
     tables: int = 100
@@ -41,7 +42,10 @@ class Deployment:
     loop_wait: float = 60.0
     max_files_per_run: int = 500
     refine_every: int = 5
+    refine_every_minutes: float = 15.0  # RefineEveryMinutes: no refine starts sooner after the last (0: none)
     maintenance_every: int = 50
+    # RunPaceSeconds: the loop's pause after a batch that emptied the queue (None: auto, the engine's own)
+    run_pace: float | None = None
     hours: float = 24.0
     audit_every_minutes: float = (
         60.0  # RawAuditEveryMinutes: a run of its fixed cost between two batches (0: none)
@@ -233,8 +237,9 @@ def deployment_day(
     plan: Deployment, measured: Measured, size: RunSize, engine: str = "glue"
 ) -> DeploymentDay:
     """A day of the state machine's loop for `plan`, one thing at a time: a CDC run per batch (a batch: the
-    files landed so far, at most `max_files_per_run`; `loop_wait` when none has), a refine run after every
-    `refine_every` batches, the raw audit (its fixed cost) once `audit_every_minutes` have passed since the
+    files landed so far, at most `max_files_per_run`; `loop_wait` when none has), a refine run after
+    `refine_every` batches once `refine_every_minutes` have passed since the last refine started, after a batch
+    that emptied the queue a pause of `run_pace` (auto: 60 s, none on EMR Serverless's warm pool), the raw audit (its fixed cost) once `audit_every_minutes` have passed since the
     last, a maintenance pass after every `maintenance_every` (a slice: what the changes made
     due since, within its budget; the first pass after each day's start also expires and removes orphans);
     each run after its engine's start-up. Billed: Glue `dpus x max(60 s, start + run)` per run; EMR Serverless
@@ -242,6 +247,7 @@ def deployment_day(
     over the tables, so a batch of n files touches min(n, tables) tables; each file's freshness is the end of
     the run that applied it (less `commit_before_end_seconds`: its commit) less its landing."""
     warm = engine != "glue" and size.emr_pre_initialized
+    pace = plan.run_pace if plan.run_pace is not None else (0.0 if warm else 60.0)
     start = size.glue_start_seconds if engine == "glue" else size.emr_start_seconds
     start = size.emr_warm_start_seconds if warm else start
     horizon = plan.hours * 3600
@@ -249,6 +255,7 @@ def deployment_day(
     changes_per_file = plan.changes_per_day * plan.file_interval / (plan.tables * 86_400)
     files = int(horizon / spacing)
     clock, next_file, batches, due, rewritten, expired_days, since_pass = 0.0, 0, 0, 0.0, 0.0, 0, 0
+    since_refine, last_refine = 0, -float("inf")
     audit_period = plan.audit_every_minutes * 60 or float("inf")
     next_audit = audit_period
     runs: list[tuple[str, float]] = []
@@ -268,9 +275,12 @@ def deployment_day(
         since_pass += count
         due += count * changes_per_file * measured.bytes_due_per_change
         batches += 1
+        since_refine += 1
         runs.append(("cdc", start + seconds))
-        if batches % plan.refine_every == 0:
+        rested = clock - last_refine >= plan.refine_every_minutes * 60
+        if since_refine >= plan.refine_every and rested:
             seconds = measured.overhead_seconds + measured.refine_seconds
+            since_refine, last_refine = 0, clock
             clock += start + seconds
             runs.append(("refine", start + seconds))
         if batches % plan.maintenance_every == 0:
@@ -284,6 +294,8 @@ def deployment_day(
             due, rewritten = due - slice_bytes, rewritten + slice_bytes
             clock += start + seconds
             runs.append(("maintenance", start + seconds))
+        if landed_by - next_file == 0:  # the batch emptied the queue: the loop pauses before the next
+            clock += pace
         if clock >= next_audit:
             clock += start + measured.overhead_seconds
             runs.append(("audit", start + measured.overhead_seconds))
@@ -351,7 +363,9 @@ def deployment_markdown(plan: Deployment, glue: DeploymentDay, emr: DeploymentDa
 def loop_settings(plan: Deployment) -> str:
     return (
         f"MaxFilesPerRun={plan.max_files_per_run}, LoopWaitSeconds={plan.loop_wait:g}, "
-        f"RefineEveryNBatches={plan.refine_every}, MaintenanceEveryNBatches={plan.maintenance_every}"
+        f"RunPaceSeconds={'auto' if plan.run_pace is None else f'{plan.run_pace:g}'}, "
+        f"RefineEveryNBatches={plan.refine_every}, RefineEveryMinutes={plan.refine_every_minutes:g}, "
+        f"MaintenanceEveryNBatches={plan.maintenance_every}"
     )
 
 
@@ -387,6 +401,12 @@ def deployment_main(argv: Sequence[str]) -> int:
     parser.add_argument("--loop-wait-seconds", type=float, default=60, help="template LoopWaitSeconds")
     parser.add_argument("--max-files-per-run", type=int, default=500, help="template MaxFilesPerRun")
     parser.add_argument("--refine-every", type=int, default=5, help="template RefineEveryNBatches")
+    parser.add_argument(
+        "--refine-every-minutes", type=float, default=15.0, help="template RefineEveryMinutes"
+    )
+    parser.add_argument(
+        "--run-pace-seconds", type=float, default=None, help="template RunPaceSeconds (default: auto)"
+    )
     parser.add_argument("--maintenance-every", type=int, default=50, help="template MaintenanceEveryNBatches")
     parser.add_argument("--many-tables", type=Path, help="a bench/many_tables.py JSON: the per-table costs")
     parser.add_argument("--maintenance", type=Path, help="a bench/maintenance.py JSON with a planner block")
@@ -401,7 +421,8 @@ def deployment_main(argv: Sequence[str]) -> int:
     plan = Deployment(
         args.rows, args.tables, args.changes_per_day, file_interval=args.file_interval,
         loop_wait=args.loop_wait_seconds, max_files_per_run=args.max_files_per_run,
-        refine_every=args.refine_every, maintenance_every=args.maintenance_every,
+        refine_every=args.refine_every, refine_every_minutes=args.refine_every_minutes,
+        maintenance_every=args.maintenance_every, run_pace=args.run_pace_seconds,
     )  # fmt: skip
     measured = Measured.from_results(args.many_tables, args.maintenance)
     if args.table_seconds is not None:

@@ -291,6 +291,7 @@ def model_beside(result: dict[str, Any]) -> dict[str, Any]:
         changes_per_day=result["changes"] * 86_400 / (settings["minutes"] * 60), file_interval=settings["interval"],
         loop_wait=loop.get("LoopWaitSeconds", 60.0), max_files_per_run=int(loop.get("MaxFilesPerRun", 500)),
         refine_every=int(loop.get("RefineEveryNBatches", 5)),
+        refine_every_minutes=loop.get("RefineEveryMinutes", 0.0), run_pace=loop.get("RunPaceSeconds", 0.0),
         maintenance_every=int(loop.get("MaintenanceEveryNBatches", 50)), hours=settings["minutes"] / 60,
     )  # fmt: skip
     model = deployment_day(plan, measured, size, "glue")
@@ -324,7 +325,10 @@ def remodel(path: Path) -> int:
     return 0
 
 
-LOOP_SETTINGS = ("LoopWaitSeconds", "MaxFilesPerRun", "RefineEveryNBatches", "MaintenanceEveryNBatches")
+LOOP_SETTINGS = (
+    "LoopWaitSeconds", "RunPaceSeconds", "MaxFilesPerRun", "RefineEveryNBatches", "RefineEveryMinutes",
+    "MaintenanceEveryNBatches",
+)  # fmt: skip
 
 
 def markdown(result: dict[str, Any]) -> str:

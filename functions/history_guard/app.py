@@ -45,8 +45,7 @@ def handler(request: GuardRequest, context: LambdaContext) -> dict[str, Any]:
     count = event_count(sfn, request.execution_arn)
     metrics.add_metric(name="ExecutionHistoryEvents", unit=MetricUnit.Count, value=count)
     result = {"event_count": count, "threshold": threshold, "rollover": should_roll_over(count, threshold)}
-    result |= periodic.answer(
-        request.execution_arn
-    )  # the reconcile and the raw zone audit: due? (periodic.py)
+    # the reconcile and the raw zone audit: due? may a refine start? (periodic.py)
+    result |= periodic.answer(request.execution_arn)
     logger.info("history size", extra=result)
     return result

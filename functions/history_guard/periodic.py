@@ -11,6 +11,12 @@ the loop then runs the reconcile even between two CDC runs, so a queue never fou
 
 Reading the run history can fail (throttling, a permission): then the job is not due this pass. The guard
 never fails the execution for it.
+
+The refine is not periodic but rate-limited (RefineEveryMinutes): the loop refines after RefineEveryNBatches
+batches, or idle, only once the refine job's newest run started that long ago. Each run is billed at least a
+minute on Glue, so a busy loop (a batch every two minutes) would otherwise pay a start-up every few batches.
+That floor is open when it is 0, when the refine never ran, and when its runs cannot be read: one refine
+too many costs a billed minute, a refined zone held back costs its readers.
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ JOBS = {
     "reconcile": ("RECONCILE_JOB_NAME", "RECONCILE_EVERY_MINUTES"),
     "raw_audit": ("RAW_AUDIT_JOB_NAME", "RAW_AUDIT_EVERY_MINUTES"),
 }
+REFINE = ("REFINE_JOB_NAME", "REFINE_EVERY_MINUTES")
 EMR_RUNS_LOOKED_AT = 200
 
 
 @dataclass(frozen=True)
 class Periodic:
-    key: str  # reconcile | raw_audit: the answer's field
+    key: str  # reconcile | raw_audit: the answer's field (refine: the minimum interval)
     job_name: str  # the Glue job (or the EMR Serverless run name, the Glue job's name)
     every_minutes: float  # 0: never
 
@@ -51,6 +58,31 @@ def periodic_jobs(environ: Mapping[str, str]) -> list[Periodic]:
         if name and every > 0:
             jobs.append(Periodic(key, name, every))
     return jobs
+
+
+def refine_floor(environ: Mapping[str, str]) -> Periodic | None:
+    """The refine's minimum interval, if the template set one (a job name and minutes above 0)."""
+    name_variable, every_variable = REFINE
+    name = environ.get(name_variable, "").strip()
+    every = float(environ.get(every_variable, "0") or 0)
+    if every < 0:
+        raise ValueError(f"{every_variable} {every}: 0 (no minimum interval) or a number of minutes")
+    return Periodic("refine", name, every) if name and every > 0 else None
+
+
+def refine_interval_passed(
+    floor: Periodic | None, last_started: Callable[[str], datetime | None], now: datetime
+) -> bool:
+    """May the loop start a refine now: no floor, a refine job that never ran, runs that cannot be read, or
+    a newest run that started `floor.every_minutes` ago."""
+    if floor is None:
+        return True
+    try:
+        last = last_started(floor.job_name)
+    except Exception as error:  # open: the next refine corrects a stale refined zone, nothing else does
+        log.warning("the runs of %s could not be read: %s: %s", floor.job_name, type(error).__name__, error)
+        return True
+    return last is None or is_due(last, floor.every_minutes, now)
 
 
 def is_due(last_started: datetime, every_minutes: float, now: datetime, periods: int = 1) -> bool:
@@ -121,12 +153,14 @@ def _client(service: str) -> Any:
 def answer(
     execution_arn: str, environ: Mapping[str, str] | None = None, now: datetime | None = None
 ) -> dict[str, Any]:
-    """The guard's answer about the periodic jobs of the execution's loop, from the function's environment."""
+    """The guard's answer about the periodic jobs of the execution's loop and the refine's minimum interval,
+    from the function's environment."""
     environ = os.environ if environ is None else environ
     moment = now or datetime.now(UTC)
     jobs = periodic_jobs(environ)
-    if not jobs:
-        return schedule([], lambda _: None, moment)
+    floor = refine_floor(environ)
+    if not jobs and floor is None:
+        return schedule([], lambda _: None, moment) | {"refine_interval_passed": True}
     application_id = environ.get("EMR_APPLICATION_ID", "")
     reader = (
         emr_last_started(_client("emr-serverless"), application_id)
@@ -138,4 +172,6 @@ def answer(
     def execution_start() -> datetime:
         return _client("stepfunctions").describe_execution(executionArn=execution_arn)["startDate"]
 
-    return schedule(jobs, reader, moment, execution_start)
+    return schedule(jobs, reader, moment, execution_start) | {
+        "refine_interval_passed": refine_interval_passed(floor, reader, moment)
+    }

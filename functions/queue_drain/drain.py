@@ -75,7 +75,8 @@ def drain(
     fence: DrainFence | None = None,
 ) -> dict[str, Any]:
     """Return the batch to apply next: a pending manifest if one exists, else a new one drained from
-    the queue (up to the limits), or `has_work: false` when the queue is empty. A pending manifest moved
+    the queue (up to the limits; `caught_up` when the queue had no more), or `has_work: false` when the
+    queue is empty. A pending manifest moved
     aside on the way is passed to `on_moved_aside` at once (and listed in the result's `moved_aside`).
     With a `fence` (the Lambda always passes one), each write first checks it (`DrainFence`)."""
     moment = now or datetime.now(UTC)
@@ -111,12 +112,14 @@ def drain(
     deadline = time.monotonic() + limits.time_budget_seconds
     counts = {"poison_messages": 0, "skipped_full_load": 0, "duplicates": 0, "reload_files": 0}
     set_aside = 0  # corrupt reload requests replaced (kept under reloads-failed/)
+    caught_up = False  # the queue gave no more, rather than a limit stopping the drain
     while len(manifest.files) < limits.max_files and manifest.total_bytes < limits.max_bytes:
         if time.monotonic() > deadline:
             break
         wanted = min(RECEIVE_PAGE, limits.max_files - len(manifest.files))
         page = receive_page(sqs, where, limits, wanted)
         if not page:
+            caught_up = True
             break
         sorted_page = sort_page(sqs, where, page, manifest, limits, loads_read_before, exists)
         for name in counts:
@@ -162,4 +165,5 @@ def drain(
         extra["held_for_reload"] = held
     if not manifest.files or key in held:
         return {"has_work": False, "file_count": 0} | extra
-    return batch_result(where, key, manifest, resumed=False, etag=etag) | extra
+    # caught up: the loop may pace its next run (RunPaceSeconds); a batch cut by a limit is a backlog
+    return batch_result(where, key, manifest, resumed=False, etag=etag) | extra | {"caught_up": caught_up}

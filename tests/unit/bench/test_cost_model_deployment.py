@@ -32,8 +32,9 @@ FREE = Measured(  # runs cost only their fixed part: the schedule alone decides
 
 # Two tables, a file each every 60 s (one every 30 s in all), 100 changes a file, for 6 minutes: 12 files.
 TINY = Deployment(
-    rows=2e6, tables=2, changes_per_day=100 * 2 * 1440, hours=0.1, refine_every=1000, audit_every_minutes=0
-)
+    rows=2e6, tables=2, changes_per_day=100 * 2 * 1440, hours=0.1, refine_every=1000, audit_every_minutes=0,
+    run_pace=0.0,
+)  # fmt: skip
 TINY_COSTS = Measured(  # a run 20 s, each further table 5 s; a pass 20 s + 0.2 s a table inspected + 1 s a
     overhead_seconds=20.0,  # table changed since the last pass + 1 kB/s rewritten
     changes_per_second=1e12,
@@ -104,10 +105,48 @@ def test_a_quiet_small_deployment_pays_the_minimum_per_run_on_both_engines():
 
 
 def test_refine_and_maintenance_follow_their_batch_counts():
-    plan = Deployment(rows=1e6, tables=3, changes_per_day=1e6, hours=6.0, refine_every=5, maintenance_every=7)
+    plan = Deployment(
+        rows=1e6, tables=3, changes_per_day=1e6, hours=6.0, refine_every=5, maintenance_every=7,
+        refine_every_minutes=0.0, run_pace=0.0,
+    )  # fmt: skip
     day = deployment_day(plan, FREE, RunSize(), "glue")
     assert day.cdc_runs > 35
     assert (day.refine_runs, day.maintenance_runs) == (day.cdc_runs // 5, day.cdc_runs // 7)
+
+
+def test_a_refine_waits_for_its_minimum_interval_and_a_caught_up_loop_paces_its_runs():
+    """Given the tiny deployment (files landing every 30 s) with a refine after every batch, When no refine
+    may start sooner than 2 minutes after the last, Then a refine runs after the first batch and then only
+    every other batch or so: fewer refines than batches, none closer than 120 s; When a caught-up loop pauses
+    60 s after each batch, Then each run gathers more files: fewer CDC runs for the same files, each file
+    staler, and the Glue bill (a billed minute a run) smaller."""
+    every_batch = Deployment(**{**TINY.__dict__, "refine_every": 1, "refine_every_minutes": 0.0})
+    rested = Deployment(**{**every_batch.__dict__, "refine_every_minutes": 2.0})
+    paced = Deployment(**{**TINY.__dict__, "run_pace": 60.0})
+
+    eager = deployment_day(every_batch, TINY_COSTS, RunSize(), "glue")
+    slow = deployment_day(rested, TINY_COSTS, RunSize(), "glue")
+    base = deployment_day(TINY, TINY_COSTS, RunSize(), "glue")
+    pacing = deployment_day(paced, TINY_COSTS, RunSize(), "glue")
+
+    assert eager.refine_runs == eager.cdc_runs
+    assert 1 <= slow.refine_runs < slow.cdc_runs and slow.refine_runs <= 1 + slow.end_hours * 3600 / 120
+    assert pacing.changes == base.changes and pacing.cdc_runs < base.cdc_runs
+    assert pacing.freshness_p50 > base.freshness_p50
+    assert pacing.glue_dpu_hours < base.glue_dpu_hours
+
+
+def test_run_pace_auto_is_a_minute_where_runs_are_billed_and_none_on_the_warm_pool():
+    """Given RunPaceSeconds auto (None), Then Glue and EMR Serverless without the pool plan as with 60 s,
+    EMR Serverless with its warm pool as with none."""
+    auto = Deployment(rows=1e6, tables=10, changes_per_day=1e6, hours=2.0)
+    minute = Deployment(**{**auto.__dict__, "run_pace": 60.0})
+    none = Deployment(**{**auto.__dict__, "run_pace": 0.0})
+    cold = RunSize(emr_pre_initialized=False)
+
+    assert deployment_day(auto, FREE, RunSize(), "glue") == deployment_day(minute, FREE, RunSize(), "glue")
+    assert deployment_day(auto, FREE, cold, "emr") == deployment_day(minute, FREE, cold, "emr")
+    assert deployment_day(auto, FREE, RunSize(), "emr") == deployment_day(none, FREE, RunSize(), "emr")
 
 
 def test_a_batch_pays_a_merge_per_table_it_touches():
@@ -193,7 +232,8 @@ def test_the_command_prints_the_day_at_the_settings_and_whether_it_meets_the_goa
     assert deployment_main([]) == 0
     out = capsys.readouterr().out
     assert (
-        "MaxFilesPerRun=500, LoopWaitSeconds=60, RefineEveryNBatches=5, MaintenanceEveryNBatches=50:" in out
+        "MaxFilesPerRun=500, LoopWaitSeconds=60, RunPaceSeconds=auto, RefineEveryNBatches=5, "
+        "RefineEveryMinutes=15, MaintenanceEveryNBatches=50:" in out
     )
     assert "goal (keeps up, freshness p95 <= 5 min) on both engines:" in out
     assert "DPU-hours" in out and "vCPU-hours" in out and "full load once, Parquet" in out

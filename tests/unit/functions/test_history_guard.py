@@ -20,10 +20,12 @@ class FakeStepFunctions:
         return {"events": [{"id": self.newest_event_id, "type": "TaskStateExited"}]}
 
 
-# no reconcile or raw audit configured (their job names and periods unset): neither is ever due (periodic.py)
+# no reconcile or raw audit configured (their job names and periods unset): neither is ever due, and no
+# minimum interval holds a refine back (periodic.py)
 NO_PERIODIC_JOB = {
     "due": {"reconcile": False, "raw_audit": False},
     "overdue": {"reconcile": False, "raw_audit": False},
+    "refine_interval_passed": True,
 }
 
 

@@ -136,19 +136,57 @@ def test_on_emr_serverless_the_runs_of_the_application_are_read_by_name(periodic
     assert reader("dev-raw-audit") is None
 
 
+@pytest.mark.parametrize(
+    ("last_run_ago", "passed"),
+    [(timedelta(minutes=14), False), (timedelta(minutes=15), True), (None, True)],
+)
+def test_a_refine_may_start_once_its_newest_run_started_its_minimum_interval_ago(
+    periodic, last_run_ago, passed
+):
+    """Given RefineEveryMinutes 15 and a refine job whose newest run started `last_run_ago` (None: never
+    ran), Then the loop may start a refine only once 15 minutes have passed since that start."""
+    floor = periodic.refine_floor({"REFINE_JOB_NAME": "dev-refine", "REFINE_EVERY_MINUTES": "15"})
+    last = {} if last_run_ago is None else {"dev-refine": NOW - last_run_ago}
+
+    assert periodic.refine_interval_passed(floor, last.get, NOW) is passed
+
+
+def test_a_refine_floor_of_zero_or_unreadable_runs_never_holds_a_refine_back(periodic):
+    """Given RefineEveryMinutes 0, Then there is no floor and the refine's runs are not even read; Given
+    runs that cannot be read, Then the refine may start (a stale refined zone is worse than a billed minute);
+    Given a negative interval, Then the setting is refused."""
+
+    def never_asked(job: str):
+        raise AssertionError(f"read the runs of {job}")
+
+    def throttled(job: str):
+        raise RuntimeError("ThrottlingException")
+
+    no_floor = periodic.refine_floor({"REFINE_JOB_NAME": "dev-refine", "REFINE_EVERY_MINUTES": "0"})
+    floor = periodic.refine_floor({"REFINE_JOB_NAME": "dev-refine", "REFINE_EVERY_MINUTES": "15"})
+
+    assert no_floor is None
+    assert periodic.refine_interval_passed(no_floor, never_asked, NOW) is True
+    assert periodic.refine_interval_passed(floor, throttled, NOW) is True
+    with pytest.raises(ValueError, match="REFINE_EVERY_MINUTES"):
+        periodic.refine_floor({"REFINE_JOB_NAME": "dev-refine", "REFINE_EVERY_MINUTES": "-1"})
+
+
 def test_the_guard_answers_from_the_glue_jobs_runs(aws, load_handler):
-    """Given the deployed environment (job names and periods) and, on moto, a raw audit job that just ran and
-    a reconcile job that never ran in an execution started now, When the guard runs, Then neither is due:
-    the audit ran less than a period ago, the reconcile's clock started with the execution."""
+    """Given the deployed environment (job names and periods) and, on moto, a raw audit job and a refine job
+    that just ran and a reconcile job that never ran in an execution started now, When the guard runs, Then
+    neither is due and no refine may start: the audit and the refine ran less than a period ago, the
+    reconcile's clock started with the execution. An hour later all three are open."""
     role = boto3.client("iam").create_role(RoleName="pipeline", AssumeRolePolicyDocument="{}")["Role"]["Arn"]
     sfn = boto3.client("stepfunctions")
     definition = {"StartAt": "Work", "States": {"Work": {"Type": "Pass", "End": True}}}
     machine = sfn.create_state_machine(name="dev-pipeline", definition=json.dumps(definition), roleArn=role)
     execution = sfn.start_execution(stateMachineArn=machine["stateMachineArn"])["executionArn"]
     glue = boto3.client("glue")
-    for name in ("dev-reconcile", "dev-raw-audit"):
+    for name in ("dev-reconcile", "dev-raw-audit", "dev-refine"):
         glue.create_job(Name=name, Role=role, Command={"Name": "glueetl", "ScriptLocation": "s3://a/b.py"})
     glue.start_job_run(JobName="dev-raw-audit")
+    glue.start_job_run(JobName="dev-refine")
     sys.modules.pop("periodic", None)
     app = load_handler(
         "history_guard",
@@ -157,12 +195,15 @@ def test_the_guard_answers_from_the_glue_jobs_runs(aws, load_handler):
         RECONCILE_EVERY_MINUTES="60",
         RAW_AUDIT_JOB_NAME="dev-raw-audit",
         RAW_AUDIT_EVERY_MINUTES="60",
+        REFINE_JOB_NAME="dev-refine",
+        REFINE_EVERY_MINUTES="15",
         EMR_APPLICATION_ID="",
     )
     try:
         result = app.handler(event("history_guard.json") | {"execution_arn": execution}, FakeContext())
         assert result["due"] == {"reconcile": False, "raw_audit": False}
         assert result["overdue"] == {"reconcile": False, "raw_audit": False}
+        assert result["refine_interval_passed"] is False
         assert result["rollover"] is False
 
         # a period later (the clock moved by an hour): both due, neither overdue
@@ -172,6 +213,7 @@ def test_the_guard_answers_from_the_glue_jobs_runs(aws, load_handler):
         assert later == {
             "due": {"reconcile": True, "raw_audit": True},
             "overdue": {"reconcile": False, "raw_audit": False},
+            "refine_interval_passed": True,
         }
     finally:
         sys.modules.pop("periodic", None)

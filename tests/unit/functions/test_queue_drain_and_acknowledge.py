@@ -58,7 +58,8 @@ def queue_depth(sqs, url: str) -> int:
 def test_drain_takes_more_than_one_page_in_arrival_order_into_one_manifest(queues, drain_app):
     """Given 25 CDC file events in one FIFO group (more than SQS's 10 per receive),
     When drained with a bound of 23 files,
-    Then one pending manifest lists the first 23 files in arrival order and only they left the queue."""
+    Then one pending manifest lists the first 23 files in arrival order and only they left the queue, and the
+    batch is not caught up (a limit cut it: the loop does not pace the next run)."""
     sqs, queue_url, _ = queues
     keys = [f"dms/sales/customer/20261122-1010{n:02d}000.csv" for n in range(25)]
     for key in keys:
@@ -67,6 +68,7 @@ def test_drain_takes_more_than_one_page_in_arrival_order_into_one_manifest(queue
     result = drain_app.handler(event("queue_drain_small_batch.json") | {"max_files": 23}, FakeContext())
 
     assert result["has_work"] and result["file_count"] == 23 and not result["resumed"]
+    assert result["caught_up"] is False
     manifest = manifest_at(result["manifest_key"])
     assert [f["uri"] for f in manifest["files"]] == [f"s3://{RAW}/{k}" for k in keys[:23]]
     assert result["manifest_uri"] == f"s3://{ARTIFACTS}/{result['manifest_key']}"
@@ -75,7 +77,8 @@ def test_drain_takes_more_than_one_page_in_arrival_order_into_one_manifest(queue
 
 def test_a_pending_manifest_is_returned_again_until_acknowledged(queues, drain_app, load_handler):
     """Given a drained batch whose CDC run has not succeeded,
-    When the drain runs again, Then it returns the same manifest (a retry) and takes no new messages;
+    When the drain runs again, Then it returns the same manifest (a retry) and takes no new messages, and
+    only the batch that emptied the queue says it caught up (a retried one may be a backlog);
     When the batch is acknowledged, Then the manifest moves to done/ and the next drain takes new files."""
     sqs, queue_url, _ = queues
     send_file_event(sqs, queue_url, "dms/sales/item/20261122-101010000.csv")
@@ -84,6 +87,7 @@ def test_a_pending_manifest_is_returned_again_until_acknowledged(queues, drain_a
 
     again = drain_app.handler(drain_request(), FakeContext())
     assert again["resumed"] and again["manifest_key"] == first["manifest_key"]
+    assert first["caught_up"] is True and "caught_up" not in again
     assert queue_depth(sqs, queue_url) == 1
 
     ack = load_handler("acknowledge", ARTIFACTS_BUCKET=ARTIFACTS)

@@ -351,7 +351,8 @@ def test_a_source_secret_of_the_other_engine_is_refused_naming_source_engine(
 def test_the_history_guard_knows_the_jobs_and_their_periods(template):
     """The guard answers 'due' from the jobs' run history: it is told their names and periods (0, never,
     when no source is configured: a reconcile that cannot connect is never started) and may read their runs
-    and its execution's start."""
+    and its execution's start; and the refine's name and minimum interval (0, none, when no model is
+    deployed: the loop never refines then)."""
     guard = template["Resources"]["HistoryGuardFunction"]["Properties"]
     variables = guard["Environment"]["Variables"]
     assert variables["RECONCILE_JOB_NAME"] == {"Ref": "ReconcileJob"}
@@ -360,6 +361,13 @@ def test_the_history_guard_knows_the_jobs_and_their_periods(template):
         "Fn::If": ["ReconcileConfigured", {"Ref": "ReconcileEveryMinutes"}, "0"]
     }
     assert variables["RAW_AUDIT_EVERY_MINUTES"] == {"Ref": "RawAuditEveryMinutes"}
+    assert variables["REFINE_JOB_NAME"] == {"Ref": "RefineJob"}
+    assert variables["REFINE_EVERY_MINUTES"] == {
+        "Fn::If": ["RefineModelsDeployed", {"Ref": "RefineEveryMinutes"}, "0"]
+    }
+    assert template["Conditions"]["RefineModelsDeployed"] == {
+        "Fn::Equals": [{"Ref": "HasRefineModels"}, "true"]
+    }
     assert template["Conditions"]["ReconcileConfigured"] == {
         "Fn::Or": [
             {"Condition": "HasSourceSecret"},
@@ -371,11 +379,13 @@ def test_the_history_guard_knows_the_jobs_and_their_periods(template):
     assert [r["Fn::Sub"].rsplit("/", 1)[-1] for r in runs["Resource"]] == [
         "${ReconcileJob}",
         "${RawAuditJob}",
+        "${RefineJob}",
     ]
     assert any(isinstance(s, dict) and s.get("Action") == "states:DescribeExecution" for s in statements)
     parameters = template["Parameters"]
     assert parameters["ReconcileEveryMinutes"]["Default"] == "360"
     assert parameters["RawAuditEveryMinutes"]["Default"] == "60"
+    assert parameters["RefineEveryMinutes"]["Default"] == "15"
     assert parameters["RepairMode"]["Default"] == "alarm"
     assert parameters["RepairMode"]["AllowedValues"] == ["alarm", "reload"]
 

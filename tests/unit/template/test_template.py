@@ -200,6 +200,8 @@ def _choose(state: dict[str, Any], document: dict[str, Any]) -> str:
     def holds(rule: dict[str, Any]) -> bool:
         if "And" in rule:
             return all(holds(part) for part in rule["And"])
+        if "Not" in rule:
+            return not holds(rule["Not"])
         found = value(rule["Variable"])
         if "IsPresent" in rule:
             return (found is not _MISSING) == rule["IsPresent"]
@@ -356,6 +358,71 @@ def test_refine_runs_every_n_applied_batches(asl, since_refine, refine):
     # a failed refine backs off like a successful one: it runs again after N more batches, not every batch
     assert asl["States"]["RunRefine"]["Catch"][0]["Next"] == "RefineFailed"
     assert asl["States"]["RefineFailed"]["Parameters"]["since_refine"] == 0
+
+
+@pytest.mark.parametrize(
+    ("history", "refine"),
+    [
+        (None, True),  # the first pass of an execution: no answer of the guard yet
+        ({"refine_interval_passed": True}, True),
+        ({"refine_interval_passed": False}, False),
+    ],
+)
+def test_a_refine_waits_for_its_minimum_interval_after_batches_and_when_idle(asl, history, refine):
+    """Given RefineEveryNBatches batches applied since the last refine (or an empty queue with batches applied
+    since), When the history guard's last answer says the refine's newest run started less than
+    RefineEveryMinutes ago, Then no refine starts (the loop goes on to maintenance, or idles and asks again);
+    Given the interval passed, or no answer yet, Then the refine runs."""
+    loop = {"batches": 99, "since_refine": 7, "since_maintenance": 1}
+    config = {"refine_every": 5, "refine_models": True, "maintenance_every": 50, "maintenance_mode": "job"}
+    document: dict[str, Any] = {"config": config, "loop": loop}
+    if history is not None:
+        document["history"] = {"value": history}
+    idle = document | {"batch": {"value": {"has_work": False}}}
+
+    assert (_route(asl, "RefineDue?", document)[-1] == "RunRefine") is refine
+    assert (_route(asl, "HasWork?", idle)[-1] == "RunIdleRefine") is refine
+
+
+@pytest.mark.parametrize(
+    ("batch", "pace", "next_state"),
+    [
+        ({"has_work": True, "caught_up": True}, 60, "PaceRuns"),  # the batch emptied the queue
+        ({"has_work": True, "caught_up": False}, 60, "CheckHistory"),  # a limit cut it: a backlog
+        ({"has_work": True, "resumed": True}, 60, "CheckHistory"),  # a retried batch: maybe a backlog
+        ({"has_work": True, "caught_up": True}, 0, "CheckHistory"),  # RunPaceSeconds=0
+        ({"has_work": False}, 60, "Idle"),
+    ],
+)
+def test_a_caught_up_loop_paces_its_runs_and_a_backlog_goes_straight_on(asl, batch, pace, next_state):
+    """Given a pass whose batch emptied the queue, When RunPaceSeconds > 0, Then the loop waits that long
+    before the next drain (the next run gathers the files of that time); Given a batch a limit cut or a
+    retried one, or no pause configured, Then it goes straight on; Given an empty queue, Then it idles."""
+    document = {"config": {"run_pace_seconds": pace, "loop_wait_seconds": 60}, "batch": {"value": batch}}
+
+    assert _route(asl, "WaitIfIdle?", document)[-1] == next_state
+    assert asl["States"]["PaceRuns"] == {
+        "Type": "Wait",
+        "SecondsPath": "$.config.run_pace_seconds",
+        "Next": "CheckHistory",
+    }
+    assert asl["States"]["Configure"]["Parameters"]["run_pace_seconds.$"] == (
+        "States.StringToJson('${RunPaceSeconds}')"
+    )
+
+
+def test_run_pace_auto_pauses_only_where_each_run_is_billed_on_its_own(template):
+    """Given RunPaceSeconds=auto (the default), Then the Glue state machine gets 60 s, the EMR Serverless one
+    60 s without the warm pool and 0 with it; a number is passed as it is."""
+    assert template["Parameters"]["RunPaceSeconds"]["Default"] == "auto"
+    assert template["Conditions"]["RunPaceAuto"] == {"Fn::Equals": [{"Ref": "RunPaceSeconds"}, "auto"]}
+    resources = template["Resources"]
+    glue = resources["PipelineStateMachine"]["Properties"]["DefinitionSubstitutions"]
+    emr = resources["EmrPipelineStateMachine"]["Properties"]["DefinitionSubstitutions"]
+    assert glue["RunPaceSeconds"] == {"Fn::If": ["RunPaceAuto", "60", {"Ref": "RunPaceSeconds"}]}
+    assert emr["RunPaceSeconds"] == {
+        "Fn::If": ["RunPaceAuto", {"Fn::If": ["EmrWarmPool", "0", "60"]}, {"Ref": "RunPaceSeconds"}]
+    }
 
 
 def test_an_empty_queue_waits_then_loops_and_a_long_history_rolls_over(asl):
