@@ -125,7 +125,7 @@ def probe_queue(pipeline: LocalPipeline) -> ProbeQueue:
 def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_never_wrote(
     make_pipeline, pipeline_endpoint
 ) -> None:
-    """Given the stack deployed with ReconcileEveryMinutes=1, DmsSettleSeconds=120, RawAuditEveryMinutes=1
+    """Given the stack deployed with ReconcileEveryMinutes=1, DmsSettleSeconds=30, RawAuditEveryMinutes=1
     (grace 1 minute), RepairMode=reload, LoopWaitSeconds=15 and the source's secret, and the pipeline
     caught up with its source,
     When a change's file event never reaches the queue (the EventBridge rule had no target when the file
@@ -146,9 +146,11 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     pipeline = make_pipeline(
         parameters={
             "ReconcileEveryMinutes": "1",
-            # a difference counts once a run 2 minutes after the one that saw it still sees it: the local DMS
-            # on a loaded machine writes a change well after its commit (AWS: CdcMaxBatchInterval, 60 s)
-            "DmsSettleSeconds": "120",
+            # S: a difference counts once a run S after the one that saw it still sees it, and only over lake rows
+            # committed S before that sighting. The local DMS writes a file every second (AWS: CdcMaxBatchInterval,
+            # 60 s); 30 s, the demo's, leaves it a margin on a loaded machine and lets the second reconcile after
+            # the full load confirm what the first saw (120 s: the fifth, 210 s later)
+            "DmsSettleSeconds": "30",
             "RawAuditEveryMinutes": "1",
             "RawAuditGraceMinutes": "1",
             "RepairMode": "reload",
