@@ -237,8 +237,14 @@ def test_rollover_hands_over_to_a_new_execution_and_loses_nothing(make_pipeline,
     assert sum(e["status"] == "RUNNING" for e in executions) == 1
     assert all(e["status"] in ("RUNNING", "SUCCEEDED") for e in executions), executions
     assert_clean_equals_source(pipeline)
-    running = next(e["executionArn"] for e in executions if e["status"] == "RUNNING")
-    assert lease_holder(pipeline) == running and running != first
+
+    def the_running_successor_holds_the_lease() -> str | None:
+        # read again: the idle loop (HistoryThreshold 60) may have rolled over while the tables were compared
+        running = [e["executionArn"] for e in pipeline.executions() if e["status"] == "RUNNING"]
+        return running[0] if len(running) == 1 and lease_holder(pipeline) == running[0] else None
+
+    running = wait_for(the_running_successor_holds_the_lease, 60)
+    assert running and running != first, (running, lease_holder(pipeline), pipeline.executions())
     # The loop itself brings the refined zone up to date: a refine after every batch here, and one when
     # the queue runs empty with batches applied since the last refine. No refine by hand: a refine run that
     # started after the last CDC run finished must have succeeded, and the refined zone then equals a
