@@ -4,7 +4,8 @@ deletes), then of the same fraction of the items (reclassified), each followed b
 the same state rebuilt from scratch (every refined table dropped). Seconds of each refine, per model, with its
 mode and the keys it recomputed; the machine's load beside them.
 
-    .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--files 100 --recent] [--out bench/results/…json]
+    .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--files 100 --recent]
+        [--rebuild_above_affected_fraction 0.5] [--out bench/results/…json]
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
 from lakehouse.base.config import LakeConfig  # noqa: E402
 from lakehouse.io.iceberg import TABLE_PROPERTIES, ensure_namespace  # noqa: E402
 from lakehouse.io.session import build_session  # noqa: E402
-from lakehouse.refine.refresh import RefineReport, refine  # noqa: E402
+from lakehouse.refine.refresh import RefineOptions, RefineReport, refine  # noqa: E402
 from pyspark.sql import DataFrame, SparkSession  # noqa: E402
 from pyspark.sql import functions as F  # noqa: E402
 
@@ -111,10 +112,12 @@ def spark_work(spark: SparkSession, group: str) -> dict[str, int]:
     return {"jobs": len(jobs), "tasks": sum(s.numCompletedTasks for s in stages if s is not None)}
 
 
-def timed_refine(spark: SparkSession, config: LakeConfig, run_id: str) -> dict[str, Any]:
+def timed_refine(
+    spark: SparkSession, config: LakeConfig, run_id: str, options: RefineOptions
+) -> dict[str, Any]:
     spark.sparkContext.setJobGroup(run_id, f"refine {run_id}")
     begun = time.monotonic()
-    report: RefineReport = refine(spark, config, run_id=run_id)
+    report: RefineReport = refine(spark, config, options, run_id=run_id)
     seconds = time.monotonic() - begun
     assert not report.failed, report.failed
     return {
@@ -127,6 +130,8 @@ def timed_refine(spark: SparkSession, config: LakeConfig, run_id: str) -> dict[s
                 "seconds": t.seconds,
                 "affected": t.affected,
                 "changed": t.changed_inputs,
+                "untraced": t.untraced,
+                "reason": t.reason,
             }
             for t in report.tables
         },
@@ -148,7 +153,15 @@ def main() -> None:
         help="change the newest fraction of the sales (a CDC stream's usual change: a few files), not every "
         "1/fraction-th sale (every file)",
     )
+    parser.add_argument(
+        "--rebuild_above_affected_fraction",
+        type=float,
+        default=0.5,
+        help="rebuild a model whose affected keys are over this share of its rows (the refine job's default); "
+        "1: always refresh incrementally",
+    )
     args = parser.parse_args()
+    options = RefineOptions(rebuild_above_affected_fraction=args.rebuild_above_affected_fraction)
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-refine-"))
     config = LakeConfig(
         warehouse=str(work / "warehouse"), staging_dir=str(work / "staging"), shuffle_partitions=4
@@ -166,9 +179,10 @@ def main() -> None:
         "fraction": args.fraction,
         "files": args.files,
         "recent": args.recent,
+        "rebuild_above_affected_fraction": args.rebuild_above_affected_fraction,
         "cores": os.cpu_count(),
     }
-    results["build"] = timed_refine(spark, config, "build")
+    results["build"] = timed_refine(spark, config, "build", options)
 
     sales, items = config.clean_table("main_web_sales"), config.clean_table("main_item")
     every = max(int(1 / args.fraction), 1)
@@ -183,13 +197,13 @@ def main() -> None:
             f"WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every} = 0"
         )
         spark.sql(f"DELETE FROM {sales} WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every * 10} = 1")
-    results["sales_changed"] = timed_refine(spark, config, "sales-changed")
+    results["sales_changed"] = timed_refine(spark, config, "sales-changed", options)
     spark.sql(f"UPDATE {items} SET i_category = 'reclassified' WHERE i_item_sk % {every} = 0")
-    results["items_changed"] = timed_refine(spark, config, "items-changed")
+    results["items_changed"] = timed_refine(spark, config, "items-changed", options)
 
     for table in results["build"]["models"]:
         spark.sql(f"DROP TABLE {config.table(config.refined_database, table)}")
-    results["rebuild"] = timed_refine(spark, config, "rebuild")
+    results["rebuild"] = timed_refine(spark, config, "rebuild", options)
     results["command"] = " ".join(["bench/refine_models.py", *sys.argv[1:]])
     results["at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = json.dumps(results, indent=2)

@@ -44,6 +44,13 @@ def parser() -> argparse.ArgumentParser:
         help="rebuild a model when a refresh would read more than this share of its inputs' rows (those of "
         "the data files that differ since its last refine); 1: never for that reason",
     )
+    parser.add_argument(
+        "--rebuild_above_affected_fraction",
+        type=float,
+        default=0.5,
+        help="rebuild a model when the keys its inputs' changes reach are more than this share of its rows "
+        "(counted before the recompute); 1: never for that reason",
+    )
     parser.add_argument("--run_id", default="refine", help="names the run in the commits and the report")
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
     return parser
@@ -59,6 +66,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         args.models_uri or None,
         args.rebuild_below_rows,
         args.rebuild_above_changed_fraction,
+        args.rebuild_above_affected_fraction,
     )
     report = refine(spark, config, options, args.run_id)
     publish_report(report.to_dict(), args.report_uri, config)

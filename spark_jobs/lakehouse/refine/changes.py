@@ -15,7 +15,13 @@ key that no longer comes out is deleted. This holds for selections, projections,
 unions, and one aggregate at the top (its group keys): a group is recomputed whenever a changed row falls in it.
 It does not hold for anti joins (NOT EXISTS, NOT IN), windows, limits, an aggregate below a join or a filter
 (a changed row then moves a value every row sees), or non-deterministic expressions: such a model is rebuilt
-(`incremental_blocker` says why)."""
+(`incremental_blocker` says why).
+
+That runs the model over the whole of every other input twice. Where the model's key is an input's columns and
+a changed input links to that input through the model's own equi-join conditions (lakehouse.refine.lineage), its
+keys are found without running the model: the key input's own changed rows are their keys, and another input's
+changed rows are joined along the links with the key columns of the rows they reach (`traced_keys`), reading the
+linked and key columns alone (a dimension's change reads two columns of the fact)."""
 
 from __future__ import annotations
 
@@ -24,6 +30,9 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+
+from lakehouse.base.names import quote
+from lakehouse.refine.lineage import KeyTrace
 
 HASH_COLUMNS = ("__refine_h1", "__refine_h2")
 # Operators a changed row passes through row by row (the optimized plan's node names).
@@ -120,25 +129,65 @@ def keys_reached(
     )  # rows compared by their hashes
 
 
+def traced_keys(
+    trace: KeyTrace, inputs: Mapping[str, DataFrame], rows: DataFrame, key: Sequence[str]
+) -> DataFrame:
+    """The model's keys the `rows` of input `trace.input_name` reach along its links (lakehouse.refine.lineage),
+    the other inputs as given: the rows joined with each link's input on its columns, every join inner, each
+    input read for the columns the next link or the key needs alone; the changed side is broadcast (it is the
+    change and the rows it links to, not an input)."""
+    origin = trace.origin
+    wanted = [trace.hops[0].linked if trace.hops else tuple(origin.columns.values())]
+    wanted += [hop.linked for hop in trace.hops[1:]] + [tuple(origin.columns.values())]
+    step = 0
+    current = rows.select(*[F.col(quote(c)).alias(_traced(step, c)) for c in dict.fromkeys(wanted[0])])
+    for step, hop in enumerate(trace.hops, start=1):
+        columns = dict.fromkeys([*hop.columns, *wanted[step]])
+        side = inputs[hop.input_name].select(*[F.col(quote(c)).alias(_traced(step, c)) for c in columns])
+        condition = F.lit(True)
+        for mine, theirs in zip(hop.linked, hop.columns, strict=True):
+            condition = condition & (
+                F.col(quote(_traced(step - 1, mine))) == F.col(quote(_traced(step, theirs)))
+            )
+        current = (
+            F.broadcast(current).join(side, condition, "inner").select(*[_traced(step, c) for c in columns])
+        )
+    return current.select(*[F.col(quote(_traced(step, origin.columns[k]))).alias(k) for k in key])
+
+
+def _traced(step: int, column: str) -> str:
+    return f"__trace{step}_{column}"
+
+
 def affected_keys(
     evaluate: Evaluate,
     before: Mapping[str, DataFrame],
     after: Mapping[str, DataFrame],
     changes: Mapping[str, tuple[DataFrame, DataFrame]],
     key: Sequence[str],
+    traces: Mapping[str, KeyTrace],
 ) -> DataFrame | None:
     """Every key whose row may differ between the model over `before` and over `after`, from each changed
-    input's (before images, after images); None when no input changed. With one changed input, the others are
-    the same in `before` and `after`, so Q[∅] is too: its before and after images share one subtraction."""
-    if len(changes) == 1:
-        [(name, (removed, added))] = changes.items()
-        return keys_reached(evaluate, after, name, [removed, added], key).distinct()
-    parts = [
-        keys_reached(evaluate, before, name, [removed], key).unionByName(
-            keys_reached(evaluate, after, name, [added], key)
-        )
-        for name, (removed, added) in changes.items()
-    ]
+    input's (before images, after images); None when no input changed. An input with a trace (`traces`:
+    lakehouse.refine.lineage) is traced along its links; any other by running the model (module doc). With one
+    changed input, the others are the same in `before` and `after`, so Q[∅] is too: its before and after images
+    share one subtraction."""
+    parts = []
+    for name, (removed, added) in changes.items():
+        if name in traces:
+            parts.append(
+                traced_keys(traces[name], before, removed, key).unionByName(
+                    traced_keys(traces[name], after, added, key)
+                )
+            )
+        elif len(changes) == 1:
+            parts.append(keys_reached(evaluate, after, name, [removed, added], key))
+        else:
+            parts.append(
+                keys_reached(evaluate, before, name, [removed], key).unionByName(
+                    keys_reached(evaluate, after, name, [added], key)
+                )
+            )
     if not parts:
         return None
     union = parts[0]

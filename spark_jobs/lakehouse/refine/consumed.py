@@ -285,6 +285,18 @@ def input_size(
     return rows, changed
 
 
+def live_rows(java_table: Any) -> int:
+    """The rows of the table's current snapshot, from its summary (no Spark job): its data files' rows less
+    its deletes (exact where no two deletes name one row, as a MERGE writes them)."""
+    snapshot = java_table.currentSnapshot()
+    if snapshot is None:
+        return 0
+    summary = snapshot.summary()
+    fields = ("total-records", "total-position-deletes", "total-equality-deletes")
+    held, *deleted = (int(summary.get(name) or 0) for name in fields)
+    return max(held - sum(deleted), 0)
+
+
 def changed_rows_between(
     spark: SparkSession,
     table: str,

@@ -1,9 +1,8 @@
 """The incremental step of a refresh (lakehouse.refine.refresh): the affected keys' rows recomputed and MERGEd.
 
 Recomputing a key's row is running the model for that key alone. Where the model's key is, unchanged, a column of
-one input read once (through projections, filters, the preserved side of outer joins, either side of inner joins,
-and the group keys of an aggregate at the top), the model's rows of the keys are the model run over that input's
-rows of the keys: the input is filtered by the keys (first by their range, which Iceberg prunes files by, then by
+one input read once (lakehouse.refine.lineage, `key_origin`), the model's rows of the keys are the model run over
+that input's rows of the keys: the input is filtered by the keys (first by their range, which Iceberg prunes files by, then by
 a broadcast semi-join) before any join, so a refresh reads the rows it recomputes, not the whole input. Any
 other model is run over its whole inputs and its output semi-joined to the keys."""
 
@@ -11,13 +10,12 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -25,35 +23,10 @@ from pyspark.sql import types as T
 from lakehouse.base.names import quote, sql_string
 from lakehouse.io.iceberg import with_commit_properties
 from lakehouse.refine.changes import null_safe_join
+from lakehouse.refine.lineage import KeyOrigin
 
-# Plan nodes a column passes through unchanged whatever the rows (their child's column is their own).
-PASS_THROUGH = {
-    "Filter",
-    "Sort",
-    "SubqueryAlias",
-    "View",
-    "ResolvedHint",
-    "Repartition",
-    "RepartitionByExpression",
-}
-# Join types → the sides whose columns reach the output as they are (an outer join's other side may be nulls).
-KEPT_SIDES = {
-    "Inner": ("left", "right"),
-    "Cross": ("left", "right"),
-    "LeftOuter": ("left",),
-    "LeftSemi": ("left",),
-    "RightOuter": ("right",),
-}
 # Key types bounded by a range (a timestamp without time zone is not: its bound would come back zoned).
 RANGED_TYPES = (T.NumericType, T.StringType, T.DateType, T.TimestampType)
-
-
-@dataclass(frozen=True)
-class KeyOrigin:
-    """The input a model's key comes from, and each key column's name in it."""
-
-    input_name: str
-    columns: dict[str, str]  # model key column → the input's column
 
 
 @dataclass(frozen=True)
@@ -62,76 +35,6 @@ class KeysSummary:
 
     count: int
     bounds: dict[str, tuple[Any, Any, bool]]
-
-
-def key_origin(
-    rows: DataFrame, view_inputs: Mapping[str, str], key: Sequence[str], reads: Mapping[str, int]
-) -> KeyOrigin | None:
-    """The input whose columns the model's `key` is, unchanged, or None (the module doc). `rows`: the model run
-    over temporary views (`view_inputs`: view → input name); `reads`: how many times the model reads each input
-    (an input read twice, a self-join, cannot be filtered for one of its reads)."""
-    plan = rows._jdf.queryExecution().analyzed()
-    output = {str(a.name()): a for a in _each(plan.output())}
-    found: dict[str, tuple[str, str]] = {}
-    for column in key:
-        try:
-            origin = _origin(plan, output[column].exprId().id(), view_inputs)
-        except Py4JError:  # a plan node of another shape: the model is recomputed in full
-            origin = None
-        if origin is None:
-            return None
-        found[column] = origin
-    names = {name for name, _ in found.values()}
-    if len(names) != 1:
-        return None
-    [name] = names
-    if reads.get(name) != 1:
-        return None
-    return KeyOrigin(name, {column: input_column for column, (_, input_column) in found.items()})
-
-
-def _each(sequence: Any) -> list[Any]:
-    return [sequence.apply(i) for i in range(sequence.size())]
-
-
-def _ids(node: Any) -> set[int]:
-    return {int(a.exprId().id()) for a in _each(node.output())}
-
-
-def _attribute_id(expression: Any) -> int | None:
-    """The id of the attribute `expression` is, or renames (`a.x AS y`), else None (a computed value)."""
-    name = str(expression.nodeName())
-    if name == "Alias":
-        expression, name = expression.child(), str(expression.child().nodeName())
-    return int(expression.exprId().id()) if name == "AttributeReference" else None
-
-
-def _origin(node: Any, expr_id: int, view_inputs: Mapping[str, str]) -> tuple[str, str] | None:
-    """(input, its column) the attribute `expr_id` of `node` is, unchanged for every row, or None."""
-    name = str(node.nodeName())
-    if name == "SubqueryAlias" and str(node.alias()) in view_inputs:
-        column = next((a for a in _each(node.output()) if int(a.exprId().id()) == expr_id), None)
-        return None if column is None else (view_inputs[str(node.alias())], str(column.name()))
-    if name in ("Project", "Aggregate"):
-        listed = node.projectList() if name == "Project" else node.aggregateExpressions()
-        expression = next((e for e in _each(listed) if int(e.exprId().id()) == expr_id), None)
-        source = None if expression is None else _attribute_id(expression)
-        if source is None:
-            return None
-        if name == "Aggregate" and source not in {
-            _attribute_id(g) for g in _each(node.groupingExpressions())
-        }:
-            return None
-        return _origin(node.child(), source, view_inputs)
-    if name == "Join":
-        for side in KEPT_SIDES.get(str(node.joinType()), ()):
-            child = node.left() if side == "left" else node.right()
-            if expr_id in _ids(child):
-                return _origin(child, expr_id, view_inputs)
-        return None
-    if name in PASS_THROUGH and expr_id in _ids(node.child()):
-        return _origin(node.child(), expr_id, view_inputs)
-    return None
 
 
 def summarize_keys(keys: DataFrame) -> KeysSummary:

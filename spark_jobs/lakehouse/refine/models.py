@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 STATEMENT = re.compile(r"\{%")
 SQL_LINE_COMMENT = re.compile(r"--[^\n]*")
 MATERIALIZATIONS = ("incremental", "table")
+SPARK_LINE = re.compile(r"line (\d+)")
 
 
 @dataclass(frozen=True)
@@ -274,3 +276,19 @@ def _ref_line(model: Model, ref: str) -> int:
         if re.search(rf"ref\s*\(\s*['\"]{re.escape(ref)}['\"]", match.group(1)):
             return _line_of(blanked, match.start())
     return model.config_line
+
+
+def reads_of(model: Model) -> Counter[str]:
+    """How many times the model's SQL reads each input (a self-join reads one twice)."""
+    reads: Counter[str] = Counter()
+    model.render(lambda reference: reads.update([reference.input_name]) or "")
+    return reads
+
+
+def model_failure(model: Model, error: BaseException) -> ModelError:
+    """The error as `<file>:<line>: <message>`: Spark's line of the rendered SQL is the file's line."""
+    if isinstance(error, ModelError):
+        return error
+    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    line = SPARK_LINE.search(str(error))
+    return model.error(message, int(line.group(1)) if line else None)

@@ -57,3 +57,16 @@ def cheaper_to_rebuild(
             f"{rebuild_above_changed_fraction:.0%}: a rebuild costs less"
         )
     return None
+
+
+def most_keys_affected(affected: int, model_rows: int, rebuild_above_affected_fraction: float) -> str | None:
+    """Why a rebuild costs less than recomputing and MERGEing the affected keys, or None: when they are over
+    `rebuild_above_affected_fraction` of the model's rows (`model_rows`, from its snapshot's summary), the
+    recompute reads about what a rebuild reads, and the MERGE matches and deletes about every row a rebuild
+    writes (an aggregate whose every group a change reaches). 1: never for that reason."""
+    if rebuild_above_affected_fraction >= 1 or affected <= rebuild_above_affected_fraction * model_rows:
+        return None
+    return (
+        f"{affected} keys affected, over {rebuild_above_affected_fraction:.0%} of its {model_rows} rows: "
+        "a rebuild costs less"
+    )

@@ -15,14 +15,15 @@ reads the inputs as of their current snapshots (or the newest consistent point, 
 - an incremental model (a `unique_key`): each moved input's changed rows are found by comparing its two
   snapshots (Iceberg 1.10's changelog scan refuses merge-on-read delete files and its incremental read skips
   overwrite snapshots, so a snapshot comparison it is, on the rows' hashes, of the rows in the data files that
-  differ: lakehouse.refine.consumed.file_changes); the keys they reach are traced
-  through the model (lakehouse.refine.changes), recomputed from the inputs as they are now (from the keys'
-  rows alone where the key is an input's columns: lakehouse.refine.incremental), and MERGEd:
-  changed rows updated, new ones inserted, keys that no longer come out deleted. Untouched rows are not
-  rewritten;
+  differ: lakehouse.refine.consumed.file_changes); the keys they reach are traced along the model's join
+  conditions where they link the input to its key's (lakehouse.refine.lineage), else through the model
+  (lakehouse.refine.changes), recomputed from the inputs as they are now (from the keys' rows alone where the
+  key is an input's columns: lakehouse.refine.incremental), and MERGEd: changed rows updated, new ones
+  inserted, keys that no longer come out deleted. Untouched rows are not rewritten;
 - otherwise the model is rebuilt, and its report says why: new table, model or inputs changed, a consumed
   snapshot left its input's history (expired, or the input was rolled back), no unique_key,
-  materialized='table', or a plan whose changes cannot be traced to its keys.
+  materialized='table', a plan whose changes cannot be traced to its keys, a rebuild cheaper by the inputs'
+  metadata, or (once counted) affected keys over `rebuild_above_affected_fraction` of the model's rows.
 
 A model with an error (in the file, in its SQL, or at run time) fails alone, its report naming the file and
 line; the others still refresh (a model that refs it waits). Because each table records its own inputs, a run
@@ -34,10 +35,8 @@ tracing in `lakehouse.refine.changes`, the consumed snapshots in `lakehouse.refi
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
-from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -70,22 +69,23 @@ from lakehouse.refine.consumed import (
     file_changes,
     input_size,
     is_in_history,
+    live_rows,
     newest_summary_value,
     read_as_of,
     rows_in_files,
     schema_of,
     seconds_since_commit,
 )
-from lakehouse.refine.incremental import key_origin, merge_by_key, rows_of_input_keys, summarize_keys
-from lakehouse.refine.models import Model, ModelError, ModelFolder, Reference, load_folder
-from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, rebuild_reason
+from lakehouse.refine.incremental import merge_by_key, rows_of_input_keys, summarize_keys
+from lakehouse.refine.lineage import key_origin, key_traces
+from lakehouse.refine.models import Model, ModelFolder, Reference, load_folder, model_failure, reads_of
+from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, most_keys_affected, rebuild_reason
 
 log = logging.getLogger(__name__)
 
 # The example models, beside the library in a checkout (a deployed job is given its folder: --models_uri).
 EXAMPLE_MODELS = str(Path(__file__).resolve().parents[3] / "models")
 MODEL_HASH = "refine.model"
-SPARK_LINE = re.compile(r"line (\d+)")
 
 
 @dataclass(frozen=True)
@@ -108,6 +108,9 @@ class RefineOptions:
     # arguments give the deployed defaults (lakehouse.jobs.refine; bench/RESULTS.md, "Refined models").
     rebuild_below_rows: int = 0
     rebuild_above_changed_fraction: float = 1.0
+    # A model whose affected keys are over this share of its rows is rebuilt once they are counted
+    # (lakehouse.refine.plans, most_keys_affected); off here too, on in the refine job.
+    rebuild_above_affected_fraction: float = 1.0
 
     def clean_name(self, table: str, schema: str | None = None) -> str:
         """The clean table the full load and CDC write for `<schema>.<table>` (names.table_name)."""
@@ -121,7 +124,10 @@ class RefinedTableReport:
     # input → the rows its commits since the consumed snapshot added and deleted (their summaries: an update
     # counts its before and after images)
     changed_inputs: dict[str, int] = field(default_factory=dict)
-    affected: int = 0  # keys recomputed (incremental)
+    affected: int = 0  # keys recomputed (incremental), or found before a rebuild chosen for their number
+    untraced: list[str] = field(
+        default_factory=list
+    )  # changed inputs whose keys were found by running the model
     snapshot_id: int | None = None
     seconds: float = 0.0
     reason: str | None = None  # why it was rebuilt, or why it waits
@@ -318,7 +324,9 @@ class _Refiner:
         else:
             assert consumed is not None
             report.mode = "incremental"
-            origin = key_origin(rows, views, model.unique_key, reads_of(model))
+            model_reads = reads_of(model)
+            origin = key_origin(rows, views, model.unique_key, model_reads)
+            traces = {} if origin is None else key_traces(rows, views, origin, model_reads)
             before = {
                 r.input_name: read_as_of(self.spark, self.input_table(r), consumed[r.input_name])
                 for r in inputs
@@ -338,19 +346,28 @@ class _Refiner:
                     reads,
                     loaded[reference],
                 )
-            keys = affected_keys(evaluate, before, now, changes, model.unique_key)
+            keys = affected_keys(evaluate, before, now, changes, model.unique_key, traces)
+            report.untraced = sorted(set(changes) - set(traces))
             assert keys is not None  # an input moved, or the table would be unchanged
             keys = keys.localCheckpoint()
             keys_summary = summarize_keys(keys)
             report.affected = keys_summary.count
-            if origin is None:
-                recomputed = null_safe_join(rows, keys, model.unique_key, "left_semi")
-            else:
-                name = origin.input_name
-                recomputed = evaluate(
-                    {**now, name: rows_of_input_keys(now[name], keys, origin, keys_summary)}
+            if self.options.rebuild_above_affected_fraction < 1:
+                reason = most_keys_affected(
+                    keys_summary.count,
+                    live_rows(iceberg_table(self.spark, table)),
+                    self.options.rebuild_above_affected_fraction,
                 )
-            merge_by_key(self.spark, table, keys, recomputed, model.unique_key, properties, keys_summary)
+            if reason is not None:
+                report.mode, report.reason = "built", reason
+                self._write_full(table, rows, properties)
+            else:
+                if origin is None:
+                    recomputed = null_safe_join(rows, keys, model.unique_key, "left_semi")
+                else:
+                    keyed = rows_of_input_keys(now[origin.input_name], keys, origin, keys_summary)
+                    recomputed = evaluate({**now, origin.input_name: keyed})
+                merge_by_key(self.spark, table, keys, recomputed, model.unique_key, properties, keys_summary)
         report.snapshot_id = current_snapshot_id(self.spark, table)
         self.refreshed[model.name] = report.snapshot_id or 0
         return report
@@ -380,22 +397,6 @@ def create_refined_table(
     spark.sql(
         f"CREATE TABLE IF NOT EXISTS {table} ({columns}) USING iceberg{where} TBLPROPERTIES ({properties})"
     )
-
-
-def reads_of(model: Model) -> Counter[str]:
-    """How many times the model's SQL reads each input (a self-join reads one twice)."""
-    reads: Counter[str] = Counter()
-    model.render(lambda reference: reads.update([reference.input_name]) or "")
-    return reads
-
-
-def model_failure(model: Model, error: BaseException) -> ModelError:
-    """The error as `<file>:<line>: <message>`: Spark's line of the rendered SQL is the file's line."""
-    if isinstance(error, ModelError):
-        return error
-    message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    line = SPARK_LINE.search(str(error))
-    return model.error(message, int(line.group(1)) if line else None)
 
 
 def refine(
