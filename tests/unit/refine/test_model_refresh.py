@@ -228,7 +228,8 @@ def test_incremental_refresh_equals_a_rebuild_after_random_changes(tiny_lake: Ti
     """Given the example models built over tiny clean tables
     When random changes (inserts, updates, deletes, key moves; facts and dimensions) are committed, first to
     one table, then to three at once, and the refine runs after each round
-    Then each round refreshes every model incrementally, and each refined table equals a rebuild of its SQL."""
+    Then each round refreshes every model incrementally, each changed input's keys traced along the joins (none
+    found by running the model), and each refined table equals a rebuild of its SQL."""
     lake = tiny_lake
     models = {m.name: m.unique_key for m in read_models().models}
     first = refine(lake.spark, lake.config, run_id="tiny-0")
@@ -242,6 +243,7 @@ def test_incremental_refresh_equals_a_rebuild_after_random_changes(tiny_lake: Ti
         assert {t.table: t.mode for t in report.tables} == dict.fromkeys(models, "incremental"), [
             (t.table, t.mode, t.reason, t.error) for t in report.tables
         ]
+        assert [t.untraced for t in report.tables] == [[]] * len(models)
         for name, key in models.items():
             assert refined_rows(lake, name, key) == rebuilt_rows(lake, name, key), (round_number, name)
 
