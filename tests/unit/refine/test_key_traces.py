@@ -46,6 +46,9 @@ LEFT JOIN {{ source('band') }} b ON s.amount >= b.low AND s.amount < b.high
 SELECT category, sum(amount) AS amount, count(*) AS lines FROM {{ ref('enriched') }} GROUP BY category
 """,
 }
+INNER = """{{ config(unique_key='id') }}
+SELECT s.id, i.category FROM {{ source('sales') }} s JOIN {{ source('item') }} i ON s.item = i.item
+"""
 
 
 def run_model(spark: SparkSession, model: Model, frames: dict[str, DataFrame]) -> tuple[DataFrame, dict]:
@@ -127,18 +130,20 @@ def _rows(spark: SparkSession, table: str, key: str) -> list[tuple]:
 def test_a_dimension_change_is_traced_an_untraced_one_run_and_most_keys_affected_rebuilt(
     spark, base_config
 ) -> None:
-    """Given `enriched` (40 sales left-joined to 8 items by key and to 4 amount bands by range) and its
-    aggregate by category (3 groups), built
-    When one item is reclassified and one band relabelled, and the refine runs with models rebuilt whose
-    affected keys are over half their rows
-    Then the item's keys are traced along the join reading the sales' `id` and `item` alone, the band's by
-    running the model (untraced); enriched (14 of 40 keys affected) is MERGEd, the aggregate (4 groups: the
-    item's old and new, those of the band's sales, against 3 rows) rebuilt saying why; both equal their SQL run from scratch."""
+    """Given `enriched` (40 sales left-joined to 7 items by key, the sales of an 8th dangling, and to 4 amount
+    bands by range), `inner` (the sales inner-joined to the items) and enriched's aggregate by category (4
+    groups, one null), built
+    When an item is reclassified, the missing one inserted, another deleted and a band relabelled, and the
+    refine runs with models rebuilt whose affected keys are over 60 % of their rows
+    Then the items' keys are traced along the joins (the inner model's sales appear and vanish with their items),
+    the band's by running the model (untraced); enriched (21 of 40 keys affected) and inner (15 of 35) are
+    MERGEd, the aggregate (5 groups against 4 rows) rebuilt saying why; each equals its SQL run from scratch; and
+    the trace of an item reads the sales' `id` and `item` alone."""
     config = replace(base_config, clean_database="trace_clean", refined_database="trace_refined")
     ensure_namespace(spark, config.catalog_name, config.clean_database)
     data = {
         "sales": [(n, n % 8, n) for n in range(40)],
-        "item": [(n, f"c{n % 3}") for n in range(8)],
+        "item": [(n, f"c{n % 3}") for n in range(7)],
         "band": [(low, low + 10, f"b{low}") for low in range(0, 40, 10)],
     }
     for name, rows in data.items():
@@ -146,35 +151,37 @@ def test_a_dimension_change_is_traced_an_untraced_one_run_and_most_keys_affected
         spark.sql(f"DROP TABLE IF EXISTS {table}")
         create_table(spark, table, spark.createDataFrame([], SCHEMAS[name]).schema)
         append_rows(spark, table, spark.createDataFrame(rows, SCHEMAS[name]), {})
-    for name in ("enriched", "by_category"):
-        spark.sql(f"DROP TABLE IF EXISTS {config.table(config.refined_database, name)}")
-    folder = load_folder(MODELS.items())
-    assert [t.mode for t in refine(spark, config, models=folder).tables] == ["built", "built"]
-    spark.sql(f"UPDATE {config.clean_table('main_item')} SET category = 'c9' WHERE item = 3")
+    folder = load_folder([*MODELS.items(), ("inner.sql", INNER)])
+    for model in folder.models:
+        spark.sql(f"DROP TABLE IF EXISTS {config.table(config.refined_database, model.name)}")
+    assert {t.mode for t in refine(spark, config, models=folder).tables} == {"built"}
+    items = config.clean_table("main_item")
+    spark.sql(f"UPDATE {items} SET category = 'c9' WHERE item = 3")
+    append_rows(spark, items, spark.createDataFrame([(7, "c1")], SCHEMAS["item"]), {})
+    spark.sql(f"DELETE FROM {items} WHERE item = 2")
     spark.sql(f"UPDATE {config.clean_table('main_band')} SET label = 'top' WHERE low = 30")
 
-    options = RefineOptions(rebuild_above_affected_fraction=0.5)
-    report = refine(spark, config, options, models=folder)
+    report = refine(spark, config, RefineOptions(rebuild_above_affected_fraction=0.6), models=folder)
 
-    [enriched, by_category] = report.tables
-    assert (enriched.mode, enriched.affected, enriched.untraced) == ("incremental", 14, ["band"])
-    assert (by_category.mode, by_category.affected) == ("built", 4)
-    assert by_category.reason == "4 keys affected, over 50% of its 3 rows: a rebuild costs less"
+    tables = {t.table: t for t in report.tables}
+    assert {n: (t.mode, t.affected, t.untraced) for n, t in tables.items()} == {
+        "enriched": ("incremental", 21, ["band"]),
+        "inner": ("incremental", 15, []),
+        "by_category": ("built", 5, []),
+    }
+    assert tables["by_category"].reason == "5 keys affected, over 60% of its 4 rows: a rebuild costs less"
     clean = {name: spark.table(config.clean_table(f"main_{name}")) for name in SCHEMAS}
-    [model, aggregate] = folder.models
-    expected, _ = run_model(spark, model, clean)
-    assert _rows(spark, config.table(config.refined_database, "enriched"), "id") == [
-        tuple(r) for r in expected.orderBy("id").collect()
-    ]
-    expected_groups, _ = run_model(spark, aggregate, {"enriched": expected})
-    assert _rows(spark, config.table(config.refined_database, "by_category"), "category") == [
-        tuple(r) for r in expected_groups.orderBy("category").collect()
-    ]
-    rows, views = run_model(spark, model, clean)
-    origin = key_origin(rows, views, model.unique_key, reads_of(model))
+    models = {m.name: m for m in folder.models}
+    expected = {name: run_model(spark, models[name], clean)[0] for name in ("enriched", "inner")}
+    expected["by_category"] = run_model(spark, models["by_category"], {"enriched": expected["enriched"]})[0]
+    for name, key in (("enriched", "id"), ("inner", "id"), ("by_category", "category")):
+        assert _rows(spark, config.table(config.refined_database, name), key) == [
+            tuple(r) for r in expected[name].orderBy(key).collect()
+        ], name
+    rows, views = run_model(spark, models["enriched"], clean)
+    origin = key_origin(rows, views, ("id",), reads_of(models["enriched"]))
     assert origin is not None
-    trace = key_traces(rows, views, origin, reads_of(model))["item"]
-    item = spark.table(config.clean_table("main_item")).where("item = 3")
-    keys = traced_keys(trace, clean, item, model.unique_key)
+    trace = key_traces(rows, views, origin, reads_of(models["enriched"]))["item"]
+    keys = traced_keys(trace, clean, clean["item"].where("item = 3"), ("id",))
     assert scanned_columns(keys) == {"main_item": ["item"], "main_sales": ["id", "item"]}
     assert sorted(r.id for r in keys.collect()) == [3, 11, 19, 27, 35]
