@@ -4,7 +4,7 @@ deletes), then of the same fraction of the items (reclassified), each followed b
 the same state rebuilt from scratch (every refined table dropped). Seconds of each refine, per model, with its
 mode and the keys it recomputed; the machine's load beside them.
 
-    .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--files 100 --recent]
+    .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--files 100 --recent [--dated]]
         [--rebuild_above_affected_fraction 0.5] [--out bench/results/…json]
 """
 
@@ -38,14 +38,18 @@ def money(column: Any) -> Any:
     return (column % 10000 / 100).cast("decimal(7,2)")
 
 
-def source_tables(spark: SparkSession, rows: int, files: int = 0) -> dict[str, DataFrame]:
+def source_tables(
+    spark: SparkSession, rows: int, files: int = 0, dated: bool = False
+) -> dict[str, DataFrame]:
     """The six sources the example models read, with the columns they use; `files`: the sales in that many
-    data files, each a range of ids (0: Spark's default partitions)."""
+    data files, each a range of ids (0: Spark's default partitions); `dated`: a sale's day follows its id (the
+    newest sales are the newest days), else the days are spread over the ids."""
     ids = spark.range(0, rows, numPartitions=files) if files else spark.range(rows)
+    day = (F.col("id") * 365 / rows).cast("bigint") + 1 if dated else F.col("id") * 7 % 365 + 1
     sales = ids.select(
         (F.col("id") % ITEMS + 1).alias("ws_item_sk"),
         (F.col("id") / ITEMS).cast("bigint").alias("ws_order_number"),
-        (F.col("id") * 7 % 365 + 1).alias("ws_sold_date_sk"),
+        day.alias("ws_sold_date_sk"),
         (F.col("id") % 24 + 1).alias("ws_sold_time_sk"),
         (F.col("id") % max(rows // 100, 1) + 1).alias("ws_bill_customer_sk"),
         (F.col("id") % 20 + 1).cast("int").alias("ws_quantity"),
@@ -154,6 +158,12 @@ def main() -> None:
         "1/fraction-th sale (every file)",
     )
     parser.add_argument(
+        "--dated",
+        action="store_true",
+        help="a sale's day follows its id, so the newest sales (--recent) are the newest days: the aggregates' "
+        "groups a change reaches are those days', not every day's",
+    )
+    parser.add_argument(
         "--rebuild_above_affected_fraction",
         type=float,
         default=0.5,
@@ -169,7 +179,7 @@ def main() -> None:
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
     spark = build_session(config, "bench-refine-models")
     ensure_namespace(spark, config.catalog_name, config.clean_database)
-    for name, frame in source_tables(spark, args.rows, args.files).items():
+    for name, frame in source_tables(spark, args.rows, args.files, args.dated).items():
         writer = frame.writeTo(config.clean_table(f"main_{name}")).using("iceberg")
         for key, value in TABLE_PROPERTIES.items():
             writer = writer.tableProperty(key, value)
@@ -179,6 +189,7 @@ def main() -> None:
         "fraction": args.fraction,
         "files": args.files,
         "recent": args.recent,
+        "dated": args.dated,
         "rebuild_above_affected_fraction": args.rebuild_above_affected_fraction,
         "cores": os.cpu_count(),
     }
