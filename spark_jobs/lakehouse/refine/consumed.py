@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,6 +179,50 @@ class StagedReads:
             manager.removeTasks(java_table, group)
             _table_cache(self.spark).remove(group)
         self.staged.clear()
+
+
+class SharedChanges:
+    """An input's changed rows between two snapshots, found once for every model of a run that reads them (the
+    two aggregates of one refined table read its changes between the same snapshots): kept (checkpointed) when
+    more than one model reads the input (`readers`: input name → how many models read it), else not kept;
+    `release()` frees what was kept, once the run is over."""
+
+    SIDE = "__refine_after"
+
+    def __init__(self, readers: Mapping[str, int]) -> None:
+        self.readers = readers
+        self.kept: dict[tuple[str, int, int], tuple[DataFrame, DataFrame]] = {}
+        self.frames: list[DataFrame] = []
+
+    def changes(
+        self,
+        name: str,
+        table: str,
+        before_id: int,
+        after_id: int,
+        find: Callable[[], tuple[DataFrame, DataFrame]],
+    ) -> tuple[DataFrame, DataFrame]:
+        """(before images, after images) of input `name` (the table `table`), from `find` the first time."""
+        if (table, before_id, after_id) in self.kept:
+            return self.kept[(table, before_id, after_id)]
+        removed, added = find()
+        if self.readers.get(name, 0) < 2 or removed.columns != added.columns:
+            return removed, added
+        side = F.col(self.SIDE)
+        both = removed.withColumn(self.SIDE, F.lit(False)).unionByName(
+            added.withColumn(self.SIDE, F.lit(True))
+        )
+        both = both.localCheckpoint()
+        self.frames.append(both)
+        kept = (both.where(~side).drop(self.SIDE), both.where(side).drop(self.SIDE))
+        self.kept[(table, before_id, after_id)] = kept
+        return kept
+
+    def release(self) -> None:
+        for frame in self.frames:
+            frame.unpersist()
+        self.frames.clear()
+        self.kept.clear()
 
 
 def _table_cache(spark: SparkSession) -> Any:

@@ -37,8 +37,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,7 @@ from lakehouse.refine.consumed import (
     CONSUMED_PREFIX,
     REFINE_RUN_ID,
     FileChanges,
+    SharedChanges,
     StagedReads,
     changed_rows_between,
     consumed_snapshots,
@@ -171,6 +174,7 @@ class _Refiner:
         self.report = RefineReport(run_id, self.batch)
         self.source_snapshots: dict[Reference, int] = {}
         self.refreshed: dict[str, int] = {}  # model → its refined table's snapshot after this run
+        self.shared = SharedChanges({})  # the changed rows two models read, found once
 
     def refined(self, name: str) -> str:
         return self.config.table(self.config.refined_database, name)
@@ -337,14 +341,14 @@ class _Refiner:
                 if consumed[name] == by_name[name]:
                     continue
                 report.changed_inputs[name] = sizes[reference][1]
-                changes[name] = changed_rows_between(
-                    self.spark,
-                    self.input_table(reference),
-                    consumed[name],
-                    by_name[name],
-                    differing[reference],
-                    reads,
-                    loaded[reference],
+                table_in, old, new = self.input_table(reference), consumed[name], by_name[name]
+                files, java_table = differing[reference], loaded[reference]
+                changes[name] = self.shared.changes(
+                    name,
+                    table_in,
+                    old,
+                    new,
+                    partial(changed_rows_between, self.spark, table_in, old, new, files, reads, java_table),
                 )
             keys = affected_keys(evaluate, before, now, changes, model.unique_key, traces)
             report.untraced = sorted(set(changes) - set(traces))
@@ -429,6 +433,7 @@ def refine(
         refiner.report.status = "too-soon"
         return refiner.report
     ensure_namespace(spark, config.catalog_name, config.refined_database)
+    refiner.shared = SharedChanges(Counter(r.input_name for m in folder.models for r in set(m.references)))
     failed = set(folder.errors)
     for model in folder.models:
         begun = time.monotonic()
@@ -455,6 +460,7 @@ def refine(
                 report.reason or "",
             )
         refiner.report.tables.append(report)
+    refiner.shared.release()
     for name, refused in folder.errors.items():
         refiner.report.tables.append(RefinedTableReport(name, "failed", error=str(refused)))
     if refiner.report.tables and all(t.mode == "waiting" for t in refiner.report.tables):

@@ -1,6 +1,7 @@
 """How a refresh finds the keys a change reaches: a dimension's changed rows joined with the fact along the model's
 own equi-join conditions, reading the fact's key and link columns alone; an input linked otherwise traced by
-running the model; and a model whose affected keys are most of its rows rebuilt rather than MERGEd."""
+running the model; a model whose affected keys are most of its rows rebuilt rather than MERGEd; and an input's
+changed rows found once for the models of a run that read them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from lakehouse.io.iceberg import append_rows, create_table, ensure_namespace
 from lakehouse.refine.changes import traced_keys
+from lakehouse.refine.consumed import SharedChanges
 from lakehouse.refine.lineage import Hop, key_origin, key_traces
 from lakehouse.refine.models import Model, load_folder, parse_model, reads_of
 from lakehouse.refine.refresh import RefineOptions, read_models, refine
@@ -185,3 +187,33 @@ def test_a_dimension_change_is_traced_an_untraced_one_run_and_most_keys_affected
     keys = traced_keys(trace, clean, clean["item"].where("item = 3"), ("id",))
     assert scanned_columns(keys) == {"main_item": ["item"], "main_sales": ["id", "item"]}
     assert sorted(r.id for r in keys.collect()) == [3, 11, 19, 27, 35]
+
+
+def test_an_inputs_changes_are_found_once_for_the_models_that_read_it(spark) -> None:
+    """Given a run whose models read `enriched` twice and `item` once
+    When each model asks for its input's changed rows between the same snapshots
+    Then enriched's are found once and kept (the same rows for both), item's found each time and not kept;
+    other snapshots are found anew."""
+    found: list[str] = []
+
+    def find(name: str):  # type: ignore[no-untyped-def]
+        def rows():  # type: ignore[no-untyped-def]
+            found.append(name)
+            schema = "id bigint, v string"
+            return spark.createDataFrame([(1, "old")], schema), spark.createDataFrame([(1, "new")], schema)
+
+        return rows
+
+    shared = SharedChanges({"enriched": 2, "item": 1})
+    first = shared.changes("enriched", "t.enriched", 1, 2, find("enriched"))
+    second = shared.changes("enriched", "t.enriched", 1, 2, find("enriched"))
+    shared.changes("item", "t.item", 1, 2, find("item"))
+    shared.changes("item", "t.item", 1, 2, find("item"))
+    shared.changes("enriched", "t.enriched", 2, 3, find("enriched"))
+
+    assert found == ["enriched", "item", "item", "enriched"]
+    assert [[tuple(r) for r in frame.collect()] for frame in (*first, *second)] == [
+        [(1, "old")],
+        [(1, "new")],
+    ] * 2
+    shared.release()
