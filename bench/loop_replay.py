@@ -3,6 +3,7 @@ model of the same replay beside it. A benchmark, not a test: nothing here assert
 
     .venv/bin/python bench/loop_replay.py --tables 30 --interval 30 --minutes 6
     .venv/bin/python bench/loop_replay.py --tables 5 --interval 10 --minutes 1      # a smoke run
+    .venv/bin/python bench/loop_replay.py --loop RunPaceSeconds=10 --loop RefineEveryMinutes=1  # other settings
     .venv/bin/python bench/loop_replay.py --remodel bench/results/loop-replay-<time>.json  # the model again
 
 Deploys as bench/freshness.py does (its own LocalStack on port 4578, the SQLite source, samconfig's local
@@ -197,6 +198,17 @@ def loads() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def loop_overrides(pairs: Sequence[str]) -> dict[str, str]:
+    """`--loop Name=value` pairs: loop settings of the template in place of samconfig's local ones."""
+    overrides = {}
+    for pair in pairs:
+        name, _, value = pair.partition("=")
+        if name not in LOOP_SETTINGS or not value:
+            raise SystemExit(f"--loop {pair}: one of {', '.join(LOOP_SETTINGS)}, as Name=value")
+        overrides[name] = value
+    return overrides
+
+
 def run(args: argparse.Namespace) -> int:
     begun, started, load = time.monotonic(), datetime.now(UTC), {"start": loads()}
     names = replay_tables(args.tables)
@@ -207,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
         tables=(*replication.SOURCE_TABLES, *names),
     )  # fmt: skip
     parameters = {k: str(v) for k, v in sam_app.samconfig_parameters("local").items() if k in LOOP_SETTINGS}
+    parameters |= loop_overrides(args.loop)
     settings = RunSettings(
         name, args.scale, 42, REPO / "var" / "replay" / name, parameters, dms, source="sqlite"
     )
@@ -362,6 +375,13 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=4578, help="LocalStack port (4566 may be another run's)")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the files applied")
     parser.add_argument("--remodel", type=Path, help="a replay's JSON: model it again, run nothing")
+    parser.add_argument(
+        "--loop",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a loop setting instead of samconfig's local one (RunPaceSeconds=10, RefineEveryMinutes=1, ...)",
+    )
     args = parser.parse_args()
     if args.remodel:
         return remodel(args.remodel)
