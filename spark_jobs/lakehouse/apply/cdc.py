@@ -300,7 +300,7 @@ def _apply_without_key(
     )
     n_rest = rejected.count()
     if n_rest:
-        run.quarantine_records(spec, rejected, raw.found_rows())
+        run.quarantine_records(spec, rejected, raw)
     changes = evolve_schema(run.spark, table, batch.types)
     yield  # the run's quarantine write (before_commits), then the commit
     append_rows(run.spark, table, with_metadata(appendable), properties)

@@ -213,7 +213,7 @@ class ApplyRun:
         names, marker = self.options.names, self.options.reader.csv_null_value
         return raw.rows, C.typed_changes(raw, spec, layout, types, names, marker)
 
-    def quarantine_records(self, spec: TableSpec, rejected: DataFrame, raw: DataFrame) -> None:
+    def quarantine_records(self, spec: TableSpec, rejected: DataFrame, raw: RawRead) -> None:
         """Rejected records (`_dms_reason` set), with their record numbers (one more pass over their files)."""
         numbered = with_record_numbers(rejected, raw)
         rows = record_rejections(numbered, spec.qualified_name).localCheckpoint()

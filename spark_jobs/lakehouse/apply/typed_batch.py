@@ -98,7 +98,7 @@ def typed_batch(
     bad = figures["bad"] + (figures["mismatched"] if run.options.type_mismatch == "quarantine" else 0)
     if bad:
         reasons = typed.where(rejected).withColumn(C.REASON, F.coalesce(C.REASON, C.MISMATCH))
-        run.quarantine_records(spec, reasons, raw.found_rows())
+        run.quarantine_records(spec, reasons, raw)
     counts = BatchFigures(
         records=figures["records"],
         quarantined_records=bad,

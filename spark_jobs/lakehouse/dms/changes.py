@@ -24,7 +24,7 @@ from pyspark.sql import types as T
 
 from lakehouse.base.names import INTERNAL_PREFIX, OP, quote
 from lakehouse.base.schema import TableSpec
-from lakehouse.dms.reader import CORRUPT, FILE_ORDER, FILE_URI, HEADER, POSITION, SEQ_BASE, RawRead
+from lakehouse.dms.reader import CORRUPT, FILE_ORDER, FILE_URI, HEADER, POSITION, UNMATCHED, RawRead
 
 SEQ = "_dms_seq"
 COMMIT_TS = "_dms_commit_ts"
@@ -88,8 +88,9 @@ def typed_changes(
 ) -> DataFrame:
     """Typed change rows. Columns: the data columns (lower case), before images (`_dms_bi_<key>`),
     `_dms_op`, `_dms_seq` (AR_H_CHANGE_SEQ, or for a CDC record without one the file's time and the
-    record's position), `_dms_commit_ts`, `_dms_file_uri`, `_dms_file_order`, `_dms_pos`, `_dms_raw`
-    and the problems `_dms_reason`, `_dms_mismatch`, `_dms_widen` (each null when there is none)."""
+    record's position), `_dms_commit_ts`, `_dms_file_order`, `_dms_pos`, and for a rejected record only
+    (a reason or a mismatch) `_dms_file_uri` and `_dms_raw`; the problems `_dms_reason`, `_dms_mismatch`,
+    `_dms_widen` (each null when there is none)."""
     rows = raw.found_rows()
     sources = {f.name: f.dataType for f in rows.schema.fields}
     keys = [k.lower() for k in spec.primary_key]
@@ -126,7 +127,7 @@ def typed_changes(
     op = staged_text(F.upper(F.trim(text(op_name)))) if op_name else F.lit("I")  # IncludeOpForFullLoad=false
     seq_text = staged_text(F.trim(text(seq_name)))
     written_seq = F.when(seq_text == "", None).otherwise(seq_text).cast(SEQ_TYPE)
-    record_seq = F.col(SEQ_BASE).cast(SEQ_TYPE) + F.col(POSITION).bitwiseAND(_RECORD_MASK).cast(SEQ_TYPE)
+    record_seq = raw.sequence_base().cast(SEQ_TYPE) + F.col(POSITION).bitwiseAND(_RECORD_MASK).cast(SEQ_TYPE)
     is_delete = op == "D"
 
     reasons: list[Column] = [
@@ -134,7 +135,7 @@ def typed_changes(
         F.when(
             F.col(FILE_ORDER).isNull(),
             F.concat(
-                F.lit("record not matched to a file of the batch: Spark read it from "), F.col(FILE_URI)
+                F.lit("record not matched to a file of the batch: Spark read it from "), F.col(UNMATCHED)
             ),
         ),
         F.when(
@@ -177,6 +178,7 @@ def typed_changes(
         F.to_json(F.struct(*[F.col(quote(c)) for c in rows.columns if not c.startswith(INTERNAL_PREFIX)])),
     )
     mismatch = _joined(mismatches)
+    rejected = reason.isNotNull() | mismatch.isNotNull()
     return rows.select("*", *[value.alias(name) for name, value in staged.items()]).select(
         *[value.alias(name) for name, value in typed.items()],
         *[value.alias(name) for name, value in before.items()],
@@ -185,11 +187,11 @@ def typed_changes(
         F.expr(f"try_cast({quote(ts_name)} as timestamp)").alias(COMMIT_TS)
         if ts_name
         else F.lit(None).cast("timestamp").alias(COMMIT_TS),
-        F.col(FILE_URI),
         F.col(FILE_ORDER),
         F.col(POSITION),
-        # the raw record is kept for rejected rows only (bench: -13% time)
-        F.when(reason.isNotNull() | mismatch.isNotNull(), raw_record).alias(RAW),
+        # the file's URI and the raw record are kept for rejected rows only (bench: -13% time)
+        F.when(rejected, raw.file_uri()).alias(FILE_URI),
+        F.when(rejected, raw_record).alias(RAW),
         reason.alias(REASON),
         mismatch.alias(MISMATCH),
         _joined(widenings, WIDEN_SEPARATOR).alias(WIDEN),

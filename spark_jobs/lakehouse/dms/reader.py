@@ -37,9 +37,9 @@ from lakehouse.io.storage import (
 
 log = logging.getLogger(__name__)
 
-FILE_URI = "_dms_file_uri"
+FILE_URI = "_dms_file_uri"  # a typed change's file (lakehouse.dms.changes): rejected records only
 FILE_ORDER = "_dms_file_order"
-SEQ_BASE = "_dms_seq_base"
+UNMATCHED = "_dms_unmatched_path"  # Spark's path of a record matched to no file of the batch (else null)
 HEADER = "_dms_header"
 RECORD = "_dms_record"
 POSITION = "_dms_pos"
@@ -88,6 +88,20 @@ class RawRead:
     headers: dict[str, list[str]]  # file URI → its columns, as written
     groups: list[tuple[str, ...]] = field(default_factory=list)  # `_dms_header` id → its columns, lower case
     csv_groups: list[int] = field(default_factory=list)  # the groups read from CSV (text, CsvNullValue)
+    files: tuple[DmsFile, ...] = ()  # the batch's files: a record's `_dms_file_order` is its file's index
+
+    def file_uri(self) -> Column:
+        """Each record's file URI, from its file's index (Spark's own path for a record matched to no file).
+        Records carry the index only: the URI is looked up where it is needed (quarantine, messages)."""
+        uris = _constant_array([file.uri for file in self.files], "string")
+        return F.coalesce(F.try_element_at(uris, F.col(FILE_ORDER) + 1), F.col(UNMATCHED))
+
+    def sequence_base(self) -> Column:
+        """Each record's file's synthesized change sequence (DmsFile.sequence_base; null for LOAD files)."""
+        bases = [file.sequence_base for file in self.files]
+        if all(base is None for base in bases):
+            return F.lit(None).cast(SEQUENCE_BASE_TYPE)
+        return F.try_element_at(_constant_array(bases, SEQUENCE_BASE_TYPE), F.col(FILE_ORDER) + 1)
 
     def found_rows(self) -> DataFrame:
         """`rows`, of a read that found some: a read of none is handled before its rows are used."""
@@ -185,10 +199,10 @@ def read_dms_files(
     options: ReaderOptions = ReaderOptions(),
     required_columns: Sequence[str] = (),
 ) -> RawRead:
-    """All records of `files` as text (columns in lower case), plus `_file_uri`, `_file_order` (the
-    position of the file in `files`), `_seq_base` (the file's synthesized change sequence, CDC files),
-    `_header` (the record's header group) and `_pos` (rises with the record's position in its file;
-    see `with_record_numbers`)."""
+    """All records of `files` as text (columns in lower case), plus `_file_order` (the position of the
+    record's file in `files`: `RawRead.file_uri` and `RawRead.sequence_base` look up its facts),
+    `_unmatched_path`, `_header` (the record's header group) and `_pos` (rises with the record's
+    position in its file; see `with_record_numbers`)."""
     headers, rejected = read_headers(files, spark_paths, options, required_columns)
     groups: dict[FileHeader, list[DmsFile]] = defaultdict(list)
     for file in files:
@@ -206,67 +220,57 @@ def read_dms_files(
     raw = _union(frames)
     names = [tuple(name.lower() for name in header.names) for header in groups]
     csv_groups = [number for number, header in enumerate(groups) if not header.is_parquet]
-    return RawRead(_with_file_order(spark, raw, files, spark_paths), rejected, as_written, names, csv_groups)
+    rows = _with_file_order(raw, files, spark_paths)
+    return RawRead(rows, rejected, as_written, names, csv_groups, tuple(files))
 
 
-def _with_file_order(
-    spark: SparkSession,
-    raw: DataFrame,
-    files: Sequence[DmsFile],
-    spark_paths: dict[str, str],
-) -> DataFrame:
-    """Each record's file URI and file position, from the path Spark read it from. First by Spark's
-    exact path string (decoding it on every record cost ~1 s per million records: bench/); a path
-    Spark spells otherwise (escaped characters) is decoded and matched again; a record matched by
-    neither keeps Spark's path and no position, and typed_changes rejects it: nothing is dropped.
-    The two lookups are constant maps in the plan, not joins: a join of the batch's file names was a
-    broadcast, two Spark jobs more for every table of every run (bench/RESULTS.md, "The fixed cost of a
-    small apply"); the plan goes once to each executor, so a batch of thousands of files is no burden."""
+def _with_file_order(raw: DataFrame, files: Sequence[DmsFile], spark_paths: dict[str, str]) -> DataFrame:
+    """Each record's file position in `files`, from the path Spark read it from: a small integer, the only
+    fact of its file a record carries through the first pass (its URI and sequence base are looked up from
+    it where needed: a full load's first pass kept the URI's text in every cached row, bench/RESULTS.md,
+    "Each record carries its file's position"). First by Spark's exact path string (decoding it on every
+    record cost ~1 s per million records); a path Spark spells otherwise (escaped characters) is decoded
+    and matched again; a record matched by neither keeps Spark's path (`_dms_unmatched_path`) and no
+    position, and typed_changes rejects it: nothing is dropped. The lookups are constant maps in the plan, not joins: a join of the
+    batch's file names was a broadcast, two Spark jobs more for every table of every run (bench/RESULTS.md,
+    "The fixed cost of a small apply"); the plan goes once to each executor."""
     readable = [(position, file) for position, file in enumerate(files) if file.uri in spark_paths]
     exact = {
-        spelling: _facts(position, file)
-        for position, file in readable
-        for spelling in _spellings(spark_paths[file.uri])
+        spelling: position for position, file in readable for spelling in _spellings(spark_paths[file.uri])
     }
-    decoded = {_normalise(spark_paths[f.uri]): _facts(position, f) for position, f in readable}
+    decoded = {_normalise(spark_paths[file.uri]): position for position, file in readable}
     path = F.col(SPARK_PATH)
     # `coalesce` evaluates its second lookup, and the decoding, only for a path the first did not find
-    found = F.coalesce(_facts_of(exact, path), _facts_of(decoded, _normalise_column(path)))
+    found = F.coalesce(_position_of(exact, path), _position_of(decoded, _normalise_column(path)))
     return (
-        raw.withColumn(_FOUND, found)
-        .withColumn(FILE_URI, F.coalesce(F.col(f"{_FOUND}.uri"), path))
-        .withColumn(FILE_ORDER, F.col(f"{_FOUND}.position"))
-        .withColumn(SEQ_BASE, F.col(f"{_FOUND}.sequence_base"))
-        .drop(SPARK_PATH, _FOUND)
+        raw.withColumn(FILE_ORDER, found)
+        .withColumn(UNMATCHED, F.when(F.col(FILE_ORDER).isNull(), path))
+        .drop(SPARK_PATH)
     )
 
 
-_FOUND = "_dms_found_file"
-_FACTS_TYPE = "map<string,struct<uri:string,position:int,sequence_base:string>>"
+SEQUENCE_BASE_TYPE = "decimal(38,0)"
 
 
-def _facts_of(rows: dict[str, FileFacts], path: Column) -> Column:
-    """The facts of the file read from `path` (None: not in `rows`), from constants in the plan, at a cost per
-    record that does not grow with the batch's files. Spark searches a map key by key, and the paths share
-    their prefix: one map of a 200-file batch's 600 spellings cost 2-3 CPU-s per million records (bench/
-    RESULTS.md, "The CDC apply got slower"). So the paths are spread over as many small maps as there are
-    paths, by their CRC-32 (Spark's crc32 of the path's UTF-8 bytes is zlib's), and a record looks in one."""
-    buckets = max(1, len(rows))
-    spread: list[dict[str, dict[str, object]]] = [{} for _ in range(buckets)]
-    for spelling, (uri, position, base) in rows.items():
-        bucket = zlib.crc32(spelling.encode("utf-8")) % buckets
-        spread[bucket][spelling] = {"uri": uri, "position": position, "sequence_base": base}
-    # one JSON literal, which the optimizer folds (a literal per value would cost a py4j call each)
-    maps = F.from_json(F.lit(json.dumps(spread)), f"array<{_FACTS_TYPE}>")
+def _constant_array(values: Sequence[object], element_type: str) -> Column:
+    """`values` as one constant of the plan: a JSON literal the optimizer folds (a literal per value would
+    cost a py4j call each)."""
+    return F.from_json(F.lit(json.dumps(list(values))), f"array<{element_type}>")
+
+
+def _position_of(positions: dict[str, int], path: Column) -> Column:
+    """The position of the file read from `path` (None: not in `positions`), from constants in the plan, at
+    a cost per record that does not grow with the batch's files. Spark searches a map key by key, and the
+    paths share their prefix: one map of a 200-file batch's 600 spellings cost 2-3 CPU-s per million records
+    (bench/RESULTS.md, "The CDC apply got slower"). So the paths are spread over as many small maps as there
+    are paths, by their CRC-32 (Spark's crc32 of the path's UTF-8 bytes is zlib's), and a record looks in one."""
+    buckets = max(1, len(positions))
+    spread: list[dict[str, int]] = [{} for _ in range(buckets)]
+    for spelling, position in positions.items():
+        spread[zlib.crc32(spelling.encode("utf-8")) % buckets][spelling] = position
+    maps = _constant_array(spread, "map<string,int>")
     bucket_of_path = (F.pmod(F.crc32(path.cast("binary")), F.lit(buckets)) + 1).cast("int")
     return F.try_element_at(F.element_at(maps, bucket_of_path), path)
-
-
-FileFacts = tuple[str, int, str | None]  # URI, position in the batch, synthesized sequence base
-
-
-def _facts(position: int, file: DmsFile) -> FileFacts:
-    return file.uri, position, None if file.sequence_base is None else str(file.sequence_base)
 
 
 def _read_group(
@@ -387,27 +391,46 @@ def _normalise_column(path: Column) -> Column:
     return F.regexp_replace(F.when(path.contains("%"), decoded).otherwise(path), r"^file:(//)?", "")
 
 
-def with_record_numbers(rows: DataFrame, everything: DataFrame) -> DataFrame:
-    """Add `_record` (1-based record number in its file, header excluded) and `_file_records` (how many
-    records its file has) to `rows`, a subset of `everything`. It costs one more pass over the files, so it
-    is done only for quarantined rows. A read narrowed by `only_records` keeps its files' own figures."""
+def with_record_numbers(rows: DataFrame, read: RawRead) -> DataFrame:
+    """Add `_record` (1-based record number in its file, header excluded), `_file_records` (how many
+    records its file has) and `_file_uri` to `rows`, typed changes of `read`'s records. It costs one more
+    pass over the files, so it is done only for quarantined rows. A read narrowed by `only_records` keeps
+    its files' own figures."""
+    everything = read.found_rows()
     if FIRST_POSITION in everything.columns:
-        facts = everything.groupBy(FILE_URI).agg(
+        facts = everything.groupBy(*_FILE).agg(
             F.min(FIRST_POSITION).alias(_FIRST), F.min(FILE_RECORDS).alias(_COUNT)
         )
     else:
-        facts = everything.groupBy(FILE_URI).agg(F.min(POSITION).alias(_FIRST), F.count("*").alias(_COUNT))
+        facts = everything.groupBy(*_FILE).agg(F.min(POSITION).alias(_FIRST), F.count("*").alias(_COUNT))
+    # a typed change names the path of a record matched to no file in its `_file_uri` (lakehouse.dms.changes)
+    own = rows.withColumn(UNMATCHED, F.when(F.col(FILE_ORDER).isNull(), F.col(FILE_URI)))
     return (
-        rows.join(F.broadcast(facts), FILE_URI)
+        _with_file_figures(own, facts)
         .withColumn(RECORD, (F.col(POSITION) - F.col(_FIRST) + 1).cast("long"))
         .withColumn(FILE_RECORDS, F.col(_COUNT).cast("long"))
-        .drop(_FIRST, _COUNT)
+        .withColumn(FILE_URI, read.file_uri())
+        .drop(_FIRST, _COUNT, UNMATCHED)
     )
 
 
 FILE_RECORDS = "_dms_file_records"
 FIRST_POSITION = "_dms_first_position"
 _FIRST, _COUNT = "_dms_first", "_dms_count"
+_FILE = (
+    FILE_ORDER,
+    UNMATCHED,
+)  # a record's file: its position in the batch, or Spark's path when matched to none
+_THEIR_ORDER, _THEIR_PATH = "_dms_their_order", "_dms_their_path"
+
+
+def _with_file_figures(rows: DataFrame, facts: DataFrame) -> DataFrame:
+    """`rows` with the figures `facts` holds of their file (one row per file, keyed by `_FILE`)."""
+    theirs = facts.withColumnRenamed(FILE_ORDER, _THEIR_ORDER).withColumnRenamed(UNMATCHED, _THEIR_PATH)
+    same_file = F.col(FILE_ORDER).eqNullSafe(F.col(_THEIR_ORDER)) & F.col(UNMATCHED).eqNullSafe(
+        F.col(_THEIR_PATH)
+    )
+    return rows.join(F.broadcast(theirs), same_file).drop(_THEIR_ORDER, _THEIR_PATH)
 
 
 def only_records(read: RawRead, wanted: Mapping[str, frozenset[int]]) -> RawRead:
@@ -416,16 +439,16 @@ def only_records(read: RawRead, wanted: Mapping[str, frozenset[int]]) -> RawRead
     position and record count, so what is quarantined of it is numbered as in the whole file."""
     if read.rows is None or not wanted:
         return read
-    numbered = read.rows.join(
-        F.broadcast(
-            read.rows.groupBy(FILE_URI).agg(
-                F.min(POSITION).alias(FIRST_POSITION), F.count("*").alias(FILE_RECORDS)
-            )
+    numbered = _with_file_figures(
+        read.rows,
+        read.rows.groupBy(*_FILE).agg(
+            F.min(POSITION).alias(FIRST_POSITION), F.count("*").alias(FILE_RECORDS)
         ),
-        FILE_URI,
     )
     record = F.col(POSITION) - F.col(FIRST_POSITION) + 1
-    keep = ~F.col(FILE_URI).isin(sorted(wanted))
-    for uri, numbers in sorted(wanted.items()):
-        keep = keep | ((F.col(FILE_URI) == F.lit(uri)) & record.isin(sorted(numbers)))
+    positions = {uri: [n for n, file in enumerate(read.files) if file.uri == uri] for uri in sorted(wanted)}
+    named = [n for found in positions.values() for n in found]
+    keep = F.col(FILE_ORDER).isNull() | ~F.col(FILE_ORDER).isin(named)
+    for uri, found in positions.items():
+        keep = keep | (F.col(FILE_ORDER).isin(found) & record.isin(sorted(wanted[uri])))
     return replace(read, rows=numbered.where(keep))

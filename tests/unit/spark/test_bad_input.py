@@ -210,7 +210,7 @@ def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     """Given files under folders whose names hold spaces, %, +, # and accents (Spark lists them as
     encoded URIs), When they are read, Then every record carries its own file's URI and position."""
     from lake_contracts.dms_files import parse_dms_key
-    from lakehouse.dms.reader import FILE_ORDER, FILE_URI, read_dms_files
+    from lakehouse.dms.reader import FILE_ORDER, read_dms_files
 
     paths = [
         dms.cdc(f"sales.{table}", COLUMNS, [("I", (n * 10 + i, table, "1.00")) for i in range(3)])
@@ -221,9 +221,44 @@ def test_records_keep_their_file_and_order_whatever_the_path_holds(spark, dms):
     raw = read_dms_files(spark, files, {f.uri: f.uri for f in files})
 
     assert raw.rejected == []
-    assert sorted(tuple(r) for r in raw.rows.select("id", FILE_URI, FILE_ORDER).collect()) == sorted(
+    assert sorted(tuple(r) for r in raw.rows.select("id", raw.file_uri(), FILE_ORDER).collect()) == sorted(
         (str(n * 10 + i), path, n) for n, path in enumerate(paths) for i in range(3)
     )
+
+
+def test_a_record_carries_its_files_position_and_names_the_file_only_when_rejected(spark, lake_config, dms):
+    """Given two CDC files without change sequences, the second holding an invalid Op,
+    When they are read and typed,
+    Then no record carries its file's URI through the pass, only the file's position; each change's
+    sequence is its file's synthesized base plus its place in the file; the rejected change alone names
+    its file."""
+    from lake_contracts.dms_files import parse_dms_key
+    from lakehouse.apply.run import ApplyRun
+    from lakehouse.dms import changes as C
+    from lakehouse.dms.reader import FILE_ORDER
+
+    first = dms.cdc(
+        "sales.customer", COLUMNS, [("I", (1, "a", "1")), ("U", (1, "b", "2"))], seqs=[None, None]
+    )
+    second = dms.cdc(
+        "sales.customer", COLUMNS, [("I", (2, "c", "3")), ("X", (3, "d", "4"))], seqs=[None, None]
+    )
+    files = [parse_dms_key(path) for path in (first, second)]
+    run = ApplyRun(spark, lake_config, SCHEMA, ApplyOptions(), "run-1", "cdc")
+
+    raw, typed = run.read_typed(SCHEMA.tables["sales.customer"], files)
+
+    assert not [value for row in raw.collect() for value in row if value in (first, second)]
+    changes = typed.select("id", FILE_ORDER, C.SEQ, C.FILE_URI).orderBy(C.SEQ).collect()
+    assert [(id_, order, uri) for id_, order, _, uri in changes] == [
+        (1, 0, None),
+        (1, 0, None),
+        (2, 1, None),
+        (3, 1, second),
+    ]
+    within_file = [int(seq) - files[order].sequence_base for _, order, seq, _ in changes]
+    assert within_file[0] < within_file[1] and within_file[2] < within_file[3]
+    assert all(0 <= place < 4 for place in within_file)
 
 
 def test_a_record_spark_reads_from_an_unexpected_path_is_quarantined_not_dropped(
