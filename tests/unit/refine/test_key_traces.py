@@ -217,3 +217,48 @@ def test_an_inputs_changes_are_found_once_for_the_models_that_read_it(spark) -> 
         [(1, "new")],
     ] * 2
     shared.release()
+
+
+ANTI_JOIN = """{{ config(unique_key='id') }}
+SELECT s.id, s.amount FROM {{ source('sales') }} s LEFT JOIN {{ source('item') }} i ON s.item = i.item
+WHERE i.item IS NULL
+"""
+
+
+def test_an_anti_join_written_as_a_filter_follows_its_dimension_both_ways(spark, base_config) -> None:
+    """Given `orphans`, the sales whose item does not exist (a left join filtered on the item's key being null:
+    the 5 sales of item 7), built
+    When item 7 is inserted (its sales must leave the model) and item 2 deleted (its sales must enter it), and
+    the refine runs incrementally
+    Then the refined table equals the model's SQL run from scratch over the changed tables: the 5 sales of item
+    2, none of item 7."""
+    config = replace(base_config, clean_database="anti_clean", refined_database="anti_refined")
+    ensure_namespace(spark, config.catalog_name, config.clean_database)
+    data = {"sales": [(n, n % 8, n) for n in range(40)], "item": [(n, f"c{n % 3}") for n in range(7)]}
+    for name, rows in data.items():
+        table = config.clean_table(f"main_{name}")
+        spark.sql(f"DROP TABLE IF EXISTS {table}")
+        create_table(spark, table, spark.createDataFrame([], SCHEMAS[name]).schema)
+        append_rows(spark, table, spark.createDataFrame(rows, SCHEMAS[name]), {})
+    folder = load_folder([("orphans.sql", ANTI_JOIN)])
+    spark.sql(f"DROP TABLE IF EXISTS {config.table(config.refined_database, 'orphans')}")
+    assert [t.mode for t in refine(spark, config, models=folder).tables] == ["built"]
+    items = config.clean_table("main_item")
+    append_rows(spark, items, spark.createDataFrame([(7, "c1")], SCHEMAS["item"]), {})
+    spark.sql(f"DELETE FROM {items} WHERE item = 2")
+
+    report = refine(spark, config, models=folder)
+
+    assert [t.mode for t in report.tables] == ["incremental"]
+    clean = {name: spark.table(config.clean_table(f"main_{name}")) for name in data}
+    expected = run_model(spark, folder.models[0], clean)[0]
+    assert _rows(spark, config.table(config.refined_database, "orphans"), "id") == [
+        tuple(r) for r in expected.orderBy("id").collect()
+    ]
+    assert sorted(r[0] for r in _rows(spark, config.table(config.refined_database, "orphans"), "id")) == [
+        2,
+        10,
+        18,
+        26,
+        34,
+    ]
