@@ -237,11 +237,12 @@ def deployment_day(
     plan: Deployment, measured: Measured, size: RunSize, engine: str = "glue"
 ) -> DeploymentDay:
     """A day of the state machine's loop for `plan`, one thing at a time: a CDC run per batch (a batch: the
-    files landed so far, at most `max_files_per_run`; `loop_wait` when none has), a refine run after
-    `refine_every` batches once `refine_every_minutes` have passed since the last refine started, after a batch
-    that emptied the queue a pause of `run_pace` (auto: 60 s, none on EMR Serverless's warm pool), the raw audit (its fixed cost) once `audit_every_minutes` have passed since the
-    last, a maintenance pass after every `maintenance_every` (a slice: what the changes made
-    due since, within its budget; the first pass after each day's start also expires and removes orphans);
+    files landed so far, at most `max_files_per_run`; `loop_wait` when none has; after a batch that emptied
+    the queue, a pause of `run_pace`: auto is 60 s, none on EMR Serverless's warm pool), a refine run after
+    `refine_every` batches once `refine_every_minutes` have passed since the last refine started, the raw
+    audit (its fixed cost) once `audit_every_minutes` have passed since the last, a maintenance pass after
+    every `maintenance_every` (a slice: what the changes made due since, within its budget; the first pass
+    after each day's start also expires and removes orphans);
     each run after its engine's start-up. Billed: Glue `dpus x max(60 s, start + run)` per run; EMR Serverless
     `workers x max(60 s, run)` per run (start-up unbilled), in vCPU- and GB-hours. Files land round-robin
     over the tables, so a batch of n files touches min(n, tables) tables; each file's freshness is the end of
