@@ -217,6 +217,7 @@ class DeploymentDay:
     maintenance_hours: float = 0.0  # of busy_hours: maintenance passes, start-ups included
     rewritten_gb: float = 0.0  # what the day's passes rewrote
     due_gb_left: float = 0.0  # due at the day's end, beyond the passes' budgets
+    pauses: int = 0  # RunPaceSeconds pauses: batches that emptied the queue, with a pace
 
     def keeps_up(self, hours: float = 24.0) -> bool:
         """The day's changes are applied within the day (plus an hour: the last runs' own time)."""
@@ -256,6 +257,7 @@ def deployment_day(
     changes_per_file = plan.changes_per_day * plan.file_interval / (plan.tables * 86_400)
     files = int(horizon / spacing)
     clock, next_file, batches, due, rewritten, expired_days, since_pass = 0.0, 0, 0, 0.0, 0.0, 0, 0
+    pauses = 0
     since_refine, last_refine = 0, -float("inf")
     audit_period = plan.audit_every_minutes * 60 or float("inf")
     next_audit = audit_period
@@ -295,8 +297,9 @@ def deployment_day(
             due, rewritten = due - slice_bytes, rewritten + slice_bytes
             clock += start + seconds
             runs.append(("maintenance", start + seconds))
-        if landed_by - next_file == 0:  # the batch emptied the queue: the loop pauses before the next
+        if landed_by - next_file == 0 and pace > 0:  # the batch emptied the queue: a pause before the next
             clock += pace
+            pauses += 1
         if clock >= next_audit:
             clock += start + measured.overhead_seconds
             runs.append(("audit", start + measured.overhead_seconds))
@@ -323,6 +326,7 @@ def deployment_day(
         maintenance_hours=sum(s for kind, s in runs if kind == "maintenance") / 3600,
         rewritten_gb=rewritten / 1e9,
         due_gb_left=due / 1e9,
+        pauses=pauses,
     )
 
 

@@ -53,6 +53,7 @@ RUN_STATES = {
     "RunRefine": "refine",
     "RunIdleRefine": "refine",
     "RunMaintenance": "maintenance",
+    "PaceRuns": "pause",  # not a run: the loop's pause after a batch that emptied the queue (RunPaceSeconds)
 }
 
 
@@ -62,7 +63,7 @@ def replay_tables(count: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Run:
-    kind: str  # cdc, refine, maintenance
+    kind: str  # cdc, refine, maintenance, pause
     entered: float  # epoch seconds
     seconds: float
     before_seconds: float = 0.0  # the loop's own time before it: DrainQueue entered -> this state entered
@@ -269,7 +270,7 @@ def run(args: argparse.Namespace) -> int:
     replayed = percentiles(list(fresh.values()))
     counts = {
         kind: sum(r.kind == kind for r in runs if r.entered <= ended)
-        for kind in ("cdc", "refine", "maintenance")
+        for kind in ("cdc", "refine", "maintenance", "pause")
     }
     result = {
         "command": "python bench/loop_replay.py " + " ".join(sys.argv[1:]),
@@ -316,6 +317,7 @@ def model_beside(result: dict[str, Any]) -> dict[str, Any]:
                 "cdc": model.cdc_runs,
                 "refine": model.refine_runs,
                 "maintenance": model.maintenance_runs,
+                "pause": model.pauses,
             },
             "measured": asdict(measured),
             "start_seconds": size.glue_start_seconds,
@@ -354,6 +356,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"| CDC / refine / maintenance runs | {replay['runs']['cdc']} / {replay['runs']['refine']} / "
             f"{replay['runs']['maintenance']} | {model['runs']['cdc']} / {model['runs']['refine']} / "
             f"{model['runs']['maintenance']} | {ratio['cdc_runs']:.2f} (CDC) |",
+            f"| pauses (RunPaceSeconds) | {replay['runs'].get('pause', 'not counted')} | {model['runs'].get('pause', 0)} | |",
             f"| freshness p50 (s) | {replay['freshness']['p50']:.1f} | {model['freshness']['p50']:.1f} | {ratio['p50']:.2f} |",
             f"| freshness p95 (s) | {replay['freshness']['p95']:.1f} | {model['freshness']['p95']:.1f} | {ratio['p95']:.2f} |",
             f"\nLocal per-run figures: a CDC run {m['overhead_seconds']:.1f} s + {m['table_fixed_seconds']:.2f} s a "

@@ -119,7 +119,8 @@ def test_a_refine_waits_for_its_minimum_interval_and_a_caught_up_loop_paces_its_
     may start sooner than 2 minutes after the last, Then a refine runs after the first batch and then only
     every other batch or so: fewer refines than batches, none closer than 120 s; When a caught-up loop pauses
     60 s after each batch, Then each run gathers more files: fewer CDC runs for the same files, each file
-    staler, and the Glue bill (a billed minute a run) smaller."""
+    staler, and the Glue bill (a billed minute a run) smaller; the paced day counts its pauses (one after each
+    batch that emptied the queue, so at most one a CDC run), the unpaced day none."""
     every_batch = Deployment(**{**TINY.__dict__, "refine_every": 1, "refine_every_minutes": 0.0})
     rested = Deployment(**{**every_batch.__dict__, "refine_every_minutes": 2.0})
     paced = Deployment(**{**TINY.__dict__, "run_pace": 60.0})
@@ -134,6 +135,7 @@ def test_a_refine_waits_for_its_minimum_interval_and_a_caught_up_loop_paces_its_
     assert pacing.changes == base.changes and pacing.cdc_runs < base.cdc_runs
     assert pacing.freshness_p50 > base.freshness_p50
     assert pacing.glue_dpu_hours < base.glue_dpu_hours
+    assert base.pauses == 0 and 1 <= pacing.pauses <= pacing.cdc_runs
 
 
 def test_run_pace_auto_is_a_minute_where_runs_are_billed_and_none_on_the_warm_pool():
