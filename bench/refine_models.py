@@ -5,7 +5,10 @@ the same state rebuilt from scratch (every refined table dropped). Seconds of ea
 mode and the keys it recomputed; the machine's load beside them.
 
     .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--files 100 --recent [--dated]]
-        [--rebuild_above_affected_fraction 0.5] [--out bench/results/…json]
+        [--rebuild_above_affected_fraction 0.5] [--profile] [--out bench/results/…json]
+
+`--profile`: each refine's Spark jobs by model and step (the step a job ran in, its seconds, and its stages'
+input rows and bytes, shuffle and executor CPU), from Spark's event log, in the results' "profile".
 """
 
 from __future__ import annotations
@@ -116,15 +119,144 @@ def spark_work(spark: SparkSession, group: str) -> dict[str, int]:
     return {"jobs": len(jobs), "tasks": sum(s.numCompletedTasks for s in stages if s is not None)}
 
 
+STEPS = {  # lakehouse.refine.refresh's steps a profile names the jobs by (module, function)
+    "changed rows": ("lakehouse.refine.refresh", "changed_rows_between"),
+    "affected keys": ("lakehouse.refine.refresh", "affected_keys"),
+    "keys summary": ("lakehouse.refine.refresh", "summarize_keys"),
+    "recompute and MERGE": ("lakehouse.refine.refresh", "merge_by_key"),
+}
+
+
+STEP_SECONDS: dict[str, float] = {}  # wall seconds by step (driver and Spark), since the last refine
+
+
+def label_steps(spark: SparkSession) -> None:
+    """Each refresh step's Spark jobs described by its model and step (`spark.job.description`): the jobs
+    that follow a step's call until the next one are counted to it, and so are the wall seconds
+    (STEP_SECONDS)."""
+    import importlib
+
+    from lakehouse.refine import refresh
+
+    context = spark.sparkContext
+    model_of = [""]
+    current: list[Any] = [None, time.monotonic()]
+
+    def switch(label: str | None) -> None:
+        now = time.monotonic()
+        if current[0] is not None:
+            STEP_SECONDS[current[0]] = STEP_SECONDS.get(current[0], 0.0) + now - current[1]
+        current[:] = [label, now]
+        context.setJobDescription(label)  # type: ignore[arg-type]
+
+    unwrapped_refresh = refresh._Refiner.refresh
+
+    def refresh_labelled(refiner: Any, model: Any) -> Any:
+        model_of[0] = model.name
+        switch(f"{model.name}: plan and model")
+        try:
+            return unwrapped_refresh(refiner, model)
+        finally:
+            switch(None)
+
+    refresh._Refiner.refresh = refresh_labelled  # type: ignore[method-assign]
+    unwrapped_write = refresh._Refiner._write_full
+
+    def write_labelled(refiner: Any, *args: Any) -> Any:
+        switch(f"{model_of[0]}: rebuild write")
+        return unwrapped_write(refiner, *args)
+
+    refresh._Refiner._write_full = write_labelled  # type: ignore[method-assign]
+    for step, (module_name, function) in STEPS.items():
+        module = importlib.import_module(module_name)
+        unwrapped = getattr(module, function)
+
+        def labelled(*args: Any, _step: str = step, _unwrapped: Any = unwrapped, **kwargs: Any) -> Any:
+            switch(f"{model_of[0]}: {_step}")
+            return _unwrapped(*args, **kwargs)
+
+        setattr(module, function, labelled)
+
+
+METRICS = {
+    "internal.metrics.executorRunTime": "run_ms",
+    "internal.metrics.executorCpuTime": "cpu_ns",
+    "internal.metrics.input.recordsRead": "input_rows",
+    "internal.metrics.input.bytesRead": "input_bytes",
+    "internal.metrics.shuffle.read.recordsRead": "shuffle_rows",
+    "internal.metrics.shuffle.write.bytesWritten": "shuffle_bytes",
+}
+
+
+def profile_of(event_log: Path, group: str) -> dict[str, Any]:
+    """The job group's Spark jobs from the event log: each job's step, wall ms and its stages' metrics, and
+    their sums by step."""
+    jobs: dict[int, dict[str, Any]] = {}
+    stage_job: dict[int, int] = {}
+    for path in sorted(event_log.iterdir()):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            event = json.loads(line)
+            kind = event.get("Event")
+            if kind == "SparkListenerJobStart":
+                properties = event.get("Properties") or {}
+                if properties.get("spark.jobGroup.id") != group:
+                    continue
+                job = jobs[event["Job ID"]] = {
+                    "step": properties.get("spark.job.description") or "?",
+                    "start": event["Submission Time"],
+                    "ms": 0,
+                    "stages": 0,
+                    "tasks": 0,
+                    **dict.fromkeys(METRICS.values(), 0),
+                }
+                for stage in event.get("Stage IDs", []):
+                    stage_job[stage] = event["Job ID"]
+            elif kind == "SparkListenerJobEnd" and event["Job ID"] in jobs:
+                job = jobs[event["Job ID"]]
+                job["ms"] = event["Completion Time"] - job["start"]
+            elif kind == "SparkListenerStageCompleted":
+                info = event["Stage Info"]
+                if stage_job.get(info["Stage ID"]) not in jobs:
+                    continue
+                job = jobs[stage_job[info["Stage ID"]]]
+                job["stages"] += 1
+                job["tasks"] += info.get("Number of Tasks", 0)
+                for accumulable in info.get("Accumulables", []):
+                    name = METRICS.get(accumulable.get("Name"))
+                    if name:
+                        job[name] += int(accumulable.get("Value") or 0)
+    by_step: dict[str, dict[str, int]] = {}
+    for job in jobs.values():
+        total = by_step.setdefault(job["step"], {"jobs": 0, "ms": 0, **dict.fromkeys(METRICS.values(), 0)})
+        total["jobs"] += 1
+        for name in ("ms", *METRICS.values()):
+            total[name] += job[name]
+    for job in jobs.values():
+        job.pop("start")
+    return {"by_step": by_step, "jobs": {str(j): job for j, job in sorted(jobs.items())}}
+
+
 def timed_refine(
-    spark: SparkSession, config: LakeConfig, run_id: str, options: RefineOptions
+    spark: SparkSession,
+    config: LakeConfig,
+    run_id: str,
+    options: RefineOptions,
+    event_log: Path | None = None,
 ) -> dict[str, Any]:
     spark.sparkContext.setJobGroup(run_id, f"refine {run_id}")
+    STEP_SECONDS.clear()
     begun = time.monotonic()
     report: RefineReport = refine(spark, config, options, run_id=run_id)
     seconds = time.monotonic() - begun
     assert not report.failed, report.failed
+    if event_log is not None:
+        spark.sparkContext._jsc.sc().listenerBus().waitUntilEmpty(30_000)
     return {
+        **(
+            {"profile": profile_of(event_log, run_id) | {"step_seconds": dict(STEP_SECONDS)}}
+            if event_log is not None
+            else {}
+        ),
         "seconds": round(seconds, 2),
         "load": os.getloadavg()[0],
         "spark": spark_work(spark, run_id),
@@ -170,6 +302,11 @@ def main() -> None:
         help="rebuild a model whose affected keys are over this share of its rows (the refine job's default); "
         "1: always refresh incrementally",
     )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="each refine's Spark jobs by model and step (Spark's event log)",
+    )
     args = parser.parse_args()
     options = RefineOptions(rebuild_above_affected_fraction=args.rebuild_above_affected_fraction)
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-refine-"))
@@ -177,7 +314,18 @@ def main() -> None:
         warehouse=str(work / "warehouse"), staging_dir=str(work / "staging"), shuffle_partitions=4
     )
     os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
-    spark = build_session(config, "bench-refine-models")
+    event_log = work / "events" if args.profile else None
+    tuning = {}
+    if event_log is not None:
+        event_log.mkdir(parents=True, exist_ok=True)
+        tuning = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": event_log.as_uri(),
+            "spark.eventLog.compress": "false",
+        }
+    spark = build_session(config, "bench-refine-models", tuning)
+    if event_log is not None:
+        label_steps(spark)
     ensure_namespace(spark, config.catalog_name, config.clean_database)
     for name, frame in source_tables(spark, args.rows, args.files, args.dated).items():
         writer = frame.writeTo(config.clean_table(f"main_{name}")).using("iceberg")
@@ -193,7 +341,7 @@ def main() -> None:
         "rebuild_above_affected_fraction": args.rebuild_above_affected_fraction,
         "cores": os.cpu_count(),
     }
-    results["build"] = timed_refine(spark, config, "build", options)
+    results["build"] = timed_refine(spark, config, "build", options, event_log)
 
     sales, items = config.clean_table("main_web_sales"), config.clean_table("main_item")
     every = max(int(1 / args.fraction), 1)
@@ -208,13 +356,13 @@ def main() -> None:
             f"WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every} = 0"
         )
         spark.sql(f"DELETE FROM {sales} WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every * 10} = 1")
-    results["sales_changed"] = timed_refine(spark, config, "sales-changed", options)
+    results["sales_changed"] = timed_refine(spark, config, "sales-changed", options, event_log)
     spark.sql(f"UPDATE {items} SET i_category = 'reclassified' WHERE i_item_sk % {every} = 0")
-    results["items_changed"] = timed_refine(spark, config, "items-changed", options)
+    results["items_changed"] = timed_refine(spark, config, "items-changed", options, event_log)
 
     for table in results["build"]["models"]:
         spark.sql(f"DROP TABLE {config.table(config.refined_database, table)}")
-    results["rebuild"] = timed_refine(spark, config, "rebuild", options)
+    results["rebuild"] = timed_refine(spark, config, "rebuild", options, event_log)
     results["command"] = " ".join(["bench/refine_models.py", *sys.argv[1:]])
     results["at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = json.dumps(results, indent=2)
