@@ -82,6 +82,10 @@ class FileChanges:
     rewritten: frozenset[str]
     deletes: frozenset[str]
     deleted_from: frozenset[str] = frozenset()  # the data files those delete files apply to
+    # No data file or delete file was removed: the rows read are the rows added (the new files' live rows) and
+    # the rows deleted (at the new deletes' positions), no row read on both sides; a compaction or a
+    # copy-on-write rewrite removes files, whose rows are read on both sides, mostly unchanged.
+    only_changes: bool = False
 
     @property
     def read(self) -> frozenset[str]:
@@ -106,11 +110,14 @@ def file_changes(
     io = jtable.io()
     util = java_class(spark, "org.apache.iceberg.util.SnapshotUtil")
     rewritten: set[str] = set()
+    removed = False  # a data file removed, or a delete file with no new one for its data file
     live: dict[str, str] = {}  # position delete file added since `before_id` and still live → its data file
     targets: dict[str, str] | None = None  # delete file → data file, as of `before_id` (read when needed)
     for snapshot in reversed(_each(util.ancestorsBetween(jtable, after_id, before_id))):
         rewritten |= {str(f.location()) for f in _each(snapshot.addedDataFiles(io))}
-        rewritten |= {str(f.location()) for f in _each(snapshot.removedDataFiles(io))}
+        gone = {str(f.location()) for f in _each(snapshot.removedDataFiles(io))}
+        rewritten |= gone
+        removed = removed or bool(gone)
         added: set[str] = set()
         for delete in _each(snapshot.addedDeleteFiles(io)):
             target = _position_delete_target(spark, delete)
@@ -127,8 +134,9 @@ def file_changes(
                 return None
             if target not in added:
                 rewritten.add(target)
+                removed = True
     kept = {d: target for d, target in live.items() if target not in rewritten}
-    return FileChanges(frozenset(rewritten), frozenset(kept), frozenset(kept.values()))
+    return FileChanges(frozenset(rewritten), frozenset(kept), frozenset(kept.values()), not removed)
 
 
 def _tasks_of(java_table: Any, snapshot_id: int, files: frozenset[str]) -> list[Any]:
@@ -352,11 +360,15 @@ def changed_rows_between(
     java_table: Any = None,
 ) -> tuple[DataFrame, DataFrame]:
     """(before images, after images) of an input between two of its snapshots: from the rows of the data files
-    that differ (`files`, file_changes), or, where its metadata cannot tell (None), from both versions in full."""
+    that differ (`files`, file_changes), or, where its metadata cannot tell (None), from both versions in full.
+    Where the rows read are only rows added and rows deleted (`files.only_changes`), they are the images with
+    no comparison (a row deleted and put back as it was, or updated to its own values, is in both: its keys are
+    recomputed for nothing, never missed); else the rows read on both sides are compared, which shuffles them."""
     if files is None:
         log.info("refine: %s: comparing snapshots %s and %s in full", table, before_id, after_id)
         return changed_rows(read_as_of(spark, table, before_id), read_as_of(spark, table, after_id))
-    return changed_rows(*candidate_rows(spark, table, before_id, after_id, files, reads, java_table))
+    candidates = candidate_rows(spark, table, before_id, after_id, files, reads, java_table)
+    return candidates if files.only_changes else changed_rows(*candidates)
 
 
 def schema_of(schema: T.StructType) -> list[tuple[str, str]]:
