@@ -130,24 +130,24 @@ def typed_changes(
     record_seq = raw.sequence_base().cast(SEQ_TYPE) + F.col(POSITION).bitwiseAND(_RECORD_MASK).cast(SEQ_TYPE)
     is_delete = op == "D"
 
-    reasons: list[Column] = [
-        F.when(F.col(CORRUPT).isNotNull(), F.lit("malformed CSV record (field count differs from header)")),
-        F.when(
+    reasons = [
+        Problem(F.col(CORRUPT).isNotNull(), F.lit("malformed CSV record (field count differs from header)")),
+        Problem(
             F.col(FILE_ORDER).isNull(),
             F.concat(
                 F.lit("record not matched to a file of the batch: Spark read it from "), F.col(UNMATCHED)
             ),
         ),
-        F.when(
+        Problem(
             ~op.isin(*VALID_OPS) | op.isNull(), F.concat(F.lit("invalid Op "), F.coalesce(op, F.lit("null")))
         ),
-        F.when(
+        Problem(
             seq_text.isNotNull() & (seq_text != "") & written_seq.isNull(),
             F.concat(F.lit(f"{names.change_seq} is not a number: "), seq_text),
         ),
     ]
-    mismatches: list[Column] = []
-    widenings: list[Column] = []
+    mismatches: list[Problem] = []
+    widenings: list[Problem] = []
     typed: dict[str, Column] = {}
     texts: dict[str, Column] = {}
     for column in layout.data_columns:
@@ -155,30 +155,30 @@ def typed_changes(
         value = _typed(texts[column], types[column], column, sources.get(column, TEXT))
         typed[column] = value.value
         # A delete needs its key only: the rest of its before image may not fit the type, it goes nowhere.
-        matters = F.lit(True) if column in keys else ~is_delete
-        mismatches.append(F.when(matters, value.mismatch))
-        widenings.append(F.when(matters, value.widen))
+        matters = None if column in keys else ~is_delete
+        mismatches += [p.where(matters) for p in value.mismatch]
+        widenings += [p.where(matters) for p in value.widen]
     for key in keys:
         if key not in typed:
             typed[key] = F.lit(None).cast(spec.spark_type_of(key) or T.StringType())
             texts[key] = F.lit(None).cast("string")
         # a key that is there but fits no type is a mismatch (above), not a missing key
-        reasons.append(F.when(texts[key].isNull(), F.lit(f"primary key column {key} is null or missing")))
+        reasons.append(Problem(texts[key].isNull(), F.lit(f"primary key column {key} is null or missing")))
     before: dict[str, Column] = {}
     for key, column in layout.before_image.items():
         target = types.get(key) or spec.spark_type_of(key) or T.StringType()
         value = _typed(staged_text(text(column)), target, column, sources.get(column, TEXT))
         before[f"{BEFORE_IMAGE}{key}"] = value.value
-        mismatches.append(value.mismatch)
-        widenings.append(value.widen)
+        mismatches += value.mismatch
+        widenings += value.widen
 
-    reason = _joined(reasons)
+    reason = _joined(reasons)  # a cheap test of each record; the text only where there is a problem
     raw_record = F.coalesce(
         F.col(CORRUPT),
         F.to_json(F.struct(*[F.col(quote(c)) for c in rows.columns if not c.startswith(INTERNAL_PREFIX)])),
     )
     mismatch = _joined(mismatches)
-    rejected = reason.isNotNull() | mismatch.isNotNull()
+    rejected = _any(reasons + mismatches)
     return rows.select("*", *[value.alias(name) for name, value in staged.items()]).select(
         *[value.alias(name) for name, value in typed.items()],
         *[value.alias(name) for name, value in before.items()],
@@ -198,17 +198,36 @@ def typed_changes(
     )
 
 
-def _joined(parts: list[Column], separator: str = "; ") -> Column:
-    """The non-null parts joined, or null when there are none."""
-    text = F.concat_ws(separator, *parts) if parts else F.lit("")
-    return F.when(text != "", text)
+@dataclass(frozen=True)
+class Problem:
+    """A problem a record may have: `found` tells (a boolean, cheap), `text` names it (built only where found)."""
+
+    found: Column
+    text: Column
+
+    def where(self, condition: Column | None) -> Problem:
+        """The problem, only where `condition` holds (None: always)."""
+        return self if condition is None else Problem(condition & self.found, self.text)
+
+
+def _any(problems: list[Problem]) -> Column:
+    return reduce(lambda a, b: a | b, [p.found for p in problems]) if problems else F.lit(False)
+
+
+def _joined(problems: list[Problem], separator: str = "; ") -> Column:
+    """The texts of the problems found, joined, or null when there are none. The validity is the booleans
+    alone: a filter of valid records (`reason IS NULL`, which Spark may push below the projection and
+    evaluate there again) folds to them, and the texts are built for rejected records only."""
+    if not problems:
+        return F.lit(None).cast("string")
+    return F.when(_any(problems), F.concat_ws(separator, *[F.when(p.found, p.text) for p in problems]))
 
 
 @dataclass(frozen=True)
 class TypedValue:
     value: Column  # the typed value (null when it does not fit)
-    mismatch: Column  # why the value does not fit its type, or null
-    widen: Column  # `column<2>type` when a wider type of the same family holds it, or null
+    mismatch: tuple[Problem, ...] = ()  # why the value does not fit its type
+    widen: tuple[Problem, ...] = ()  # `column<2>type` when a wider type of the same family holds it
 
 
 _INTEGER = r"^\s*[+-]?[0-9]+\s*$"
@@ -226,13 +245,12 @@ TEXT = T.StringType()
 def _typed(value: Column, data_type: T.DataType, column: str, source: T.DataType = TEXT) -> TypedValue:
     """The value in its column's type, exactly, or a named mismatch, or the wider type that holds it.
     A typed value (Parquet) whose type converts exactly is cast; any other goes through its text."""
-    none = F.lit(None).cast("string")
     if not isinstance(source, T.StringType):
         if converts_exactly(source, data_type):
-            return TypedValue(value.cast(data_type), none, none)
+            return TypedValue(value.cast(data_type))
         value = F.hex(value) if isinstance(source, T.BinaryType) else value.cast("string")
     if isinstance(data_type, T.StringType):
-        return TypedValue(value, none, none)
+        return TypedValue(value)
     if not isinstance(data_type, T.BinaryType):
         value = F.when(F.trim(value) != "", value)  # only text and bytes can be empty: else it is null
     if isinstance(data_type, T.IntegerType | T.LongType):
@@ -247,10 +265,10 @@ def _typed(value: Column, data_type: T.DataType, column: str, source: T.DataType
             return TypedValue(
                 F.when(~overflow, cast),
                 _not_valid(value, cast.isNull(), column, data_type),
-                F.when(value.isNotNull() & overflow, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}double")),
+                (Problem(value.isNotNull() & overflow, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}double")),),
             )
         return TypedValue(
-            F.when(~overflow, cast), _not_valid(value, cast.isNull() | overflow, column, data_type), none
+            F.when(~overflow, cast), _not_valid(value, cast.isNull() | overflow, column, data_type)
         )
     if isinstance(data_type, T.DateType | T.TimestampType | T.TimestampNTZType):
         value = F.when(~value.rlike(_ZERO_DATE), value)
@@ -258,7 +276,7 @@ def _typed(value: Column, data_type: T.DataType, column: str, source: T.DataType
         midnight = F.regexp_extract(value, _MIDNIGHT, 1)
         text = F.when(value.rlike(_ISO_DATE), F.trim(value)).when(midnight != "", midnight)
         cast = text.cast(data_type)
-        return TypedValue(cast, _not_valid(value, cast.isNull(), column, data_type), none)
+        return TypedValue(cast, _not_valid(value, cast.isNull(), column, data_type))
     if isinstance(data_type, T.BinaryType):
         cast = F.unhex(value)
     elif isinstance(data_type, T.BooleanType):
@@ -268,7 +286,7 @@ def _typed(value: Column, data_type: T.DataType, column: str, source: T.DataType
         )
     else:
         cast = value.cast(data_type)
-    return TypedValue(cast, _not_valid(value, cast.isNull(), column, data_type), none)
+    return TypedValue(cast, _not_valid(value, cast.isNull(), column, data_type))
 
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
@@ -294,8 +312,8 @@ def converts_exactly(source: T.DataType, target: T.DataType) -> bool:
     return isinstance(source, _TIMESTAMPS) and isinstance(target, _TIMESTAMPS)
 
 
-def _not_valid(value: Column, failed: Column, column: str, data_type: T.DataType) -> Column:
-    return F.when(value.isNotNull() & failed, _not_valid_text(value, column, data_type))
+def _not_valid(value: Column, failed: Column, column: str, data_type: T.DataType) -> tuple[Problem, ...]:
+    return (Problem(value.isNotNull() & failed, _not_valid_text(value, column, data_type)),)
 
 
 def _not_valid_text(value: Column, column: str, data_type: T.DataType) -> Column:
@@ -315,14 +333,10 @@ def _integer(value: Column, data_type: T.DataType, column: str) -> TypedValue:
         wider = whole & value.cast(T.LongType()).isNotNull()
         return TypedValue(
             cast,
-            F.when(value.isNotNull() & ~fits & ~wider, _not_valid_text(value, column, data_type)),
-            F.when(value.isNotNull() & ~fits & wider, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}bigint")),
+            (Problem(value.isNotNull() & ~fits & ~wider, _not_valid_text(value, column, data_type)),),
+            (Problem(value.isNotNull() & ~fits & wider, F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}bigint")),),
         )
-    return TypedValue(
-        cast,
-        F.when(value.isNotNull() & ~fits, _not_valid_text(value, column, data_type)),
-        F.lit(None).cast("string"),
-    )
+    return TypedValue(cast, _not_valid(value, ~fits, column, data_type))
 
 
 def _decimal(value: Column, data_type: T.DecimalType, column: str) -> TypedValue:
@@ -340,19 +354,25 @@ def _decimal(value: Column, data_type: T.DecimalType, column: str) -> TypedValue
     misfit = value.isNotNull() & ~fits
     return TypedValue(
         F.when(fits, value.cast(data_type)),
-        F.when(
-            misfit & ~widen,
-            F.concat(
-                _not_valid_text(value, column, data_type),
-                F.when(plain & (places > scale), F.lit(f" (more than {scale} decimal places)")).otherwise(
-                    F.lit("")
+        (
+            Problem(
+                misfit & ~widen,
+                F.concat(
+                    _not_valid_text(value, column, data_type),
+                    F.when(plain & (places > scale), F.lit(f" (more than {scale} decimal places)")).otherwise(
+                        F.lit("")
+                    ),
                 ),
             ),
         ),
-        F.when(
-            misfit & widen,
-            F.concat(
-                F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}decimal("), needed.cast("string"), F.lit(f",{scale})")
+        (
+            Problem(
+                misfit & widen,
+                F.concat(
+                    F.lit(f"{column}{WIDEN_TYPE_SEPARATOR}decimal("),
+                    needed.cast("string"),
+                    F.lit(f",{scale})"),
+                ),
             ),
         ),
     )

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.run import ApplyOptions
+from pyspark.sql import functions as F
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
@@ -259,6 +260,43 @@ def test_a_record_carries_its_files_position_and_names_the_file_only_when_reject
     within_file = [int(seq) - files[order].sequence_base for _, order, seq, _ in changes]
     assert within_file[0] < within_file[1] and within_file[2] < within_file[3]
     assert all(0 <= place < 4 for place in within_file)
+
+
+def test_a_records_validity_is_decided_without_building_its_problems_texts(spark, lake_config, dms):
+    """Given a CDC file with a good record, an invalid Op, a decimal with too many places and an int that
+    needs a bigint,
+    When it is typed and its usable records are filtered (Spark may evaluate the filter below the
+    projection, a second time),
+    Then the filter tests booleans only (no text is built for a record to decide it is valid), the
+    good record alone passes, and each rejected record still names its problem."""
+    from lake_contracts.dms_files import parse_dms_key
+    from lakehouse.apply.run import ApplyRun
+    from lakehouse.dms import changes as C
+
+    path = dms.cdc(
+        "sales.customer",
+        COLUMNS,
+        [
+            ("I", (1, "a", "1.00")),
+            ("X", (2, "b", "2.00")),
+            ("I", (3, "c", "1.234")),
+            ("I", (3000000000, "d", "4")),
+        ],
+    )
+    run = ApplyRun(spark, lake_config, SCHEMA, ApplyOptions(), "run-1", "cdc")
+    typed = run.read_typed(SCHEMA.tables["sales.customer"], [parse_dms_key(path)])[1]
+    usable = typed.where(F.col(C.REASON).isNull() & F.col(C.MISMATCH).isNull() & F.col(C.WIDEN).isNull())
+
+    plan = usable._jdf.queryExecution().optimizedPlan().toString()
+    filters = [line for line in plan.splitlines() if line.lstrip("+- :").startswith("Filter")]
+    assert filters and not [line for line in filters if "concat" in line]
+    assert [row.id for row in usable.collect()] == [1]
+    problems = typed.where(~F.col("id").eqNullSafe(1)).select(C.POSITION, C.REASON, C.MISMATCH, C.WIDEN)
+    assert [tuple(row)[1:] for row in problems.orderBy(C.POSITION).collect()] == [
+        ("invalid Op X", None, None),
+        (None, "balance: 1.234 is not a valid decimal(10,2) (more than 2 decimal places)", None),
+        (None, None, f"id{C.WIDEN_TYPE_SEPARATOR}bigint"),
+    ]
 
 
 def test_a_record_spark_reads_from_an_unexpected_path_is_quarantined_not_dropped(
