@@ -122,7 +122,7 @@ def spark_work(spark: SparkSession, group: str) -> dict[str, int]:
 STEPS = {  # lakehouse.refine.refresh's steps a profile names the jobs by (module, function)
     "changed rows": ("lakehouse.refine.refresh", "changed_rows_between"),
     "affected keys": ("lakehouse.refine.refresh", "affected_keys"),
-    "keys summary": ("lakehouse.refine.refresh", "summarize_keys"),
+    "keys kept": ("lakehouse.refine.refresh", "kept_keys"),
     "recompute and MERGE": ("lakehouse.refine.refresh", "merge_by_key"),
 }
 

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 import threading
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -37,8 +38,9 @@ class KeysSummary:
     bounds: dict[str, tuple[Any, Any, bool]]
 
 
-def summarize_keys(keys: DataFrame) -> KeysSummary:
-    """The keys' count and each column's bounds, in one Spark job."""
+def kept_keys(keys: DataFrame) -> tuple[DataFrame, KeysSummary]:
+    """The keys computed once and kept (a local checkpoint), with their count and each column's bounds observed
+    as they are kept: one Spark job for both, not a second one to aggregate the kept keys."""
     ranged = [f.name for f in keys.schema.fields if isinstance(f.dataType, RANGED_TYPES)]
     figures = [F.count(F.lit(1)).alias("__count")]
     for index, column in enumerate(ranged):
@@ -48,12 +50,14 @@ def summarize_keys(keys: DataFrame) -> KeysSummary:
             F.max(value).alias(f"__max_{index}"),
             F.max(value.isNull()).alias(f"__null_{index}"),
         ]
-    row = keys.agg(*figures).collect()[0]
+    observation = Observation(f"refine_keys_{uuid.uuid4().hex}")
+    kept = keys.observe(observation, *figures).localCheckpoint()
+    row = observation.get
     bounds = {
         column: (row[f"__min_{i}"], row[f"__max_{i}"], bool(row[f"__null_{i}"]))
         for i, column in enumerate(ranged)
     }
-    return KeysSummary(int(row["__count"]), bounds)
+    return kept, KeysSummary(int(row["__count"]), bounds)
 
 
 def rows_of_input_keys(

@@ -79,7 +79,7 @@ from lakehouse.refine.consumed import (
     schema_of,
     seconds_since_commit,
 )
-from lakehouse.refine.incremental import merge_by_key, rows_of_input_keys, summarize_keys
+from lakehouse.refine.incremental import kept_keys, merge_by_key, rows_of_input_keys
 from lakehouse.refine.lineage import key_origin, key_traces
 from lakehouse.refine.models import Model, ModelFolder, Reference, load_folder, model_failure, reads_of
 from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, most_keys_affected, rebuild_reason
@@ -353,8 +353,7 @@ class _Refiner:
             keys = affected_keys(evaluate, before, now, changes, model.unique_key, traces)
             report.untraced = sorted(set(changes) - set(traces))
             assert keys is not None  # an input moved, or the table would be unchanged
-            keys = keys.localCheckpoint()
-            keys_summary = summarize_keys(keys)
+            keys, keys_summary = kept_keys(keys)
             report.affected = keys_summary.count
             if self.options.rebuild_above_affected_fraction < 1:
                 reason = most_keys_affected(
