@@ -25,7 +25,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "spark_jobs")]
+# `--library DIR`: the lakehouse package from another checkout's spark_jobs (an A/B against an earlier commit:
+# `git archive <rev> spark_jobs | tar -x -C DIR`), read before the imports below.
+LIBRARY = sys.argv[sys.argv.index("--library") + 1] if "--library" in sys.argv else str(ROOT / "spark_jobs")
+sys.path[:0] = [str(ROOT), LIBRARY]
 
 from lakehouse.base.config import LakeConfig  # noqa: E402
 from lakehouse.io.iceberg import TABLE_PROPERTIES, ensure_namespace  # noqa: E402
@@ -123,6 +126,7 @@ STEPS = {  # lakehouse.refine.refresh's steps a profile names the jobs by (modul
     "changed rows": ("lakehouse.refine.refresh", "changed_rows_between"),
     "affected keys": ("lakehouse.refine.refresh", "affected_keys"),
     "keys kept": ("lakehouse.refine.refresh", "kept_keys"),
+    "keys summary": ("lakehouse.refine.refresh", "summarize_keys"),  # before 4e00ace
     "recompute and MERGE": ("lakehouse.refine.refresh", "merge_by_key"),
 }
 
@@ -169,7 +173,9 @@ def label_steps(spark: SparkSession) -> None:
     refresh._Refiner._write_full = write_labelled  # type: ignore[method-assign]
     for step, (module_name, function) in STEPS.items():
         module = importlib.import_module(module_name)
-        unwrapped = getattr(module, function)
+        unwrapped = getattr(module, function, None)
+        if unwrapped is None:  # a step of another version of the library
+            continue
 
         def labelled(*args: Any, _step: str = step, _unwrapped: Any = unwrapped, **kwargs: Any) -> Any:
             switch(f"{model_of[0]}: {_step}")
@@ -302,6 +308,7 @@ def main() -> None:
         help="rebuild a model whose affected keys are over this share of its rows (the refine job's default); "
         "1: always refresh incrementally",
     )
+    parser.add_argument("--library", default=None, help="the spark_jobs folder to import lakehouse from")
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -363,6 +370,7 @@ def main() -> None:
     for table in results["build"]["models"]:
         spark.sql(f"DROP TABLE {config.table(config.refined_database, table)}")
     results["rebuild"] = timed_refine(spark, config, "rebuild", options, event_log)
+    results["library"] = LIBRARY
     results["command"] = " ".join(["bench/refine_models.py", *sys.argv[1:]])
     results["at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     text = json.dumps(results, indent=2)
