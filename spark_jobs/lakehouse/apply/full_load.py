@@ -39,7 +39,7 @@ from lakehouse.apply.clean_table import (
 from lakehouse.apply.history import keeps_history, record_load
 from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
-from lakehouse.apply.typed_batch import Batch, cached, typed_batch
+from lakehouse.apply.typed_batch import Batch, cached, counted, typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import CHANGE_SEQ_COLUMN, properties_sql, quote, table_folder
@@ -232,6 +232,9 @@ def _load_table(
     if raw.rows is None:
         raise ValueError(f"{spec.qualified_name}: none of its {len(files)} LOAD file(s) could be read")
     has_rows = exists and spark.table(table).limit(1).count() > 0
+    # Parquet files are read again by the commit rather than kept, when the commit reads the rows once (a
+    # table keeping history writes them twice); CSV's parsing costs more than keeping the rows.
+    rereads = not raw.csv_groups and not keeps_history(spec)
     batch = typed_batch(
         run,
         spec,
@@ -240,7 +243,7 @@ def _load_table(
         None,
         lambda typed, usable: typed.where(usable),
         replacing=True,
-        keep=cached,
+        keep=counted if rereads else cached,
     )
     record(batch.counts)
     run.flush_quarantine(spec.qualified_name)  # before the commit

@@ -127,6 +127,15 @@ def cached(frame: DataFrame) -> DataFrame:
     return kept
 
 
+def counted(frame: DataFrame) -> DataFrame:
+    """A full load's first pass run for its figures only, its rows not kept: the commit reads and types
+    the files again. From Parquet that costs less than keeping them: the pass reads only the columns the
+    figures need, and nothing is written to disk and read back (10M rows: 19 against 32 task-CPU s,
+    bench/RESULTS.md, "The full load reads its Parquet files twice")."""
+    frame.count()
+    return frame
+
+
 def _batch_figures(usable: Column, newer: Column) -> list[Column]:
     """The batch's figures, observed on its first pass. Strings and numbers only: observed metrics come
     back through py4j. (A stage Spark runs again could only inflate the counts; extremes are extremes.)"""

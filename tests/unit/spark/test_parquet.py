@@ -162,3 +162,36 @@ def test_a_corrupt_parquet_file_is_quarantined_and_the_rest_applies(spark, lake_
     assert rows_of(spark, contact(lake_config), ["id", "name"]) == [(1, "good")]
     (reason,) = rows_of(spark, lake_config.quarantine, ["reason"])
     assert reason[0].startswith("unreadable file")
+
+
+def test_a_parquet_full_load_reads_its_files_again_instead_of_keeping_them(
+    spark, lake_config, tmp_path, monkeypatch
+):
+    """Given Parquet LOAD files where DMS writes `id` as INT64 (the source widened it; the schema file still
+    says `int`) and one record has no key,
+    When the table is fully loaded,
+    Then its first pass keeps no rows (the commit reads and types the files again), yet the figures of
+    that pass hold: `id` is widened, every good row is loaded exactly, the keyless record is quarantined
+    once, and the report counts it."""
+    from lakehouse.apply import full_load as full_load_module
+
+    kept = []
+    monkeypatch.setattr(full_load_module, "cached", lambda frame: kept.append(frame) or frame)
+    dms = DmsWriter(tmp_path / "raw" / "dms", parquet_types=dict(TYPES, id=pa.int64()))
+    dms.load(CONTACT, COLUMNS, [row(1, "a"), row(None, "no key"), row(5_000_000_000, "big", balance="2.50")])
+    dms.load(CONTACT, COLUMNS, [row(2, "b")], counter=2)
+
+    report = full_load(spark, lake_config, SCHEMA, str(dms.root))
+
+    assert not kept
+    assert report.totals()["quarantined_records"] == 1, report.tables
+    assert spark.table(contact(lake_config)).schema["id"].dataType.simpleString() == "bigint"
+    assert rows_of(spark, contact(lake_config), ["id", "name", "balance"]) == [
+        (1, "a", Decimal("1.00")),
+        (2, "b", Decimal("1.00")),
+        (5_000_000_000, "big", Decimal("2.50")),
+    ]
+    assert [reason for (reason,) in rows_of(spark, lake_config.quarantine, ["reason"])] == [
+        "primary key column id is null or missing"
+    ]
+    assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
