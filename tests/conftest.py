@@ -232,6 +232,20 @@ def base_config(warehouse_dir: str, tmp_path_factory: pytest.TempPathFactory):
 # JVM's either way; the product's sessions keep the JVM's default (lakehouse.io.session).
 TEST_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 
+# Spark settings of every session a test run starts: the tests' own and the local AWS's job runs, warm or not
+# (PYSPARK_SUBMIT_ARGS, which the local AWS passes on to them: localaws_plugin.settings.host_process_base_env).
+# Expressions are interpreted and operators run one after another instead of generated into Java and compiled
+# per query: a test's tables are a few rows, so the generated code never paid back its compiling (Janino and
+# the code's text were a third of a warm worker's CPU in a pipeline test's CDC runs, JFR samples). Spark
+# computes the same rows either way (its own tests run each expression both ways); only the product's sessions
+# generate code (Glue, EMR, `make demo`, the benchmarks). Measured one after the other on a loaded machine
+# (bench/RESULTS.md, "The suite's Spark without generated code"): a CDC run of the pipeline tests' six tables
+# on a warm worker 13.1 -> 8.6 CPU-s, test_hostile_names' session 65 -> 59.
+TEST_SPARK_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
 
 def jvm_environment(environ: Mapping[str, str], class_archive: str = "") -> dict[str, str]:
     """The environment variables that give the tests' session TEST_JIT_OPTIONS, over `environ` (set ones
@@ -245,11 +259,9 @@ def jvm_environment(environ: Mapping[str, str], class_archive: str = "") -> dict
     driver = f"{LOCAL_JAVA_OPTIONS} {TEST_JIT_OPTIONS}"
     if class_archive and not cluster:
         driver = f"{driver} {class_archive}"
-    wanted = {"LAKE_SPARK_JAVA_OPTIONS": driver}
-    if cluster:
-        wanted["PYSPARK_SUBMIT_ARGS"] = (
-            f"--conf {shlex.quote(f'spark.executor.extraJavaOptions={TEST_JIT_OPTIONS}')} pyspark-shell"
-        )
+    settings = TEST_SPARK_CONF | ({"spark.executor.extraJavaOptions": TEST_JIT_OPTIONS} if cluster else {})
+    submit = " ".join(f"--conf {shlex.quote(f'{name}={value}')}" for name, value in settings.items())
+    wanted = {"LAKE_SPARK_JAVA_OPTIONS": driver, "PYSPARK_SUBMIT_ARGS": f"{submit} pyspark-shell"}
     return {name: environ.get(name, value) for name, value in wanted.items()}
 
 

@@ -37,10 +37,12 @@ def dms_lenient() -> bool:
 
 def host_process_base_env() -> dict[str, str]:
     """What a host process inherits from LocalStack's environment: paths and locale, not LocalStack's config;
-    and the JVM options of local Spark sessions (LAKE_SPARK_JAVA_OPTIONS, lakehouse.io.session), so a job run's
-    JVM, warm or not, gets what the caller gave every local session (the tests: C1 only)."""
+    and the JVM options and submit arguments of local Spark sessions (LAKE_SPARK_JAVA_OPTIONS,
+    lakehouse.io.session; PYSPARK_SUBMIT_ARGS, which pyspark reads when it launches a JVM), so a job run's JVM,
+    warm or not, gets what the caller gave every local session (the tests: C1 only, no generated code)."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "JAVA_HOME", "SPARK_HOME", "TZ", "USER")
-    return {name: os.environ[name] for name in (*keep, "LAKE_SPARK_JAVA_OPTIONS") if name in os.environ}
+    spark = ("LAKE_SPARK_JAVA_OPTIONS", "PYSPARK_SUBMIT_ARGS")
+    return {name: os.environ[name] for name in (*keep, *spark) if name in os.environ}
 
 
 def warm_spark() -> bool:

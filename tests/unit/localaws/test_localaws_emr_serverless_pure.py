@@ -205,16 +205,20 @@ def test_the_plugin_package_declares_the_emr_serverless_service_its_cloudformati
 
 
 def test_a_job_run_gets_the_callers_spark_jvm_options_and_not_localstacks_settings(monkeypatch):
-    """Given LocalStack's environment with the JVM options of local Spark sessions and LocalStack's own settings,
+    """Given LocalStack's environment with the JVM options and submit arguments of local Spark sessions and
+    LocalStack's own settings,
     When the base environment of a host process (a job script, a warm Spark worker) is made,
-    Then it carries the JVM options and the paths, and none of LocalStack's settings."""
+    Then it carries the JVM options, the submit arguments and the paths, and none of LocalStack's settings."""
+    submit = "--conf spark.sql.codegen.wholeStage=false pyspark-shell"
     monkeypatch.setenv("LAKE_SPARK_JAVA_OPTIONS", "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m")
+    monkeypatch.setenv("PYSPARK_SUBMIT_ARGS", submit)
     monkeypatch.setenv("GATEWAY_LISTEN", "127.0.0.1:4566")
     monkeypatch.setenv("PATH", "/usr/bin")
 
     env = settings.host_process_base_env()
 
     assert env["LAKE_SPARK_JAVA_OPTIONS"] == "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
+    assert env["PYSPARK_SUBMIT_ARGS"] == submit
     assert env["PATH"] == "/usr/bin"
     assert "GATEWAY_LISTEN" not in env
 

@@ -68,7 +68,10 @@ def test_the_tests_that_matter_pass_with_executors_in_their_own_jvms(tmp_path):
     # this process's driver options without the JVM class archive: the cluster's driver loads Spark's jars
     # alone (its session ships the others), a class path the archive is not for (tests/conftest.py)
     driver_options = os.environ.get("LAKE_SPARK_JAVA_OPTIONS", "").split()
-    env = os.environ | {
+    # and without this process's submit arguments: the cluster's (its executors' JIT too) come from its own
+    # pytest_configure
+    inherited = {name: value for name, value in os.environ.items() if name != "PYSPARK_SUBMIT_ARGS"}
+    env = inherited | {
         "LAKE_SPARK_MASTER": MASTER,
         "LAKE_SPARK_JAVA_OPTIONS": " ".join(
             o for o in driver_options if not o.startswith("-XX:SharedArchiveFile=")

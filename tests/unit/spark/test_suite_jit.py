@@ -1,7 +1,8 @@
 """Every JVM a test run starts compiles with C1 only (tests/conftest.py, TEST_JIT_OPTIONS, set in the process's
-environment by pytest_configure): the tests' tables are a few rows, so C2's compiling is CPU spent on nothing. Its
-code cache keeps the tiered default (240 MB): C1 only would shrink it to 48 MB, which a long session fills. A
-local driver also maps the JVM class archive (localaws.jvm_archive) instead of loading its classes from the jars."""
+environment by pytest_configure) and its sessions generate no code (TEST_SPARK_CONF): the tests' tables are a
+few rows, so C2's compiling, and Janino's, is CPU spent on nothing. Its code cache keeps the tiered default
+(240 MB): C1 only would shrink it to 48 MB, which a long session fills. A local driver also maps the JVM class
+archive (localaws.jvm_archive) instead of loading its classes from the jars."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from localaws.jvm_archive import archive_path
-from tests.conftest import TEST_JIT_OPTIONS, jvm_environment
+from tests.conftest import TEST_JIT_OPTIONS, TEST_SPARK_CONF, jvm_environment
 
 
 def vm_option(spark, name: str) -> str:
@@ -34,20 +35,40 @@ def test_the_tests_session_jvm_compiles_with_c1_only_into_a_full_size_code_cache
     ) == ("1", "false", str(240 * 1024 * 1024))
 
 
+@pytest.mark.spark
+def test_the_tests_sessions_interpret_expressions_instead_of_generating_code(spark) -> None:
+    """Given the shared session of the tests (its JVM launched with the submit arguments pytest_configure set,
+    as a local AWS's job runs are: localaws_plugin.settings.host_process_base_env),
+    Then it runs without whole-stage code generation and with expressions interpreted (TEST_SPARK_CONF), and a
+    query still computes its rows."""
+    assert {name: spark.conf.get(name) for name in TEST_SPARK_CONF} == TEST_SPARK_CONF
+    assert (
+        "*("
+        not in spark.range(3).selectExpr("id * 2 AS doubled")._jdf.queryExecution().executedPlan().toString()
+    )
+    assert [r.doubled for r in spark.range(3).selectExpr("id * 2 AS doubled").collect()] == [0, 2, 4]
+
+
 def test_a_local_session_gets_c1_for_its_driver_and_a_local_cluster_for_its_executors_too() -> None:
     """Given no JVM settings in the environment,
     When the tests' session settings are asked for a local master, then for local-cluster,
     Then the driver gets the product's local options plus C1 only; on local-cluster the executors get C1 too
     (spark-submit's arguments, which pyspark reads when it launches the driver)."""
     options = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
-    assert jvm_environment({}) == {"LAKE_SPARK_JAVA_OPTIONS": f"-XX:-DontCompileHugeMethods {options}"}
+    no_generated_code = [
+        "--conf",
+        "spark.sql.codegen.wholeStage=false",
+        "--conf",
+        "spark.sql.codegen.factoryMode=NO_CODEGEN",
+    ]
+    local = jvm_environment({})
+    assert local["LAKE_SPARK_JAVA_OPTIONS"] == f"-XX:-DontCompileHugeMethods {options}"
+    assert shlex.split(local["PYSPARK_SUBMIT_ARGS"]) == [*no_generated_code, "pyspark-shell"]
     cluster = jvm_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"})
-    assert cluster == {
-        "LAKE_SPARK_JAVA_OPTIONS": f"-XX:-DontCompileHugeMethods {options}",
-        "PYSPARK_SUBMIT_ARGS": f"--conf 'spark.executor.extraJavaOptions={options}' pyspark-shell",
-    }
+    assert cluster["LAKE_SPARK_JAVA_OPTIONS"] == f"-XX:-DontCompileHugeMethods {options}"
     # pyspark splits the submit arguments as a shell would: the executors' options stay one setting
     assert shlex.split(cluster["PYSPARK_SUBMIT_ARGS"]) == [
+        *no_generated_code,
         "--conf",
         f"spark.executor.extraJavaOptions={options}",
         "pyspark-shell",
@@ -81,9 +102,9 @@ def test_a_local_driver_maps_the_class_archive_and_a_local_cluster_does_not() ->
     assert local == f"-XX:-DontCompileHugeMethods {TEST_JIT_OPTIONS} {archive}"
     cluster = jvm_environment({"LAKE_SPARK_MASTER": "local-cluster[2,1,1024]"}, archive)
     assert archive not in cluster["LAKE_SPARK_JAVA_OPTIONS"] + cluster["PYSPARK_SUBMIT_ARGS"]
-    assert jvm_environment({"LAKE_SPARK_JAVA_OPTIONS": "-Xss4m"}, archive) == {
-        "LAKE_SPARK_JAVA_OPTIONS": "-Xss4m"
-    }
+    assert (
+        jvm_environment({"LAKE_SPARK_JAVA_OPTIONS": "-Xss4m"}, archive)["LAKE_SPARK_JAVA_OPTIONS"] == "-Xss4m"
+    )
 
 
 @pytest.mark.spark
