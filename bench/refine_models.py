@@ -163,14 +163,14 @@ def label_steps(spark: SparkSession) -> None:
         finally:
             switch(None)
 
-    refresh._Refiner.refresh = refresh_labelled  # type: ignore[method-assign]
+    refresh._Refiner.refresh = refresh_labelled  # type: ignore[method-assign,assignment]
     unwrapped_write = refresh._Refiner._write_full
 
     def write_labelled(refiner: Any, *args: Any) -> Any:
         switch(f"{model_of[0]}: rebuild write")
         return unwrapped_write(refiner, *args)
 
-    refresh._Refiner._write_full = write_labelled  # type: ignore[method-assign]
+    refresh._Refiner._write_full = write_labelled  # type: ignore[method-assign,assignment]
     for step, (module_name, function) in STEPS.items():
         module = importlib.import_module(module_name)
         unwrapped = getattr(module, function, None)
