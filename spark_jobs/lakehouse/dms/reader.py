@@ -131,10 +131,10 @@ def _spellings(path: str) -> set[str]:
     a path holding '%': Spark's spelling of another path (escaped) could equal it."""
     if "%" in path:
         return set()
+    if path.startswith("file:"):  # `file:///x` is `file:/x` to Spark: a miss decoded every record again
+        return {path, f"file:{_normalise(path)}"}
     if "://" in path:
         return {path}
-    if path.startswith("file:"):
-        return {path, f"file:{_normalise(path)}"}
     return {path, f"file:{path}", f"file://{path}"}
 
 

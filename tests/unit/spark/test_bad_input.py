@@ -299,6 +299,23 @@ def test_a_records_validity_is_decided_without_building_its_problems_texts(spark
     ]
 
 
+def test_spark_spells_a_local_files_uri_as_one_of_the_exact_spellings(spark, tmp_path):
+    """Given a file named by its `file:///` URI (how local runs and the benches name files),
+    When Spark reads it,
+    Then the path Spark gives its records is one of the spellings the reader matches exactly: a miss
+    sends every record through the decoding lookup (7 CPU-s per 10M records, bench/RESULTS.md)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from lakehouse.dms import reader
+
+    path = tmp_path / "LOAD00000001.parquet"
+    pq.write_table(pa.table({"id": [1]}), path)
+    uri = path.as_uri()
+    (spark_path,) = {row[0] for row in spark.read.parquet(uri).select("_metadata.file_path").collect()}
+
+    assert uri.startswith("file:///") and spark_path in reader._spellings(uri)
+
+
 def test_a_record_spark_reads_from_an_unexpected_path_is_quarantined_not_dropped(
     spark, lake_config, dms, monkeypatch
 ):
