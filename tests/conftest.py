@@ -11,6 +11,7 @@ import itertools
 import os
 import shlex
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -237,13 +238,20 @@ TEST_JIT_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:ReservedCodeCacheSize=240m"
 # Expressions are interpreted and operators run one after another instead of generated into Java and compiled
 # per query: a test's tables are a few rows, so the generated code never paid back its compiling (Janino and
 # the code's text were a third of a warm worker's CPU in a pipeline test's CDC runs, JFR samples). Spark
-# computes the same rows either way (its own tests run each expression both ways); only the product's sessions
-# generate code (Glue, EMR, `make demo`, the benchmarks). Measured one after the other on a loaded machine
+# computes the same rows either way (its own tests run each expression both ways); the product's sessions
+# generate code (Glue, EMR, `make demo`, the benchmarks), and so do the oracle tests (PRODUCT_SPARK_CONF below). Measured one after the other on a loaded machine
 # (bench/RESULTS.md, "The suite's Spark without generated code"): a CDC run of the pipeline tests' six tables
 # on a warm worker 13.1 -> 8.6 CPU-s, test_hostile_names' session 65 -> 59.
 TEST_SPARK_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+# Spark's own defaults, as the product runs: the oracle tests of the apply and of the history switch them back on
+# for their own run (the `generated_code` fixture), so a row that generated code would compute otherwise than
+# interpreted code fails a test here, not on Glue.
+PRODUCT_SPARK_CONF = {
+    "spark.sql.codegen.wholeStage": "true",
+    "spark.sql.codegen.factoryMode": "FALLBACK",
 }
 
 
@@ -276,6 +284,26 @@ def spark(base_config) -> Iterator:
     session = build_session(base_config, "lakehouse-tests")
     yield session
     session.stop()
+
+
+@contextmanager
+def session_settings(spark, settings: Mapping[str, str]) -> Iterator:
+    """`settings` on a session while inside, then its own again."""
+    before = {name: spark.conf.get(name) for name in settings}
+    try:
+        for name, value in settings.items():
+            spark.conf.set(name, value)
+        yield spark
+    finally:
+        for name, value in before.items():
+            spark.conf.set(name, value)
+
+
+@pytest.fixture
+def generated_code(spark) -> Iterator:
+    """The shared session with the product's code generation (PRODUCT_SPARK_CONF) for one test, then back."""
+    with session_settings(spark, PRODUCT_SPARK_CONF) as session:
+        yield session
 
 
 @pytest.fixture

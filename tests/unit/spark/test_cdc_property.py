@@ -90,8 +90,10 @@ DUPLICATED_AND_REPLAYED = (
 @given(scenario=scenarios())
 @example(scenario=LATE_AFTER_DELETE)
 @example(scenario=DUPLICATED_AND_REPLAYED)
-def test_table_equals_oracle_after_every_batch_whatever_the_delivery(spark, base_config, scenario):
-    """Given random initial rows and a random I/U/D stream cut into random files,
+def test_table_equals_oracle_after_every_batch_whatever_the_delivery(
+    spark, generated_code, base_config, scenario
+):
+    """Given the product's code generation (the suite's other sessions interpret), random initial rows and a random I/U/D stream cut into random files,
     When the files are delivered late, twice, in random batches, some batches run twice (a retry) and
     some with an earlier batch's files again (a replay),
     Then after every batch the table equals the oracle of the changes delivered so far."""

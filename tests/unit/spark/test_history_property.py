@@ -62,8 +62,10 @@ LATE_AROUND_A_DELETE = (
 @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 @given(scenario=scenarios())
 @example(scenario=LATE_AROUND_A_DELETE)
-def test_history_equals_the_oracle_after_every_batch_whatever_the_delivery(spark, base_config, scenario):
-    """Given loaded rows and a random I/U/D stream cut into random files
+def test_history_equals_the_oracle_after_every_batch_whatever_the_delivery(
+    spark, generated_code, base_config, scenario
+):
+    """Given the product's code generation (the suite's other sessions interpret), loaded rows and a random I/U/D stream cut into random files
     When the files are delivered in any order, some twice, in random batches
     Then after every batch the history equals the oracle of the changes delivered so far and its current
     versions are the clean table."""

@@ -13,7 +13,13 @@ from pathlib import Path
 import pytest
 
 from localaws.jvm_archive import archive_path
-from tests.conftest import TEST_JIT_OPTIONS, TEST_SPARK_CONF, jvm_environment
+from tests.conftest import (
+    PRODUCT_SPARK_CONF,
+    TEST_JIT_OPTIONS,
+    TEST_SPARK_CONF,
+    jvm_environment,
+    session_settings,
+)
 
 
 def vm_option(spark, name: str) -> str:
@@ -47,6 +53,27 @@ def test_the_tests_sessions_interpret_expressions_instead_of_generating_code(spa
         not in spark.range(3).selectExpr("id * 2 AS doubled")._jdf.queryExecution().executedPlan().toString()
     )
     assert [r.doubled for r in spark.range(3).selectExpr("id * 2 AS doubled").collect()] == [0, 2, 4]
+
+
+@pytest.mark.spark
+def test_the_oracle_tests_run_the_products_generated_code_and_give_the_session_back(spark) -> None:
+    """Given the shared session, which interprets (TEST_SPARK_CONF),
+    When a test asks for `generated_code` (the oracle tests of the apply and the history do),
+    Then its queries run in whole-stage generated code with Spark's defaults (PRODUCT_SPARK_CONF), as the
+    product's do, computing the same rows; and after it the session interprets again."""
+
+    def plan_and_rows() -> tuple[str, list[int]]:
+        query = spark.range(3).selectExpr("id * 2 AS doubled")
+        return query._jdf.queryExecution().executedPlan().toString(), [r.doubled for r in query.collect()]
+
+    with session_settings(spark, PRODUCT_SPARK_CONF):  # what the `generated_code` fixture does
+        generated_plan, generated_rows = plan_and_rows()
+        assert {name: spark.conf.get(name) for name in PRODUCT_SPARK_CONF} == PRODUCT_SPARK_CONF
+    interpreted_plan, interpreted_rows = plan_and_rows()
+
+    assert "*(" in generated_plan and "*(" not in interpreted_plan
+    assert generated_rows == interpreted_rows == [0, 2, 4]
+    assert {name: spark.conf.get(name) for name in TEST_SPARK_CONF} == TEST_SPARK_CONF
 
 
 def test_a_local_session_gets_c1_for_its_driver_and_a_local_cluster_for_its_executors_too() -> None:
