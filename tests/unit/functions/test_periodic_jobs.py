@@ -64,6 +64,38 @@ def test_a_job_is_due_a_period_after_its_newest_run_started_and_overdue_two(
     }
 
 
+@pytest.mark.parametrize(
+    ("last_run_ago", "due", "overdue"),
+    [
+        (timedelta(seconds=29), False, False),
+        (timedelta(seconds=30), True, False),
+        (timedelta(seconds=59), True, False),
+        (timedelta(seconds=60), True, True),
+    ],
+)
+def test_a_period_of_a_fraction_of_a_minute_is_kept_to_the_second(periodic, last_run_ago, due, overdue):
+    """Given the template's text "0.5" for the reconcile (a tight check of a small source) and "0.25" for the
+    raw audit, whose newest runs started `last_run_ago` and 10 s ago, Then the reconcile is due 30 s after
+    its run started and overdue at 60 s, the audit not before 15 s: no rounding to whole minutes."""
+    configured = periodic.periodic_jobs(
+        {
+            "RECONCILE_JOB_NAME": "dev-reconcile",
+            "RECONCILE_EVERY_MINUTES": "0.5",
+            "RAW_AUDIT_JOB_NAME": "dev-raw-audit",
+            "RAW_AUDIT_EVERY_MINUTES": "0.25",
+        }
+    )
+    last = {"dev-reconcile": NOW - last_run_ago, "dev-raw-audit": NOW - timedelta(seconds=10)}
+
+    answer = periodic.schedule(configured, last.get, NOW, since=lambda: NOW - HOUR)
+
+    assert [(job.key, job.every_minutes) for job in configured] == [("reconcile", 0.5), ("raw_audit", 0.25)]
+    assert answer == {
+        "due": {"reconcile": due, "raw_audit": False},
+        "overdue": {"reconcile": overdue, "raw_audit": False},
+    }
+
+
 def test_a_job_that_never_ran_counts_from_the_executions_start(periodic):
     """Given neither job ever ran, Then each counts from the execution's start: 40 minutes in, the 30-minute
     audit is due and the 60-minute reconcile is not (a new pipeline does not reconcile at once)."""

@@ -390,6 +390,21 @@ def test_the_history_guard_knows_the_jobs_and_their_periods(template):
     assert parameters["RepairMode"]["AllowedValues"] == ["alarm", "reload"]
 
 
+@pytest.mark.parametrize("parameter", ["ReconcileEveryMinutes", "RawAuditEveryMinutes"])
+def test_a_period_takes_whole_minutes_or_a_fraction_and_nothing_the_guard_would_misread(template, parameter):
+    """Given the loop's periodic jobs' periods (the history guard reads them with float()), Then the template
+    accepts 0 (never), whole minutes and fractions to the hundredth (0.5: a tight reconcile of a small
+    source), and refuses what float() would read as something else or not at all: an exponent, a sign,
+    nan / inf, a bare point, padding, more than 5 digits of minutes (69 days)."""
+    pattern = template["Parameters"][parameter]["AllowedPattern"]
+    accepted = ["0", "1", "360", "99999", "0.5", "0.25", "1.5", "90.75"]
+    refused = ["", "1e3", "-1", "+5", "nan", "inf", ".5", "5.", "0.125", "05", " 5", "100000", "1,5"]
+
+    assert [v for v in accepted if not re.fullmatch(pattern, v)] == []
+    assert [v for v in refused if re.fullmatch(pattern, v)] == []
+    assert re.fullmatch(pattern, template["Parameters"][parameter]["Default"])
+
+
 def _statements(template: dict[str, Any], role: str) -> dict[str, dict[str, Any]]:
     found = {}
     for statement in template["Resources"][role]["Properties"]["Policies"][0]["PolicyDocument"]["Statement"]:
