@@ -1,5 +1,5 @@
 """Reconcile and raw zone audit on the deployed stack: the loop itself runs the raw zone audit and the source <-> lake reconcile
-(every minute here), so a lost file event and the changes DMS never writes are found and repaired with no
+(every 30 s here), so a lost file event and the changes DMS never writes are found and repaired with no
 one running anything by hand.
 
 One stack, the embedded PostgreSQL source (also on TCP: the reconcile job reads it over JDBC, with the
@@ -125,7 +125,7 @@ def probe_queue(pipeline: LocalPipeline) -> ProbeQueue:
 def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_never_wrote(
     make_pipeline, pipeline_endpoint
 ) -> None:
-    """Given the stack deployed with ReconcileEveryMinutes=1, DmsSettleSeconds=30, RawAuditEveryMinutes=1
+    """Given the stack deployed with ReconcileEveryMinutes=0.5, DmsSettleSeconds=30, RawAuditEveryMinutes=0.5
     (grace 1 minute), RepairMode=reload, LoopWaitSeconds=15 and the source's secret, and the pipeline
     caught up with its source,
     When a change's file event never reaches the queue (the EventBridge rule had no target when the file
@@ -145,18 +145,21 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     )["ARN"]
     pipeline = make_pipeline(
         parameters={
-            "ReconcileEveryMinutes": "1",
+            # a fraction of a minute, as a user checking a small source tightly sets it: the test waits for a
+            # sighting, its confirmation and a run after the reload, three periods (whole minutes: 74 s apart)
+            "ReconcileEveryMinutes": "0.5",
             # S: a difference counts once a run S after the one that saw it still sees it, and only over lake rows
             # committed S before that sighting. The local DMS writes a file every second (AWS: CdcMaxBatchInterval,
-            # 60 s); 30 s, the demo's, leaves it a margin on a loaded machine and lets the second reconcile after
-            # the full load confirm what the first saw (120 s: the fifth, 210 s later)
+            # 60 s); 30 s, the demo's, leaves it a margin on a loaded machine and lets the next reconcile (a
+            # period, 30 s, plus the pass that finds it due) confirm what one saw
             "DmsSettleSeconds": "30",
-            "RawAuditEveryMinutes": "1",
+            "RawAuditEveryMinutes": "0.5",
+            # the grace stays a minute: a smaller one would re-send files whose events merely wait in the queue
             "RawAuditGraceMinutes": "1",
             "RepairMode": "reload",
             "ReconcileSourceSecretArn": secret_arn,
-            # the checks run by the minute: an idle pass every 15 s (the other tests' 3 s) finds each due in
-            # time, and spares the local AWS the 3 Lambda calls and dozen states of 4 passes in 5
+            # the checks run every 30 s: an idle pass every 15 s (the other tests' 3 s) finds each due within
+            # half a period, and spares the local AWS the 3 Lambda calls and dozen states of 4 passes in 5
             "LoopWaitSeconds": "15",
         }
     )
@@ -224,7 +227,7 @@ def test_the_loop_recovers_a_lost_file_event_and_finds_and_repairs_what_dms_neve
     assert metric_maximum(pipeline, "FilesRecovered", "raw-audit") >= len(landed)
 
     # the loop's reconcile finds each divergence and repairs it by reloading its table. One run may confirm both,
-    # or one table before the other (each is confirmed by the first run at least 2 minutes after one that saw
+    # or one table before the other (each is confirmed by the first run at least DmsSettleSeconds after one that saw
     # it): each table is judged by the first run that found it diverged.
     def diverged_tables(report: dict[str, Any]) -> set[str]:
         return {name for name, t in by_table(report).items() if t["missing"] or t["extra"] or t["differing"]}
