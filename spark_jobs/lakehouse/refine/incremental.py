@@ -99,11 +99,16 @@ def merge_by_key(
     )
     columns = [f.name for f in spark.table(table).schema.fields]
     # The MERGE reads its source more than once (to find the target's files, then to write): the recomputed
-    # rows are computed once and kept.
-    source = source.select(*[F.col(quote(c)) for c in columns], "__present").localCheckpoint()
+    # rows are computed once and kept, cached rather than checkpointed so the optimizer sees their true size
+    # (a checkpoint carries the estimate of the joins that made it, terabytes). With it and a filter over
+    # them (true of every row), Spark builds a runtime Bloom filter of the keys for the target's scan once
+    # that scan is large (session.TUNING): a change spread over every file of a large refined table then
+    # shuffles the rows of its keys, not the whole table (a MERGE that inserts cannot broadcast its source).
+    kept = source.select(*[F.col(quote(c)) for c in columns], "__present").persist()
+    kept.write.format("noop").mode("overwrite").save()
     view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
-    source.createOrReplaceTempView(view)
-    on = " AND ".join(f"t.{quote(k)} <=> s.{quote(k)}" for k in key)
+    kept.where(F.col("__present").isin(True, False)).createOrReplaceTempView(view)
+    on = " AND ".join(_key_equal_sql(k, summary) for k in key)
     if summary is not None:
         ranges = [_within_sql(f"t.{quote(c)}", bounds) for c, bounds in summary.bounds.items()]
         on = " AND ".join([on, *[r for r in ranges if r is not None]])
@@ -119,6 +124,15 @@ def merge_by_key(
         with_commit_properties(spark, properties, lambda: spark.sql(statement))
     finally:
         spark.catalog.dropTempView(view)
+        kept.unpersist()
+
+
+def _key_equal_sql(column: str, summary: KeysSummary | None) -> str:
+    """The MERGE's match of the target's and the source's `column`: null-safe, unless no key holds a null
+    there (then `=` matches the same rows, and Spark filters the target by one key, not by it and its nullness)."""
+    bounds = summary.bounds.get(column) if summary is not None else None
+    equal = "=" if bounds is not None and bounds[0] is not None and not bounds[2] else "<=>"
+    return f"t.{quote(column)} {equal} s.{quote(column)}"
 
 
 def _within_sql(column: str, bounds: tuple[Any, Any, bool]) -> str | None:
