@@ -23,9 +23,12 @@ from pyspark.sql import types as T
 
 from lakehouse.base.names import quote, sql_string
 from lakehouse.io.iceberg import with_commit_properties
+from lakehouse.io.jvm import java_class
 from lakehouse.refine.changes import null_safe_join
 from lakehouse.refine.lineage import KeyOrigin
 
+# The columns a MERGE reads of its target's rows besides the key: where each row is (Iceberg's metadata columns).
+ROW_POSITION = ("_file", "_pos", "_spec_id", "_partition")
 # Key types bounded by a range (a timestamp without time zone is not: its bound would come back zoned).
 RANGED_TYPES = (T.NumericType, T.StringType, T.DateType, T.TimestampType)
 
@@ -98,20 +101,26 @@ def merge_by_key(
         "__present", F.coalesce(F.col("__present"), F.lit(False))
     )
     columns = [f.name for f in spark.table(table).schema.fields]
+    ranges = [_within_sql(f"t.{quote(c)}", b) for c, b in (summary.bounds if summary else {}).items()]
+    within = [r for r in ranges if r is not None]
     # The MERGE reads its source more than once (to find the target's files, then to write): the recomputed
-    # rows are computed once and kept, cached rather than checkpointed so the optimizer sees their true size
-    # (a checkpoint carries the estimate of the joins that made it, terabytes). With it and a filter over
-    # them (true of every row), Spark builds a runtime Bloom filter of the keys for the target's scan once
-    # that scan is large (session.TUNING): a change spread over every file of a large refined table then
-    # shuffles the rows of its keys, not the whole table (a MERGE that inserts cannot broadcast its source).
-    kept = source.select(*[F.col(quote(c)) for c in columns], "__present").persist()
-    kept.write.format("noop").mode("overwrite").save()
+    # rows are computed once and kept. A large target scan is matched through a runtime Bloom filter of the
+    # keys (a change spread over every file of a large refined table then shuffles the rows of its keys, not
+    # the whole table: a MERGE that inserts cannot broadcast its source). Spark builds one only for a source
+    # of a known size under a filter: so there the rows are cached, which gives the optimizer their true size
+    # (a checkpoint carries the estimate of the joins that made it, terabytes; caching costs a Spark job more),
+    # and filtered by a condition true of every row.
+    kept = source.select(*[F.col(quote(c)) for c in columns], "__present")
+    target = spark.table(table).alias("t").where(" AND ".join(within or ["true"]))
+    bloom = _bloom_filter_may_apply(spark, target.select(*[F.col(quote(k)) for k in key], *ROW_POSITION))
+    if bloom:
+        kept = kept.persist()
+        kept.write.format("noop").mode("overwrite").save()
+    else:
+        kept = kept.localCheckpoint()
     view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
-    kept.where(F.col("__present").isin(True, False)).createOrReplaceTempView(view)
-    on = " AND ".join(_key_equal_sql(k, summary) for k in key)
-    if summary is not None:
-        ranges = [_within_sql(f"t.{quote(c)}", bounds) for c, bounds in summary.bounds.items()]
-        on = " AND ".join([on, *[r for r in ranges if r is not None]])
+    (kept.where(F.col("__present").isin(True, False)) if bloom else kept).createOrReplaceTempView(view)
+    on = " AND ".join([*[_key_equal_sql(k, summary) for k in key], *within])
     updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in key)
     statement = (
         f"MERGE INTO {table} t USING {view} s ON {on} "
@@ -124,7 +133,20 @@ def merge_by_key(
         with_commit_properties(spark, properties, lambda: spark.sql(statement))
     finally:
         spark.catalog.dropTempView(view)
-        kept.unpersist()
+        if bloom:
+            kept.unpersist()
+
+
+def _bloom_filter_may_apply(spark: SparkSession, target: DataFrame) -> bool:
+    """Whether Spark may build a runtime Bloom filter for a join over `target`'s scan: its estimated size
+    over the session's threshold (planning alone, no Spark job)."""
+    if str(spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.enabled", "true")).lower() != "true":
+        return False
+    threshold = java_class(spark, "org.apache.spark.network.util.JavaUtils").byteStringAsBytes(
+        spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold", "10GB")
+    )
+    size = int(str(target._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+    return size > int(threshold)
 
 
 def _key_equal_sql(column: str, summary: KeysSummary | None) -> str:
