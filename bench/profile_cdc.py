@@ -5,6 +5,7 @@ Spark jobs it ran and the table metadata loads it made (bench/many_tables.py's c
     .venv/bin/python bench/profile_cdc.py --rows 10000000
     .venv/bin/python bench/profile_cdc.py --rows 10000000 --variant dist-none+partitions-8
     .venv/bin/python bench/profile_cdc.py --rows 10000000 --format parquet
+    .venv/bin/python bench/profile_cdc.py --rows 10000000 --format parquet --library /tmp/before/spark_jobs
 
 Uses the datasets and base snapshots of bench/run.py (run it once at that size first).
 """
@@ -20,7 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
-sys.path[:0] = [str(BENCH), str(BENCH.parent / "spark_jobs")]
+# `--library DIR`: import lakehouse from another checkout's spark_jobs (an A/B against an earlier commit, e.g.
+# `git archive <rev> spark_jobs | tar -x -C /tmp/before`), read before the imports below
+_LIBRARY = (
+    sys.argv[sys.argv.index("--library") + 1] if "--library" in sys.argv[:-1] else BENCH.parent / "spark_jobs"
+)
+sys.path[:0] = [str(BENCH), str(Path(_LIBRARY).resolve())]
 
 from datasets import DATA, Dataset  # noqa: E402
 from experiments import session_patches, table_setups  # noqa: E402
@@ -70,6 +76,9 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--variant", default="baseline")
     parser.add_argument("--shuffle-partitions", type=int, default=4)
     parser.add_argument("--warmups", type=int, default=2, help="throw-away applies of the whole batch first")
+    parser.add_argument(
+        "--library", default=str(_LIBRARY), help="the spark_jobs folder to import lakehouse from"
+    )
     args = parser.parse_args(argv)
 
     dataset = Dataset(args.rows, max(args.files, args.rows // 10), args.files, args.format)

@@ -189,13 +189,7 @@ def _apply_keyed(
         outcome = Observation(f"outcome_{spec.iceberg_name}_{len(outcomes)}")
         outcomes.append(outcome)
         fresh = typed.where(usable).drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
-        # Grouped by the key's text (one per key): the join with the tombstones by that text then reads
-        # the batch as it is partitioned, without another shuffle.
-        keyed = C.expand_key_changes(fresh, key).withColumn(KEY, C.key_json(key))
-        latest = with_metadata(C.last_change_per_key(keyed, [KEY]))
-        # An upsert older than the key's last delete would bring a deleted row back: it is ignored.
-        types = {f.name: f.dataType for f in latest.schema.fields}
-        latest = with_tomb_seq(latest, tombstones, key, types)
+        latest = one_change_per_key(fresh, key, tombstones)
         buried = (F.col(C.OP) != "D") & F.col(TOMB_SEQ).isNotNull() & (F.col(C.SEQ) < F.col(TOMB_SEQ))
         figures = [
             F.count(F.when(~buried & (F.col(C.OP) == "D"), 1)).alias("deletes"),
@@ -205,7 +199,8 @@ def _apply_keyed(
         if append_key is not None:
             figures.append(F.min(quote(append_key)).cast("string").alias("lowest_key"))
             figures.append(F.max(quote(append_key)).cast("string").alias("highest_key"))
-        return latest.observe(outcome, *figures).where(~buried)
+        # What the commit reads: the target's columns, the Op, the change's sequence, time and key text.
+        return latest.observe(outcome, *figures).where(~buried).drop(TOMB_SEQ, *_FIRST_PASS_ONLY)
 
     batch = typed_batch(run, spec, table, raw, floor, latest_changes, exists=True)
     record(batch.counts)
@@ -247,6 +242,24 @@ def _apply_keyed(
     merge_changes(
         spark, table, batch.product, key, properties, order_column=CHANGE_SEQ_COLUMN, key_range=key_range
     )
+
+
+# A typed change's columns the first pass needs (the tie rule's file and record order) and the commit does not
+# (the file's URI is a rejected record's only): not kept.
+_FIRST_PASS_ONLY = (C.FILE_ORDER, C.POSITION, C.FILE_URI)
+
+
+def one_change_per_key(fresh: DataFrame, key: Sequence[str], tombstones: DataFrame) -> DataFrame:
+    """A batch's usable typed changes, one per key (`changes.last_change_per_key`), with the key's text (KEY)
+    and the sequence of its newest tombstone (TOMB_SEQ). Grouped by the key's text and its hash: the join with
+    the tombstones (grouped alike, `StateTables.tombstones_of`) reads the batch as it is partitioned and sorted,
+    and the sorts compare the hash, not the texts' common prefix (changes.key_hash)."""
+    keyed = C.expand_key_changes(fresh, key).withColumn(KEY, C.key_json(key))
+    keyed = keyed.withColumn(C.KEY_HASH, C.key_hash(F.col(KEY)))
+    latest = with_metadata(C.last_change_per_key(keyed, [C.KEY_HASH, KEY]))
+    # An upsert older than the key's last delete would bring a deleted row back: with_tomb_seq finds it.
+    types = {f.name: f.dataType for f in latest.schema.fields}
+    return with_tomb_seq(latest, tombstones, key, types)
 
 
 def _integral_key(spark: SparkSession, table: str, key: Sequence[str]) -> str | None:

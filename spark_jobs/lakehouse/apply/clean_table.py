@@ -142,11 +142,17 @@ def with_tomb_seq(
     types: dict[str, T.DataType],
     values: dict[str, Column] | None = None,
 ) -> DataFrame:
-    """`rows` (with their key_json in KEY) and TOMB_SEQ, the sequence of their key's newest tombstone.
-    A key with a timestamp also matches tombstones written in the millisecond form of older releases."""
+    """`rows` (with their key_json in KEY, and its hash in KEY_HASH if they are grouped by it) and TOMB_SEQ,
+    the sequence of their key's newest tombstone (`tombstones`: StateTables.tombstones_of). Joined by the hash and
+    the text: a batch grouped by both is joined as it is partitioned and sorted. A key with a timestamp also
+    matches tombstones written in the millisecond form of older releases."""
+    if C.KEY_HASH not in rows.columns:
+        rows = rows.withColumn(C.KEY_HASH, C.key_hash(F.col(KEY)))
     rows = rows.join(
-        tombstones.withColumnRenamed("key", KEY).withColumnRenamed("tomb_seq", TOMB_SEQ), KEY, "left"
-    )
+        tombstones.withColumnRenamed("key", KEY).withColumnRenamed("tomb_seq", TOMB_SEQ),
+        [C.KEY_HASH, KEY],
+        "left",
+    ).drop(C.KEY_HASH)
     legacy = C.legacy_key_json(key, types, values)
     if legacy is None:
         return rows

@@ -30,7 +30,7 @@ from pyspark.sql import types as T
 
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import properties_sql, sql_string
-from lakehouse.dms.changes import SEQ_TYPE
+from lakehouse.dms.changes import KEY_HASH, SEQ_TYPE, key_hash
 from lakehouse.io.fence import check_before_commit
 from lakehouse.io.frames import literal_frame
 from lakehouse.io.iceberg import (
@@ -169,11 +169,12 @@ class StateTables:
 
     # ---------------------------------------------------------------- tombstones
     def tombstones_of(self, source_table: str) -> DataFrame:
-        """The newest tombstone per key of one table: `key`, `tomb_seq`."""
+        """The newest tombstone per key of one table: `_dms_key_hash` (changes.key_hash), `key`, `tomb_seq`;
+        grouped by the hash and the key, as a CDC batch is, so their join shuffles neither again."""
         return (
             self.spark.table(self.tombstones)
             .where(F.col("source_table") == source_table)
-            .groupBy("key")
+            .groupBy(key_hash(F.col("key")).alias(KEY_HASH), F.col("key"))
             .agg(F.max("change_seq").alias("tomb_seq"))
         )
 

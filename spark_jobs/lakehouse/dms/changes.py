@@ -456,6 +456,17 @@ def _key_struct(key: Sequence[str], columns: Mapping[str, Column] | None) -> Col
     return F.struct(*[(columns[k] if columns is not None else F.col(quote(k))).alias(k) for k in key])
 
 
+KEY_HASH = "_dms_key_hash"
+
+
+def key_hash(key_text: Column) -> Column:
+    """A key's text (`key_json`) hashed to a long, grouped, sorted and joined by together with the text. The
+    texts of one table's keys share their first bytes (`{"order_id":`), the prefix Spark's sort compares first,
+    so a sort by the text alone compared whole strings: a sixth of a CDC batch's first pass (bench/RESULTS.md,
+    "The batch sorted by its keys' hash"). Equal texts have equal hashes: (hash, text) matches what the text does."""
+    return F.xxhash64(key_text)
+
+
 def key_json(key: Sequence[str], columns: Mapping[str, Column] | None = None) -> Column:
     """A key as canonical text (its columns, lower case, as JSON): how tombstones name a deleted key.
     Timestamps keep their microseconds; doubles print as the shortest text that reads back to the same

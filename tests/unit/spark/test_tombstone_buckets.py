@@ -14,6 +14,7 @@ from lakehouse.apply.ledger import (
 )
 from lakehouse.io.iceberg import create_table, ensure_namespace
 from lakehouse.maintenance.run import MaintenanceOptions, maintain
+from pyspark.sql import functions as F
 
 from tests.support import last_execution, rows_of, scan_metric
 
@@ -70,7 +71,7 @@ def test_a_tables_lookup_reads_only_its_own_bucket_of_the_tombstones(spark, lake
     files = files_by_bucket(spark, state.tombstones)
     before = last_execution(spark)
 
-    found = sorted(tuple(row) for row in state.tombstones_of(ORDERS).collect())
+    found = sorted(tuple(row) for row in state.tombstones_of(ORDERS).select("key", "tomb_seq").collect())
 
     scanned = scan_metric(spark, before, RESULT_FILES)
     assert scanned == files[buckets[ORDERS]] < sum(files.values()), (scanned, files)
@@ -104,3 +105,56 @@ def test_an_older_releases_unpartitioned_tombstones_are_bucketed_by_maintenance(
     } == {current}
     after = rows_of(spark, state.tombstones, ["source_table", "key", "change_seq", "run_id"])
     assert after == sorted([*expected, (ITEMS, '{"id":12}', 3, "run3")])
+
+
+def test_a_batch_is_grouped_sorted_and_joined_with_its_tombstones_by_its_keys_hash(spark, lake_config):
+    """Given tombstones of keys 1 and 2 (run 2) and a batch of typed changes: key 1 updated before its delete,
+    key 2 after it, key 3 twice,
+    When the batch is reduced to one change per key with its tombstone (cdc.one_change_per_key),
+    Then each key keeps its last change and its tombstone's sequence, and the plan sorts by the key's hash (a
+    long; the key texts' common prefix made every sort compare whole strings) and shuffles the batch once:
+    the tombstones' join reads it as its grouping left it."""
+    from lakehouse.apply.cdc import one_change_per_key
+    from lakehouse.apply.clean_table import KEY, TOMB_SEQ
+    from lakehouse.dms import changes as C
+
+    state = StateTables(spark, lake_config)
+    state.ensure()
+    bury(spark, state, 2, {ORDERS: [1, 2]})
+    changes = spark.createDataFrame(
+        [(1, "U", "a", 1, 0), (2, "U", "b", 3, 0), (3, "I", "c", 1, 0), (3, "U", "d", 1, 1)],
+        f"id bigint, {C.OP} string, name string, seq int, pos long",
+    ).select(
+        "id",
+        "name",
+        C.OP,
+        F.col("seq").cast(C.SEQ_TYPE).alias(C.SEQ),
+        F.lit(None).cast("timestamp").alias(C.COMMIT_TS),
+        F.lit(0).alias(C.FILE_ORDER),
+        F.col("pos").alias(C.POSITION),
+    )
+
+    latest = one_change_per_key(changes, ["id"], state.tombstones_of(ORDERS))
+
+    assert sorted((r["id"], r["name"], r[KEY], r[TOMB_SEQ]) for r in latest.collect()) == [
+        (1, "a", '{"id":1}', Decimal(2)),
+        (2, "b", '{"id":2}', Decimal(2)),
+        (3, "d", '{"id":3}', None),
+    ]
+    plan = planned(spark, latest)
+    sorts = [line for line in plan.splitlines() if "Sort [" in line]
+    assert len(sorts) == 3 and all(f"Sort [{C.KEY_HASH}" in line for line in sorts), plan
+    assert plan.count("Exchange") == 2, plan  # the batch's and the tombstones', once each
+
+
+def planned(spark, frame) -> str:
+    """The physical plan as Spark plans it (no adaptive re-planning, no broadcast: the apply's sessions)."""
+    settings = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}
+    before = {key: spark.conf.get(key) for key in settings}
+    try:
+        for key, value in settings.items():
+            spark.conf.set(key, value)
+        return frame.select("*")._jdf.queryExecution().executedPlan().toString()
+    finally:
+        for key, value in before.items():
+            spark.conf.set(key, value)
