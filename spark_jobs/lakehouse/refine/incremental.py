@@ -113,13 +113,7 @@ def merge_by_key(
     kept = source.select(*[F.col(quote(c)) for c in columns], "__present")
     target = spark.table(table).alias("t").where(" AND ".join(within or ["true"]))
     bloom = _bloom_filter_may_apply(spark, target.select(*[F.col(quote(k)) for k in key], *ROW_POSITION))
-    if bloom:
-        kept = kept.persist()
-        kept.write.format("noop").mode("overwrite").save()
-    else:
-        kept = kept.localCheckpoint()
     view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
-    (kept.where(F.col("__present").isin(True, False)) if bloom else kept).createOrReplaceTempView(view)
     on = " AND ".join([*[_key_equal_sql(k, summary) for k in key], *within])
     updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in key)
     statement = (
@@ -129,7 +123,11 @@ def merge_by_key(
         + f"WHEN NOT MATCHED AND s.__present THEN INSERT ({', '.join(quote(c) for c in columns)}) "
         f"VALUES ({', '.join(f's.{quote(c)}' for c in columns)})"
     )
+    kept = kept.persist() if bloom else kept.localCheckpoint()
     try:
+        if bloom:
+            kept.write.format("noop").mode("overwrite").save()
+        (kept.where(F.col("__present").isin(True, False)) if bloom else kept).createOrReplaceTempView(view)
         with_commit_properties(spark, properties, lambda: spark.sql(statement))
     finally:
         spark.catalog.dropTempView(view)
