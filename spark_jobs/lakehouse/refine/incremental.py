@@ -97,6 +97,10 @@ def merge_by_key(
     snapshots advance). The keys' bounds (`summary`) bound the target's rows too: Iceberg skips the data
     files outside them."""
     present = rows.withColumn("__present", F.lit(True))
+    if summary is not None and _fits_a_broadcast(spark, present, summary.count):
+        # A unique key has at most one row per key: the rows are at most the keys' count, so a small set is
+        # joined to its keys by a broadcast (no shuffle of either side: a Spark job fewer, often two).
+        present = F.broadcast(present)
     source = null_safe_join(keys.select(*[F.col(quote(k)) for k in key]), present, key, "left").withColumn(
         "__present", F.coalesce(F.col("__present"), F.lit(False))
     )
@@ -133,6 +137,14 @@ def merge_by_key(
         spark.catalog.dropTempView(view)
         if bloom:
             kept.unpersist()
+
+
+def _fits_a_broadcast(spark: SparkSession, frame: DataFrame, rows: int) -> bool:
+    """Whether `rows` rows of `frame` (Spark's default size of each of its columns) fit the session's broadcast
+    threshold (spark.sql.autoBroadcastJoinThreshold; -1: never broadcast)."""
+    threshold = int(spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold())
+    row_bytes = 8 + int(frame._jdf.schema().defaultSize())
+    return threshold >= 0 and rows * row_bytes <= threshold
 
 
 def _bloom_filter_may_apply(spark: SparkSession, target: DataFrame) -> bool:
