@@ -60,3 +60,45 @@ def test_a_dimension_change_merges_through_a_bloom_filter_of_its_keys_and_keeps_
         rows = spark.table(enriched).select("id", "amount", "category").collect()
         expected = [(n, amount, category[i]) for n, i, amount in sales]
         assert sorted(map(tuple, rows), key=repr) == sorted(expected, key=repr)
+
+
+def test_a_few_recomputed_rows_join_their_keys_by_a_broadcast_whatever_spark_estimates(
+    spark, base_config
+) -> None:
+    """Given the enriched model built over 60 sales, and a broadcast threshold (2 KB) that the changed keys' rows
+    fit at their default size but that Spark's estimate of the recomputed rows (a join's, not theirs) exceeds;
+    When one item is reclassified and the model refreshed;
+    Then the recomputed rows meet their keys in a join planned as a broadcast (not a sort-merge join, which
+    shuffles both sides before adaptive execution may turn it into one), and enriched is
+    row for row the model's SQL run from scratch."""
+    config = replace(base_config, clean_database="merge_join_clean", refined_database="merge_join_refined")
+    ensure_namespace(spark, config.catalog_name, config.clean_database)
+    fact, dimension = config.clean_table("main_sales"), config.clean_table("main_item")
+    sales_schema = "id bigint, item bigint, amount bigint"
+    create_table(spark, fact, spark.createDataFrame([], sales_schema).schema)
+    create_table(spark, dimension, spark.createDataFrame([], "item bigint, category string").schema)
+    sales = [(n, n % 20, n) for n in range(60)]
+    append_rows(spark, fact, spark.createDataFrame(sales, sales_schema).repartitionByRange(3, "id"), {})
+    items = [(n, f"c{n % 3}") for n in range(20)]
+    append_rows(spark, dimension, spark.createDataFrame(items, "item bigint, category string"), {})
+    folder = load_folder({"enriched.sql": MODELS["enriched.sql"]}.items())
+    refine(spark, config, models=folder)
+    before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
+    spark.conf.set("spark.sql.autoBroadcastJoinThreshold", "2KB")
+    try:
+        spark.sql(f"UPDATE {dimension} SET category = 'c9' WHERE item = 3")
+        last_before = max(sql_plans(spark), default=-1)
+
+        report = refine(spark, config, models=folder)
+
+        plans = sql_plans(spark, after=last_before).values()
+    finally:
+        spark.conf.set("spark.sql.autoBroadcastJoinThreshold", before)
+    assert [t.mode for t in report.tables] == ["incremental"]
+    # the MERGE's source: its keys left-joined to their recomputed rows (absent: a delete), kept before the MERGE
+    sources = [plan for plan in plans if "coalesce(__present" in plan and "WriteDelta" not in plan]
+    assert len(sources) == 1, sources
+    assert "BroadcastHashJoin LeftOuter" in sources[0] and "SortMergeJoin" not in sources[0], sources[0]
+    category = dict(items) | {3: "c9"}
+    rows = spark.table(config.table(config.refined_database, "enriched")).select("id", "amount", "category")
+    assert sorted(map(tuple, rows.collect())) == sorted((n, amount, category[i]) for n, i, amount in sales)
