@@ -28,15 +28,9 @@ def test_a_dimension_change_merges_through_a_bloom_filter_of_its_keys_and_keeps_
     Then each MERGE into enriched scans its target through a Bloom filter of the affected keys, the refresh is
     incremental, and enriched is, row for row, the model's SQL run from scratch (the null id once)."""
     config = replace(base_config, clean_database="merge_bloom_clean", refined_database="merge_bloom_refined")
-    ensure_namespace(spark, config.catalog_name, config.clean_database)
-    fact, dimension = config.clean_table("main_sales"), config.clean_table("main_item")
-    sales_schema = "id bigint, item bigint, amount bigint"
-    create_table(spark, fact, spark.createDataFrame([], sales_schema).schema)
-    create_table(spark, dimension, spark.createDataFrame([], "item bigint, category string").schema)
     sales = [(n, n % 7, n) for n in range(59)] + [(None, 5, 100)]
-    append_rows(spark, fact, spark.createDataFrame(sales, sales_schema).repartitionByRange(6, "id"), {})
     items = [(n, f"c{n % 3}") for n in range(7)]
-    append_rows(spark, dimension, spark.createDataFrame(items, "item bigint, category string"), {})
+    dimension = sales_and_items(spark, config, sales, items, files=6)
     folder = load_folder(MODELS.items())
     assert [t.mode for t in refine(spark, config, models=folder).tables] == ["built", "built"]
     enriched = config.table(config.refined_database, "enriched")
@@ -72,15 +66,9 @@ def test_a_few_recomputed_rows_join_their_keys_by_a_broadcast_whatever_spark_est
     shuffles both sides before adaptive execution may turn it into one), and enriched is
     row for row the model's SQL run from scratch."""
     config = replace(base_config, clean_database="merge_join_clean", refined_database="merge_join_refined")
-    ensure_namespace(spark, config.catalog_name, config.clean_database)
-    fact, dimension = config.clean_table("main_sales"), config.clean_table("main_item")
-    sales_schema = "id bigint, item bigint, amount bigint"
-    create_table(spark, fact, spark.createDataFrame([], sales_schema).schema)
-    create_table(spark, dimension, spark.createDataFrame([], "item bigint, category string").schema)
     sales = [(n, n % 20, n) for n in range(60)]
-    append_rows(spark, fact, spark.createDataFrame(sales, sales_schema).repartitionByRange(3, "id"), {})
     items = [(n, f"c{n % 3}") for n in range(20)]
-    append_rows(spark, dimension, spark.createDataFrame(items, "item bigint, category string"), {})
+    dimension = sales_and_items(spark, config, sales, items, files=3)
     folder = load_folder({"enriched.sql": MODELS["enriched.sql"]}.items())
     refine(spark, config, models=folder)
     before = spark.conf.get("spark.sql.autoBroadcastJoinThreshold")
@@ -102,3 +90,16 @@ def test_a_few_recomputed_rows_join_their_keys_by_a_broadcast_whatever_spark_est
     category = dict(items) | {3: "c9"}
     rows = spark.table(config.table(config.refined_database, "enriched")).select("id", "amount", "category")
     assert sorted(map(tuple, rows.collect())) == sorted((n, amount, category[i]) for n, i, amount in sales)
+
+
+def sales_and_items(spark, config, sales: list[tuple], items: list[tuple], files: int) -> str:
+    """The clean tables the models read: `main_sales` (id, item, amount) in `files` data files by id, and
+    `main_item` (item, category). Returns the dimension's table name."""
+    ensure_namespace(spark, config.catalog_name, config.clean_database)
+    fact, dimension = config.clean_table("main_sales"), config.clean_table("main_item")
+    sales_schema, items_schema = "id bigint, item bigint, amount bigint", "item bigint, category string"
+    create_table(spark, fact, spark.createDataFrame([], sales_schema).schema)
+    create_table(spark, dimension, spark.createDataFrame([], items_schema).schema)
+    append_rows(spark, fact, spark.createDataFrame(sales, sales_schema).repartitionByRange(files, "id"), {})
+    append_rows(spark, dimension, spark.createDataFrame(items, items_schema), {})
+    return dimension
