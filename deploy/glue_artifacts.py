@@ -37,6 +37,8 @@ SHARED = REPO / "functions" / "shared"
 MODELS = REPO / "models"  # the refined models (docs/CONTRACTS.md), published beside the code
 # The example models' tables, which the BI examples read (bi/queries: the Athena named queries, and the QuickSight
 # dataset): the stack creates those only when the folder holds all three (template parameter ExampleModels).
+# `IcebergJarKey=pinned` (to the release): publish the Iceberg runtime the tests run on and run the jobs on it.
+PINNED_ICEBERG = "pinned"
 EXAMPLE_MODELS = ("sales_enriched", "daily_revenue_by_category", "daily_revenue_by_state")
 SHARED_CONTRACTS = (
     "__init__.py",

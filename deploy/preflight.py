@@ -4,6 +4,8 @@
         [--schema-file schema.json] [--checks names,leftovers,…]
 
 The checks (`--checks`, all by default), each failure printed with its fix:
+- `values`: every parameter value is one CloudFormation accepts by the template's own rules (AllowedValues,
+  AllowedPattern, Min/MaxLength, Min/MaxValue), said before a build rather than by a failed change set.
 - `required`: a first create has what it cannot do without (CreateDmsTask=true, the default: the replication
   instance and the source endpoint; false: the task; and, from `make deploy`, the schema file).
 - `names`: every name the template gives a resource (computed for the environment, account and region) fits the
@@ -42,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from deploy import preflight_checks, stack_names
+from deploy import glue_artifacts, parameter_rules, preflight_checks, stack_names
 from deploy.preflight_checks import Target
 
 REPO = Path(__file__).resolve().parents[1]
@@ -216,7 +218,22 @@ def _dms(session: Any, target: Target) -> list[str]:
     return found
 
 
+def _values(_session: Any, target: Target) -> list[str]:
+    # `pinned` is a word to the release, which passes the published jar's key instead
+    sent = {
+        name: value
+        for name, value in target.parameters.items()
+        if (name, value) != ("IcebergJarKey", glue_artifacts.PINNED_ICEBERG)
+    }
+    return [
+        f"{refusal}: CloudFormation refuses it before creating anything; change it in --parameter-overrides "
+        "or samconfig.toml (docs/DEPLOY.md, Parameters)"
+        for refusal in parameter_rules.refused(sent, parameter_rules.declarations())
+    ]
+
+
 CHECKS: dict[str, Callable[[Any, Target], list[str]]] = {
+    "values": _values,
     "required": lambda _session, target: preflight_checks.required_problems(target),
     "names": lambda _session, target: preflight_checks.name_problems(target),
     "leftovers": _leftovers,

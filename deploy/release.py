@@ -86,8 +86,7 @@ def _override(key: str, value: str) -> str:
 # Parameters the release reads from the models folder: defaults the user's parameters may override.
 MODELS_FOLDER_PARAMETERS = ("HasRefineModels", "ExampleModels")
 
-# `IcebergJarKey=pinned`: publish the Iceberg runtime the tests run on and run the jobs on it.
-PINNED_ICEBERG = "pinned"
+PINNED_ICEBERG = glue_artifacts.PINNED_ICEBERG
 
 
 def iceberg_jar_to_publish(overrides: Mapping[str, str]) -> Path | None:

@@ -73,6 +73,11 @@ class _Loader:
 
 @cache
 def template(path: Path = TEMPLATE) -> dict[str, Any]:
+    return load_template(path)
+
+
+def load_template(path: Path = TEMPLATE) -> dict[str, Any]:
+    """The template as it is on disk now (`template` keeps the first read of a path)."""
     return _Loader.load(path.read_text())
 
 

@@ -9,9 +9,7 @@ which is put first on PATH for it.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import subprocess
 import time
 import tomllib
@@ -22,6 +20,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 from deploy.glue_artifacts import lakehouse_zip, upload_glue_artifacts  # noqa: F401 - re-exported
+from deploy.parameter_rules import declarations as template_parameter_declarations
+from deploy.parameter_rules import refused as refused_parameters
 from localaws import setup_sam
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -66,60 +66,6 @@ def template_parameter_defaults(template: Path = TEMPLATE) -> dict[str, str | No
     """The template's Parameters and their defaults."""
     declared = template_parameter_declarations(template)
     return {name: None if "Default" not in p else str(p["Default"]) for name, p in declared.items()}
-
-
-def refused_parameters(values: Mapping[str, str], declared: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    """Why CloudFormation would refuse these parameter values, one line a refusal ([] if none): a value
-    outside AllowedValues, a String not matching its AllowedPattern (the whole value) or outside MinLength /
-    MaxLength, a Number that is no number or outside MinValue / MaxValue. LocalStack checks none of them: a
-    stack deployed here must be one AWS would deploy. A name the template does not declare is no refusal:
-    `sam deploy` sends only the template's parameters."""
-    refusals = []
-    for name, value in values.items():
-        rules = declared.get(name)
-        if rules is None:
-            continue
-        allowed = rules.get("AllowedValues")
-        pattern = rules.get("AllowedPattern")
-        if allowed is not None and value not in [
-            str(a).lower() if isinstance(a, bool) else str(a) for a in allowed
-        ]:
-            refusals.append(f"{name}={value!r}: not one of {allowed}")
-        if pattern is not None and not re.fullmatch(pattern, value):
-            refusals.append(f"{name}={value!r}: does not match {pattern}")
-        if not int(rules.get("MinLength", 0)) <= len(value) <= int(rules.get("MaxLength", len(value))):
-            refusals.append(
-                f"{name}={value!r}: length outside {rules.get('MinLength')}..{rules.get('MaxLength')}"
-            )
-        if rules.get("Type") == "Number":
-            try:
-                number = float(value)
-            except ValueError:
-                number = math.nan
-            if not math.isfinite(number):
-                refusals.append(f"{name}={value!r}: not a number")
-            elif not float(rules.get("MinValue", number)) <= number <= float(rules.get("MaxValue", number)):
-                refusals.append(f"{name}={value!r}: outside {rules.get('MinValue')}..{rules.get('MaxValue')}")
-    return refusals
-
-
-def template_parameter_declarations(template: Path = TEMPLATE) -> dict[str, dict[str, Any]]:
-    """The template's Parameters as declared (CloudFormation tags like !Ref are read as plain values)."""
-    import yaml
-
-    class _Loader(yaml.SafeLoader):
-        pass
-
-    def _any_tag(loader: yaml.SafeLoader, _suffix: str, node: yaml.Node) -> Any:
-        if isinstance(node, yaml.ScalarNode):
-            return loader.construct_scalar(node)
-        if isinstance(node, yaml.SequenceNode):
-            return loader.construct_sequence(node)
-        return loader.construct_mapping(node)
-
-    _Loader.add_multi_constructor("!", _any_tag)
-    document = yaml.load(template.read_text(), Loader=_Loader) or {}  # a SafeLoader subclass
-    return dict(document.get("Parameters") or {})
 
 
 def first_declared(candidates: tuple[str, ...], declared: set[str]) -> str | None:

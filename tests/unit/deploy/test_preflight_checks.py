@@ -223,3 +223,21 @@ def test_a_reconcile_subnet_without_a_way_to_the_services_it_calls_is_refused(
         nat = ec2.create_nat_gateway(SubnetId=subnet)["NatGateway"]["NatGatewayId"]
         ec2.create_route(RouteTableId=table, DestinationCidrBlock="0.0.0.0/0", NatGatewayId=nat)
         assert preflight.problems(session, _target(ReconcileSubnetId=subnet), ["network"]) == []
+
+
+def test_a_value_cloudformation_refuses_is_named_before_anything_is_built() -> None:
+    """Given the template's defaults, Then the `values` check finds nothing; Given a reconcile cadence finer than
+    the template's pattern (0.125 minutes) and a repair mode it does not list, Then it names both, with the rule
+    each breaks and where to change it; `IcebergJarKey=pinned` is no refusal (the release sends a key instead)."""
+    assert preflight.problems(None, _target(), ["values"]) == []
+    assert preflight.problems(None, _target(IcebergJarKey="pinned"), ["values"]) == []  # the release's word
+
+    found = preflight.problems(None, _target(ReconcileEveryMinutes="0.125", RepairMode="fix"), ["values"])
+
+    assert [problem.split(":")[0] for problem in found] == [
+        "ReconcileEveryMinutes='0.125'",
+        "RepairMode='fix'",
+    ]
+    assert "does not match" in found[0] and "not one of" in found[1]
+    assert all("--parameter-overrides" in problem for problem in found)
+    assert next(iter(preflight.CHECKS)) == "values"
