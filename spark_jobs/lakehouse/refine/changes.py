@@ -28,10 +28,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.base.names import quote
+from lakehouse.io.jvm import java_class
 from lakehouse.refine.lineage import KeyTrace
 
 HASH_COLUMNS = ("__refine_h1", "__refine_h2")
@@ -193,7 +194,31 @@ def affected_keys(
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
-    return union.distinct()
+    return in_one_task_if_small(union).distinct()
+
+
+def in_one_task_if_small(frame: DataFrame) -> DataFrame:
+    """`frame` in one partition when Spark estimates it (planning alone, no job) within what one task is meant
+    to take (spark.sql.adaptive.advisoryPartitionSizeInBytes): its aggregates and distinct then need no shuffle,
+    so no map job and reduce job each (a change's rows read from a few files). Larger, or of an unknown size (a
+    join's estimate is its sides' product): as it is."""
+    advisory = bytes_setting(frame.sparkSession, "spark.sql.adaptive.advisoryPartitionSizeInBytes", "64MB")
+    size = estimated_bytes(frame)
+    return frame.coalesce(1) if size <= advisory else frame
+
+
+def estimated_bytes(frame: DataFrame) -> int:
+    """Spark's estimate of the frame's size (its optimized plan's statistics: planning alone, no job)."""
+    return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
+
+
+def bytes_setting(spark: SparkSession, key: str, default: str) -> int:
+    """A size setting of the session (e.g. "64MB") in bytes."""
+    return int(
+        java_class(spark, "org.apache.spark.network.util.JavaUtils").byteStringAsBytes(
+            spark.conf.get(key, default)
+        )
+    )
 
 
 def incremental_blocker(rows: DataFrame) -> str | None:
