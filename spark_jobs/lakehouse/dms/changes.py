@@ -415,7 +415,11 @@ def expand_key_changes(changes: DataFrame, key: Sequence[str]) -> DataFrame:
 def last_change_per_key(changes: DataFrame, key: Sequence[str]) -> DataFrame:
     """One row per key: the last change by change sequence, then file order, then record order
     (the tie rule: for an equal sequence the later file wins, then the later record, then an upsert
-    over a delete)."""
+    over a delete). The changes are shuffled by the key first, so both steps of the aggregate run after the
+    shuffle over one sort: planned as Spark does, a partial aggregate sorted the whole batch and built a struct
+    per record before the shuffle, and reduced it little (a batch's keys are mostly distinct; bench/RESULTS.md,
+    "The last change per key sorted once")."""
+    changes = changes.repartition(*[F.col(quote(k)) for k in key])
     ordering = [
         F.coalesce(F.col(SEQ), F.lit(0).cast(SEQ_TYPE)).alias("__seq"),
         F.col(FILE_ORDER).alias("__file"),
