@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.base.names import quote, sql_string
-from lakehouse.io.iceberg import with_commit_properties
+from lakehouse.io.iceberg import iceberg_table, with_commit_properties
 from lakehouse.refine.changes import bytes_setting, estimated_bytes, null_safe_join
 from lakehouse.refine.lineage import KeyOrigin
 
@@ -110,8 +110,9 @@ def merge_by_key(
     columns = [f.name for f in spark.table(table).schema.fields]
     ranges = [_within_sql(f"t.{quote(c)}", b) for c, b in (summary.bounds if summary else {}).items()]
     within = [r for r in ranges if r is not None]
-    # The MERGE reads its source more than once (to find the target's files, then to write): the recomputed
-    # rows are computed once and kept. A large target scan is matched through a runtime Bloom filter of the
+    # A copy-on-write MERGE reads its source more than once (to find the target's files, then to write): there
+    # the recomputed rows are computed once and kept; a merge-on-read MERGE (the refined tables' mode) reads it
+    # once, in its join, so keeping them first is a Spark job for nothing. A large target scan is matched through a runtime Bloom filter of the
     # keys (a change spread over every file of a large refined table then shuffles the rows of its keys, not
     # the whole table: a MERGE that inserts cannot broadcast its source). Spark builds one only for a source
     # of a known size under a filter: so there the rows are cached, which gives the optimizer their true size
@@ -130,7 +131,10 @@ def merge_by_key(
         + f"WHEN NOT MATCHED AND s.__present THEN INSERT ({', '.join(quote(c) for c in columns)}) "
         f"VALUES ({', '.join(f's.{quote(c)}' for c in columns)})"
     )
-    kept = kept.persist() if bloom else kept.localCheckpoint()
+    if bloom:
+        kept = kept.persist()
+    elif not _merges_on_read(spark, table):
+        kept = kept.localCheckpoint()
     try:
         if bloom:
             kept.write.format("noop").mode("overwrite").save()
@@ -140,6 +144,13 @@ def merge_by_key(
         spark.catalog.dropTempView(view)
         if bloom:
             kept.unpersist()
+
+
+def _merges_on_read(spark: SparkSession, table: str) -> bool:
+    """Whether the table's MERGE writes position deletes (merge-on-read: its source read once) rather than
+    rewriting the files it matches (Iceberg's default, copy-on-write)."""
+    mode = iceberg_table(spark, table).properties().get("write.merge.mode")
+    return str(mode) == "merge-on-read"
 
 
 def _fits_a_broadcast(spark: SparkSession, frame: DataFrame, rows: int) -> bool:
