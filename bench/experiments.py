@@ -123,6 +123,11 @@ def table_setups(variant: str) -> list[TableSetup]:
         elif knob.startswith("target-file-mb-"):
             size = int(knob.removeprefix("target-file-mb-")) * 1024 * 1024
             setups.append(_table_properties({"write.target-file-size-bytes": str(size)}))
+        elif knob.startswith("zstd-level-"):
+            # the data files' level; the delete files' follows it unless set apart
+            setups.append(
+                _table_properties({"write.parquet.compression-level": knob.removeprefix("zstd-level-")})
+            )
     return setups
 
 
@@ -161,7 +166,7 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
                 stack.enter_context(_spark_conf(spark, "spark.sql.join.preferSortMergeJoin", "false"))
             elif knob == "no-aqe":
                 stack.enter_context(_spark_conf(spark, "spark.sql.adaptive.enabled", "false"))
-            elif knob in ("cow", "dist-none") or knob.startswith("target-file-mb-"):
+            elif knob in ("cow", "dist-none") or knob.startswith(("target-file-mb-", "zstd-level-")):
                 continue  # table properties: see table_setups
             else:
                 raise ValueError(f"unknown experiment knob {knob!r}")
