@@ -143,6 +143,12 @@ def session_patches(spark: SparkSession, variant: str) -> Iterator[None]:
             if knob.startswith("partitions-"):
                 value = knob.removeprefix("partitions-")
                 stack.enter_context(_spark_conf(spark, "spark.sql.shuffle.partitions", value))
+            elif knob.startswith("write-advisory-mb-"):
+                # the size Iceberg asks adaptive execution to coalesce (and split skewed) write partitions to
+                size = int(knob.removeprefix("write-advisory-mb-")) * 1024 * 1024
+                stack.enter_context(
+                    _spark_conf(spark, "spark.sql.iceberg.advisory-partition-size", str(size))
+                )
             elif knob.startswith("broadcast-mb-"):
                 size = int(knob.removeprefix("broadcast-mb-")) * 1024 * 1024
                 stack.enter_context(_spark_conf(spark, "spark.sql.autoBroadcastJoinThreshold", str(size)))
