@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.base.names import quote, sql_string
-from lakehouse.io.iceberg import iceberg_table, with_commit_properties
+from lakehouse.io.iceberg import table_properties, with_commit_properties
 from lakehouse.refine.changes import bytes_setting, estimated_bytes, null_safe_join
 from lakehouse.refine.lineage import KeyOrigin
 
@@ -94,6 +94,7 @@ def merge_by_key(
     key: Sequence[str],
     properties: dict[str, str],
     summary: KeysSummary | None = None,
+    java_table: Any = None,
 ) -> None:
     """MERGE `rows` for exactly the `keys` (null-safe: a null is one key value): a key without a row is
     deleted from the table. One commit, carrying `properties`, even when nothing changed (the consumed
@@ -112,7 +113,8 @@ def merge_by_key(
     within = [r for r in ranges if r is not None]
     # A copy-on-write MERGE reads its source more than once (to find the target's files, then to write): there
     # the recomputed rows are computed once and kept; a merge-on-read MERGE (the refined tables' mode) reads it
-    # once, in its join, so keeping them first is a Spark job for nothing. A large target scan is matched through a runtime Bloom filter of the
+    # once, in its join, so keeping them first is a Spark job for nothing (`java_table`: the target's metadata,
+    # if the caller loaded it). A large target scan is matched through a runtime Bloom filter of the
     # keys (a change spread over every file of a large refined table then shuffles the rows of its keys, not
     # the whole table: a MERGE that inserts cannot broadcast its source). Spark builds one only for a source
     # of a known size under a filter: so there the rows are cached, which gives the optimizer their true size
@@ -133,7 +135,7 @@ def merge_by_key(
     )
     if bloom:
         kept = kept.persist()
-    elif not _merges_on_read(spark, table):
+    elif table_properties(spark, table, java_table).get("write.merge.mode") != "merge-on-read":
         kept = kept.localCheckpoint()
     try:
         if bloom:
@@ -144,13 +146,6 @@ def merge_by_key(
         spark.catalog.dropTempView(view)
         if bloom:
             kept.unpersist()
-
-
-def _merges_on_read(spark: SparkSession, table: str) -> bool:
-    """Whether the table's MERGE writes position deletes (merge-on-read: its source read once) rather than
-    rewriting the files it matches (Iceberg's default, copy-on-write)."""
-    mode = iceberg_table(spark, table).properties().get("write.merge.mode")
-    return str(mode) == "merge-on-read"
 
 
 def _fits_a_broadcast(spark: SparkSession, frame: DataFrame, rows: int) -> bool:

@@ -355,11 +355,11 @@ class _Refiner:
             assert keys is not None  # an input moved, or the table would be unchanged
             keys, keys_summary = kept_keys(keys)
             report.affected = keys_summary.count
+            target = None  # the refined table's metadata, loaded once for its size and then its MERGE
             if self.options.rebuild_above_affected_fraction < 1:
+                target = iceberg_table(self.spark, table)
                 reason = most_keys_affected(
-                    keys_summary.count,
-                    live_rows(iceberg_table(self.spark, table)),
-                    self.options.rebuild_above_affected_fraction,
+                    keys_summary.count, live_rows(target), self.options.rebuild_above_affected_fraction
                 )
             if reason is not None:
                 report.mode, report.reason = "built", reason
@@ -370,7 +370,9 @@ class _Refiner:
                 else:
                     keyed = rows_of_input_keys(now[origin.input_name], keys, origin, keys_summary)
                     recomputed = evaluate({**now, origin.input_name: keyed})
-                merge_by_key(self.spark, table, keys, recomputed, model.unique_key, properties, keys_summary)
+                merge_by_key(
+                    self.spark, table, keys, recomputed, model.unique_key, properties, keys_summary, target
+                )
         report.snapshot_id = current_snapshot_id(self.spark, table)
         self.refreshed[model.name] = report.snapshot_id or 0
         return report
