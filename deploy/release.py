@@ -86,12 +86,10 @@ def _override(key: str, value: str) -> str:
 # Parameters the release reads from the models folder: defaults the user's parameters may override.
 MODELS_FOLDER_PARAMETERS = ("HasRefineModels", "ExampleModels")
 
-PINNED_ICEBERG = glue_artifacts.PINNED_ICEBERG
-
 
 def iceberg_jar_to_publish(overrides: Mapping[str, str]) -> Path | None:
     """The jar the release publishes: the tests' Iceberg runtime when the parameters ask for it, else none."""
-    if overrides.get("IcebergJarKey") == PINNED_ICEBERG:
+    if overrides.get("IcebergJarKey") == glue_artifacts.PINNED_ICEBERG:
         return glue_artifacts.iceberg_runtime_jar()
     return None
 
