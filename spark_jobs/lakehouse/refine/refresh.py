@@ -47,6 +47,7 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import types as T
 
+from lakehouse.apply.run import tables_at_once
 from lakehouse.audit.consistent import POINT_AT, last_point
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import properties_sql, quote, sql_string, table_name
@@ -81,8 +82,9 @@ from lakehouse.refine.consumed import (
 )
 from lakehouse.refine.incremental import kept_keys, merge_by_key, rows_of_input_keys
 from lakehouse.refine.lineage import key_origin, key_traces
-from lakehouse.refine.models import Model, ModelFolder, Reference, load_folder, model_failure, reads_of
+from lakehouse.refine.models import Model, ModelFolder, Reference, load_folder, reads_of
 from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, most_keys_affected, rebuild_reason
+from lakehouse.refine.schedule import KeyedLocks, refresh_after_refs
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,9 @@ class RefineOptions:
     # A model whose affected keys are over this share of its rows is rebuilt once they are counted
     # (lakehouse.refine.plans, most_keys_affected); off here too, on in the refine job.
     rebuild_above_affected_fraction: float = 1.0
+    # Models refreshed at once (lakehouse.refine.schedule): 0, from the run's cores (apply.run.tables_at_once);
+    # 1, one at a time in the folder's order.
+    models_at_once: int = 0
 
     def clean_name(self, table: str, schema: str | None = None) -> str:
         """The clean table the full load and CDC write for `<schema>.<table>` (names.table_name)."""
@@ -393,6 +398,18 @@ class _Refiner:
         overwrite_rows(self.spark, table, rows, properties)
 
 
+class _SharedAtOnce(SharedChanges):
+    """SharedChanges for models refreshed at once: changes two of them ask for together are found by one."""
+
+    def __init__(self, readers: Mapping[str, int]) -> None:
+        super().__init__(readers)
+        self.finding = KeyedLocks()
+
+    def changes(self, name: str, table: str, before_id: int, after_id: int, find: Any) -> Any:
+        with self.finding.hold((table, before_id, after_id)):
+            return super().changes(name, table, before_id, after_id, find)
+
+
 def create_refined_table(
     spark: SparkSession, table: str, schema: T.StructType, location: str | None = None
 ) -> None:
@@ -434,33 +451,15 @@ def refine(
         refiner.report.status = "too-soon"
         return refiner.report
     ensure_namespace(spark, config.catalog_name, config.refined_database)
-    refiner.shared = SharedChanges(Counter(r.input_name for m in folder.models for r in set(m.references)))
-    failed = set(folder.errors)
-    for model in folder.models:
-        begun = time.monotonic()
-        if set(model.refs) & failed:
-            report = RefinedTableReport(model.name, "failed")
-            report.error = str(
-                model.error(f"ref({sorted(set(model.refs) & failed)[0]!r}) failed in this run")
-            )
-        else:
-            try:
-                report = refiner.refresh(model)
-            except Exception as failure:  # one model's failure stops that model alone
-                report = RefinedTableReport(model.name, "failed", error=str(model_failure(model, failure)))
-        report.seconds = round(time.monotonic() - begun, 3)
-        if report.mode == "failed":
-            failed.add(model.name)
-            log.error("refine: %s failed: %s", model.name, report.error)
-        else:
-            log.info(
-                "refine: %s %s (%d affected) %s",
-                model.name,
-                report.mode,
-                report.affected,
-                report.reason or "",
-            )
-        refiner.report.tables.append(report)
+    refiner.shared = _SharedAtOnce(Counter(r.input_name for m in folder.models for r in set(m.references)))
+    refiner.report.tables = refresh_after_refs(
+        folder.models,
+        refiner.refresh,
+        lambda model, error: RefinedTableReport(model.name, "failed", error=str(error)),
+        options.models_at_once or tables_at_once(spark.sparkContext.defaultParallelism),
+        folder.errors,
+        spark,
+    )
     refiner.shared.release()
     for name, refused in folder.errors.items():
         refiner.report.tables.append(RefinedTableReport(name, "failed", error=str(refused)))
