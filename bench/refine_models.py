@@ -5,7 +5,7 @@ the same state rebuilt from scratch (every refined table dropped). Seconds of ea
 mode and the keys it recomputed; the machine's load beside them.
 
     .venv/bin/python bench/refine_models.py --rows 1000000 [--fraction 0.01] [--files 100 --recent [--dated]]
-        [--rebuild_above_affected_fraction 0.5] [--profile] [--out bench/results/…json]
+        [--rebuild_above_affected_fraction 0.5] [--models_at_once N] [--profile] [--out bench/results/…json]
 
 `--profile`: each refine's Spark jobs by model and step (the step a job ran in, its seconds, and its stages'
 input rows and bytes, shuffle and executor CPU), from Spark's event log, in the results' "profile".
@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -143,20 +144,19 @@ def label_steps(spark: SparkSession) -> None:
     from lakehouse.refine import refresh
 
     context = spark.sparkContext
-    model_of = [""]
-    current: list[Any] = [None, time.monotonic()]
+    thread = threading.local()  # the model and step of this thread (models may be refreshed at once)
 
     def switch(label: str | None) -> None:
         now = time.monotonic()
-        if current[0] is not None:
-            STEP_SECONDS[current[0]] = STEP_SECONDS.get(current[0], 0.0) + now - current[1]
-        current[:] = [label, now]
+        if getattr(thread, "label", None) is not None:
+            STEP_SECONDS[thread.label] = STEP_SECONDS.get(thread.label, 0.0) + now - thread.since
+        thread.label, thread.since = label, now
         context.setJobDescription(label)  # type: ignore[arg-type]
 
     unwrapped_refresh = refresh._Refiner.refresh
 
     def refresh_labelled(refiner: Any, model: Any) -> Any:
-        model_of[0] = model.name
+        thread.model = model.name
         switch(f"{model.name}: plan and model")
         try:
             return unwrapped_refresh(refiner, model)
@@ -167,7 +167,7 @@ def label_steps(spark: SparkSession) -> None:
     unwrapped_write = refresh._Refiner._write_full
 
     def write_labelled(refiner: Any, *args: Any) -> Any:
-        switch(f"{model_of[0]}: rebuild write")
+        switch(f"{thread.model}: rebuild write")
         return unwrapped_write(refiner, *args)
 
     refresh._Refiner._write_full = write_labelled  # type: ignore[method-assign,assignment]
@@ -178,7 +178,7 @@ def label_steps(spark: SparkSession) -> None:
             continue
 
         def labelled(*args: Any, _step: str = step, _unwrapped: Any = unwrapped, **kwargs: Any) -> Any:
-            switch(f"{model_of[0]}: {_step}")
+            switch(f"{thread.model}: {_step}")
             return _unwrapped(*args, **kwargs)
 
         setattr(module, function, labelled)
@@ -308,6 +308,12 @@ def main() -> None:
         help="rebuild a model whose affected keys are over this share of its rows (the refine job's default); "
         "1: always refresh incrementally",
     )
+    parser.add_argument(
+        "--models_at_once",
+        type=int,
+        default=None,
+        help="models refreshed at once (the refine job's --models_at_once; default: the library's)",
+    )
     parser.add_argument("--library", default=None, help="the spark_jobs folder to import lakehouse from")
     parser.add_argument(
         "--profile",
@@ -315,7 +321,8 @@ def main() -> None:
         help="each refine's Spark jobs by model and step (Spark's event log)",
     )
     args = parser.parse_args()
-    options = RefineOptions(rebuild_above_affected_fraction=args.rebuild_above_affected_fraction)
+    at_once = {} if args.models_at_once is None else {"models_at_once": args.models_at_once}
+    options = RefineOptions(rebuild_above_affected_fraction=args.rebuild_above_affected_fraction, **at_once)
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-refine-"))
     config = LakeConfig(
         warehouse=str(work / "warehouse"), staging_dir=str(work / "staging"), shuffle_partitions=4
@@ -346,6 +353,7 @@ def main() -> None:
         "recent": args.recent,
         "dated": args.dated,
         "rebuild_above_affected_fraction": args.rebuild_above_affected_fraction,
+        "models_at_once": args.models_at_once,
         "cores": os.cpu_count(),
     }
     results["build"] = timed_refine(spark, config, "build", options, event_log)

@@ -51,6 +51,13 @@ def parser() -> argparse.ArgumentParser:
         help="rebuild a model when the keys its inputs' changes reach are more than this share of its rows "
         "(counted before the recompute); 1: never for that reason",
     )
+    parser.add_argument(
+        "--models_at_once",
+        type=int,
+        default=0,
+        help="models refreshed at once, a model as soon as the models it refs are (each in its own pool of "
+        "Spark's FAIR scheduler); 0: from the run's cores (4 to 32); 1: one at a time in the folder's order",
+    )
     parser.add_argument("--run_id", default="refine", help="names the run in the commits and the report")
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
     return parser
@@ -67,6 +74,7 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
         args.rebuild_below_rows,
         args.rebuild_above_changed_fraction,
         args.rebuild_above_affected_fraction,
+        args.models_at_once,
     )
     report = refine(spark, config, options, args.run_id)
     publish_report(report.to_dict(), args.report_uri, config)
