@@ -53,6 +53,7 @@ from lakehouse.io.iceberg import (
     merge_changes,
 )
 from lakehouse.io.jvm import observed_metrics
+from lakehouse.io.write_split import merge_advisory_bytes
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +241,14 @@ def _apply_keyed(
     if append_key is not None and counts.get("lowest_key") is not None:
         key_range = (append_key, int(counts["lowest_key"]), int(counts["highest_key"]))
     merge_changes(
-        spark, table, batch.product, key, properties, order_column=CHANGE_SEQ_COLUMN, key_range=key_range
+        spark,
+        table,
+        batch.product,
+        key,
+        properties,
+        order_column=CHANGE_SEQ_COLUMN,
+        key_range=key_range,
+        advisory_bytes=merge_advisory_bytes(spark, loaded, counts["upserts"]),
     )
 
 

@@ -23,6 +23,7 @@ from lakehouse.io.commit_conflicts import replanned_on_conflict
 from lakehouse.io.fence import check_before_commit
 from lakehouse.io.file_bounds import DRIVER_BOUND_TYPES, bound_from_manifests
 from lakehouse.io.jvm import java_class, java_dict, java_list
+from lakehouse.io.write_split import ADVISORY_PARTITION_SIZE, TARGET_FILE_SIZE, sql_with_settings
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,6 @@ FULL_LOAD_DONE = "dms.full-load.files"  # snapshot summary (and, from now on, ta
 RUN_ID = "dms.run-id"
 REPLACED_SNAPSHOT = "dms.replaced-snapshot"  # snapshot summary of a (re)load: the snapshot it replaced
 SOURCE_TABLE = "dms.source-table"  # table property of a clean replica: the `schema.table` it holds
-TARGET_FILE_SIZE = "write.target-file-size-bytes"  # Iceberg's: writes and maintenance aim at this size
 # Table properties a (re)load sets in the same commit as its rows.
 LOAD_DONE = "dms.full-load.done"  # the table has been loaded from its LOAD files
 LOAD_FLOOR = "dms.load.floor-seq"  # changes at or below this sequence are older than the (re)load
@@ -332,6 +332,7 @@ def merge_changes(
     properties: dict[str, str],
     order_column: str | None = None,
     key_range: tuple[str, int, int] | None = None,
+    advisory_bytes: int | None = None,
 ) -> int:
     """One MERGE: deletes, updates and inserts (an insert of an existing key, or an update of a
     missing one, is an upsert; a delete of a missing key does nothing). `changes` has one row per key.
@@ -341,8 +342,9 @@ def merge_changes(
     lowest and the highest key of the batch) the target is read only where the key is in that range: a
     condition on the target alone, which Iceberg evaluates against each data file's key bounds, so a
     batch of recent keys of a serial key reads only the files that may hold them (every matching row is
-    in the range: the outcome is the same). Returns how many times the MERGE was planned again because a
-    concurrent commit won (lakehouse.io.commit_conflicts)."""
+    in the range: the outcome is the same). With `advisory_bytes` its write is split into partitions of
+    about that many shuffle bytes (lakehouse.io.write_split). Returns how many times the MERGE was planned
+    again because a concurrent commit won (lakehouse.io.commit_conflicts)."""
     target_columns = [f.name for f in spark.table(table).schema.fields]
     view = f"changes_{abs(hash((table, threading.get_ident())))}"
     source = changes.select(
@@ -374,12 +376,18 @@ def merge_changes(
         f"{update_clause}"
         f"WHEN NOT MATCHED AND s.{OP} <> 'D' THEN INSERT ({inserts}) VALUES ({values})"
     )
+    settings = {ADVISORY_PARTITION_SIZE: str(advisory_bytes)} if advisory_bytes else {}
+
+    def merge() -> None:
+        if settings:
+            sql_with_settings(spark, settings, statement)
+        else:
+            spark.sql(statement)
+
     try:
         # A compaction committed since the plan fails the commit's validation: planned again from the batch
         # (nothing was committed), exactly once in effect (lakehouse.io.commit_conflicts).
-        return replanned_on_conflict(
-            spark, table, lambda: with_commit_properties(spark, properties, lambda: spark.sql(statement))
-        )
+        return replanned_on_conflict(spark, table, lambda: with_commit_properties(spark, properties, merge))
     finally:
         spark.catalog.dropTempView(view)
 
