@@ -15,17 +15,17 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from lakehouse.io.iceberg import iceberg_table, snapshot_properties, table_exists
 from lakehouse.io.jvm import java_class
-from lakehouse.refine.changes import changed_rows
+from lakehouse.refine.changes import bytes_setting, changed_rows
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,29 @@ def rows_in_files(java_table: Any, snapshot_id: int, files: frozenset[str]) -> i
     return sum(int(task.file().recordCount()) for task in _tasks_of(java_table, snapshot_id, files))
 
 
+def rows_refreshed(
+    inputs: Mapping[Any, int],
+    sizes: Mapping[Any, tuple[int, int]],
+    loaded: Mapping[Any, Any],
+    differing: Mapping[Any, FileChanges | None],
+    count_read: bool = True,
+) -> tuple[int, int]:
+    """(the rows a rebuild reads: every input's now, the rows a refresh reads: 0 unless `count_read`). What a
+    refresh reads of a moved input (`differing`: its differing files) is the rows of its data files that differ
+    (every row where metadata cannot tell), however few of them changed: a change spread over every file reads
+    them all. `inputs`: each input's snapshot; `sizes`: its `input_size` since the consumed snapshot;
+    `loaded`: its metadata."""
+    rows, read = 0, 0
+    for reference, snapshot in inputs.items():
+        held, changed = sizes[reference]
+        rows += held
+        if reference in differing and count_read:
+            files = differing[reference]
+            touched = held if files is None else rows_in_files(loaded[reference], snapshot, files.read)
+            read += max(changed, touched)
+    return rows, read
+
+
 class StagedReads:
     """Reads of chosen data files of a table as of one of its snapshots that open those files alone: their scan
     tasks (with the snapshot's delete files) staged for Iceberg's reader, as its own rewrites read the groups
@@ -201,6 +224,12 @@ class SharedChanges:
         self.readers = readers
         self.kept: dict[tuple[str, int, int], tuple[DataFrame, DataFrame]] = {}
         self.frames: list[DataFrame] = []
+        self.in_one_task: set[tuple[str, int, int]] = set()  # changes kept in one partition
+
+    def one_task(self, images: tuple[DataFrame, DataFrame]) -> bool:
+        """Whether `images` are changes kept in one partition (few rows): a comparison of them needs no
+        shuffle."""
+        return any(images is self.kept[found] for found in self.in_one_task if found in self.kept)
 
     def changes(
         self,
@@ -220,8 +249,16 @@ class SharedChanges:
         both = removed.withColumn(self.SIDE, F.lit(False)).unionByName(
             added.withColumn(self.SIDE, F.lit(True))
         )
-        both = both.localCheckpoint()
+        observation = Observation(f"refine_changes_{uuid.uuid4().hex}")
+        both = both.observe(observation, F.count(F.lit(1)).alias("rows")).localCheckpoint()
         self.frames.append(both)
+        if int(observation.get["rows"]) * (8 + int(both._jdf.schema().defaultSize())) <= bytes_setting(
+            both.sparkSession, "spark.sql.adaptive.advisoryPartitionSizeInBytes", "64MB"
+        ):
+            # Few enough for one task (counted as they were kept): each model's comparison of them on its
+            # columns, and the distinct of their keys, then need no shuffle (a Spark job fewer a model).
+            both = both.coalesce(1)
+            self.in_one_task.add((table, before_id, after_id))
         kept = (both.where(~side).drop(self.SIDE), both.where(side).drop(self.SIDE))
         self.kept[(table, before_id, after_id)] = kept
         return kept
@@ -231,6 +268,7 @@ class SharedChanges:
             frame.unpersist()
         self.frames.clear()
         self.kept.clear()
+        self.in_one_task.clear()
 
 
 def _table_cache(spark: SparkSession) -> Any:
@@ -252,12 +290,14 @@ def candidate_rows(
     changes: FileChanges,
     reads: StagedReads | None = None,
     java_table: Any = None,
+    columns: Collection[str] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
     """(rows of `before_id`, rows of `after_id`) that may differ (module doc): every other row is in both.
     With `reads` and the table as loaded (`java_table`), and the table's schema still the snapshots', only the
-    files that differ are opened (StagedReads); else every file is, and its rows filtered by `_file`."""
+    files that differ are opened (StagedReads); else every file is, and its rows filtered by `_file`. The rows
+    hold `columns` alone (the table's order; None: all), the only ones their files are read for."""
     before, after = read_as_of(spark, table, before_id), read_as_of(spark, table, after_id)
-    columns = [F.col(f"`{c}`") for c in before.columns]
+    selected = [F.col(f"`{c}`") for c in before.columns if columns is None or c in columns]
     rewritten = F.col(FILE).isin(sorted(changes.rewritten))
     if (
         reads is not None
@@ -266,9 +306,9 @@ def candidate_rows(
     ):
         after = reads.rows(java_table, table, after_id, changes.rewritten)
         before = reads.rows(java_table, table, before_id, changes.rewritten | changes.deleted_from)
-    after_rows = after.where(rewritten).select(*columns)
+    after_rows = after.where(rewritten).select(*selected)
     if not changes.deletes:
-        return before.where(rewritten).select(*columns), after_rows
+        return before.where(rewritten).select(*selected), after_rows
     positions = (
         spark.read.format("iceberg")
         .option("snapshot-id", str(after_id))
@@ -277,10 +317,10 @@ def candidate_rows(
         .select(F.col("file_path").alias(FILE), F.col("pos").alias(POSITION), F.lit(True).alias("__deleted"))
     )
     before_rows = (
-        before.select(F.col(FILE), F.col(POSITION), *columns)
+        before.select(F.col(FILE), F.col(POSITION), *selected)
         .join(F.broadcast(positions), [FILE, POSITION], "left")
         .where(F.col("__deleted").isNotNull() | rewritten)
-        .select(*columns)
+        .select(*selected)
     )
     return before_rows, after_rows
 
@@ -358,17 +398,42 @@ def changed_rows_between(
     files: FileChanges | None,
     reads: StagedReads | None = None,
     java_table: Any = None,
+    columns: Collection[str] | None = None,
 ) -> tuple[DataFrame, DataFrame]:
-    """(before images, after images) of an input between two of its snapshots: from the rows of the data files
-    that differ (`files`, file_changes), or, where its metadata cannot tell (None), from both versions in full.
-    Where the rows read are only rows added and rows deleted (`files.only_changes`), they are the images with
-    no comparison (a row deleted and put back as it was, or updated to its own values, is in both: its keys are
-    recomputed for nothing, never missed); else the rows read on both sides are compared, which shuffles them."""
+    """(before images, after images) of an input between two of its snapshots, on its `columns` alone (None:
+    all): from the rows of the data files that differ (`files`, file_changes), or, where its metadata cannot
+    tell (None), from both versions in full. Where the rows read are only rows added and rows deleted
+    (`files.only_changes`), they are the images with no comparison (a row deleted and put back as it was, or
+    updated to its own values, is in both: its keys are recomputed for nothing, never missed); else the rows
+    read on both sides are compared, which shuffles them."""
     if files is None:
         log.info("refine: %s: comparing snapshots %s and %s in full", table, before_id, after_id)
-        return changed_rows(read_as_of(spark, table, before_id), read_as_of(spark, table, after_id))
-    candidates = candidate_rows(spark, table, before_id, after_id, files, reads, java_table)
+        versions = [read_as_of(spark, table, snapshot) for snapshot in (before_id, after_id)]
+        chosen = [F.col(f"`{c}`") for c in versions[0].columns if columns is None or c in columns]
+        return changed_rows(versions[0].select(*chosen), versions[1].select(*chosen))
+    candidates = candidate_rows(spark, table, before_id, after_id, files, reads, java_table, columns)
     return candidates if files.only_changes else changed_rows(*candidates)
+
+
+def on_columns(
+    images: tuple[DataFrame, DataFrame],
+    columns: Collection[str] | None,
+    compared: bool,
+    one_task: bool = False,
+) -> tuple[DataFrame, DataFrame]:
+    """An input's (before images, after images) on the `columns` a model reads of it, fewer than the input's
+    (None: it reads them all, the images are as they are), compared (lakehouse.refine.changes, changed_rows)
+    unless they already are on those columns: a row whose columns the model reads are the same in both images
+    cancels out, so a change of the columns it does not read reaches none of its keys. `compared`: whether
+    the images are the net of a comparison on their columns already; `one_task`: they are few, each in one
+    partition (SharedChanges.one_task), and are compared in that one task, with no shuffle."""
+    removed, added = images
+    if columns is None:
+        return images
+    kept = [F.col(f"`{c}`") for c in removed.columns if c in columns]
+    if compared and len(kept) == len(removed.columns):
+        return images
+    return changed_rows(removed.select(*kept), added.select(*kept), one_task)
 
 
 def schema_of(schema: T.StructType) -> list[tuple[str, str]]:

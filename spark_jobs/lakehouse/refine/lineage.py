@@ -20,12 +20,14 @@ no trace and is traced by running the model (lakehouse.refine.changes)."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from py4j.protocol import Py4JError
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
+
+from lakehouse.refine.models import Model, Reference, reads_of
 
 # Plan nodes a column passes through unchanged whatever the rows (their child's column is their own).
 PASS_THROUGH = {
@@ -261,3 +263,66 @@ def _origin(
     if name in PASS_THROUGH and expr_id in _ids(node.child()):
         return _origin(node.child(), expr_id, view_inputs, by_alias, sides)
     return None
+
+
+def columns_read(
+    rows: DataFrame, view_inputs: Mapping[str, str], reads: Mapping[str, int]
+) -> dict[str, frozenset[str]]:
+    """The columns of each input the model's plan uses anywhere (an output, a condition, a group key, an
+    aggregate's argument): its rows depend on those alone, so a change of an input's other columns changes
+    none of them. `rows`: the model run over temporary views (`view_inputs`: view → input name); `reads`: how
+    many times its SQL reads each input. An input read where the plan's tree does not show it (a subquery),
+    or in a plan this walk cannot read, is left out: all its columns count."""
+    try:
+        plan = rows._jdf.queryExecution().analyzed()
+        used = {int(a.exprId().id()) for a in _each(plan.output())}
+        outputs: dict[str, list[Any]] = {}  # input → the output attributes of each of its reads in the tree
+        stack = [plan]
+        while stack:
+            node = stack.pop()
+            if str(node.nodeName()) == "SubqueryAlias" and str(node.alias()) in view_inputs:
+                outputs.setdefault(view_inputs[str(node.alias())], []).append(_each(node.output()))
+                continue
+            used |= {int(a.exprId().id()) for a in _each(node.references().toSeq())}
+            stack.extend(_each(node.children()))
+    except Py4JError:
+        return {}
+    return {
+        name: frozenset(
+            str(a.name()) for attributes in read for a in attributes if int(a.exprId().id()) in used
+        )
+        for name, read in outputs.items()
+        if len(read) == reads.get(name)
+    }
+
+
+def columns_wanted(
+    spark: SparkSession,
+    models: Sequence[Model],
+    name: str,
+    table_of: Callable[[Reference], str],
+    evaluator: Callable[[Model, dict[str, str]], Callable[[Mapping[str, DataFrame]], DataFrame]],
+) -> frozenset[str] | None:
+    """The columns of input `name` that the `models` reading it read (None: all, or one model's not known),
+    each model's from its plan over no rows of its inputs as they are now (`table_of`: an input's table;
+    `evaluator`: the model's rows over given inputs, its temporary views added to the dict it is given)."""
+    wanted: set[str] = set()
+    for model in models:
+        if name not in {r.input_name for r in model.references}:
+            continue
+        views: dict[str, str] = {}
+        try:
+            empty = {
+                r.input_name: spark.createDataFrame([], spark.table(table_of(r)).schema)
+                for r in model.references
+            }
+            columns = columns_read(evaluator(model, views)(empty), views, reads_of(model)).get(name)
+        except Exception:  # a model that does not analyse now: the input is read in full
+            columns = None
+        finally:
+            for view in views:
+                spark.catalog.dropTempView(view)
+        if columns is None:
+            return None
+        wanted |= columns
+    return frozenset(wanted)

@@ -75,13 +75,14 @@ from lakehouse.refine.consumed import (
     is_in_history,
     live_rows,
     newest_summary_value,
+    on_columns,
     read_as_of,
-    rows_in_files,
+    rows_refreshed,
     schema_of,
     seconds_since_commit,
 )
 from lakehouse.refine.incremental import kept_keys, merge_by_key, rows_of_input_keys
-from lakehouse.refine.lineage import key_origin, key_traces
+from lakehouse.refine.lineage import columns_read, columns_wanted, key_origin, key_traces
 from lakehouse.refine.models import Model, ModelFolder, Reference, load_folder, reads_of
 from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, most_keys_affected, rebuild_reason
 from lakehouse.refine.schedule import KeyedLocks, refresh_after_refs
@@ -180,6 +181,8 @@ class _Refiner:
         self.source_snapshots: dict[Reference, int] = {}
         self.refreshed: dict[str, int] = {}  # model → its refined table's snapshot after this run
         self.shared = SharedChanges({})  # the changed rows two models read, found once
+        self.models: list[Model] = []  # the run's models
+        self.wanted: dict[str, frozenset[str] | None] = {}  # input → the columns its readers read
 
     def refined(self, name: str) -> str:
         return self.config.table(self.config.refined_database, name)
@@ -210,24 +213,11 @@ class _Refiner:
         loaded: Mapping[Reference, Any],
         differing: Mapping[Reference, FileChanges | None],
     ) -> str | None:
-        """Why rebuilding the model costs less than refreshing it from its inputs' changes, or None. What a
-        refresh reads of a moved input is the rows of its data files that differ (`differing`: every row where
-        metadata cannot tell), however few of them changed: a change spread over every file reads them all.
-        `sizes`: each input's `input_size` since the consumed snapshot."""
-        rows, read = 0, 0
-        for reference, snapshot in inputs.items():
-            held, changed = sizes[reference]
-            rows += held
-            if reference in differing and self.options.rebuild_above_changed_fraction < 1:
-                files = differing[reference]
-                touched = held if files is None else rows_in_files(loaded[reference], snapshot, files.read)
-                read += max(changed, touched)
-        return cheaper_to_rebuild(
-            read,
-            rows,
-            self.options.rebuild_below_rows,
-            self.options.rebuild_above_changed_fraction,
-        )
+        """Why rebuilding the model costs less than refreshing it from its inputs' changes (consumed,
+        rows_refreshed: what each reads), or None."""
+        fraction = self.options.rebuild_above_changed_fraction
+        rows, read = rows_refreshed(inputs, sizes, loaded, differing, fraction < 1)
+        return cheaper_to_rebuild(read, rows, self.options.rebuild_below_rows, fraction)
 
     def commit_properties(self, model: Model, inputs: Mapping[Reference, int]) -> dict[str, str]:
         point = {POINT_AT: self.report.consistent_point} if self.report.consistent_point else {}
@@ -341,6 +331,7 @@ class _Refiner:
                 for r in inputs
             }
             changes = {}
+            read_columns = columns_read(rows, views, model_reads)
             for reference in inputs:
                 name = reference.input_name
                 if consumed[name] == by_name[name]:
@@ -348,13 +339,24 @@ class _Refiner:
                 report.changed_inputs[name] = sizes[reference][1]
                 table_in, old, new = self.input_table(reference), consumed[name], by_name[name]
                 files, java_table = differing[reference], loaded[reference]
-                changes[name] = self.shared.changes(
+                own = read_columns.get(name)
+                own = None if own is None or own >= set(now[name].columns) else own
+                if own is not None and self.shared.readers.get(name, 0) > 1 and name not in self.wanted:
+                    self.wanted[name] = columns_wanted(
+                        self.spark, self.models, name, self.input_table, self.evaluator
+                    )
+                wanted = own if own is None else self.wanted.get(name, own)
+                images = self.shared.changes(
                     name,
                     table_in,
                     old,
                     new,
-                    partial(changed_rows_between, self.spark, table_in, old, new, files, reads, java_table),
+                    partial(
+                        changed_rows_between, self.spark, table_in, old, new, files, reads, java_table, wanted
+                    ),
                 )
+                compared = files is None or not files.only_changes
+                changes[name] = on_columns(images, own, compared, self.shared.one_task(images))
             keys = affected_keys(evaluate, before, now, changes, model.unique_key, traces)
             report.untraced = sorted(set(changes) - set(traces))
             assert keys is not None  # an input moved, or the table would be unchanged
@@ -452,6 +454,7 @@ def refine(
         return refiner.report
     ensure_namespace(spark, config.catalog_name, config.refined_database)
     refiner.shared = _SharedAtOnce(Counter(r.input_name for m in folder.models for r in set(m.references)))
+    refiner.models = list(folder.models)
     refiner.report.tables = refresh_after_refs(
         folder.models,
         refiner.refresh,
