@@ -131,11 +131,17 @@ def main(argv: Sequence[str]) -> int:
         report = apply_in_session(spark, lake, database, files, "profile")
         total = time.perf_counter() - started
         jobs = jobs_so_far(spark) - jobs_before
+    from lakehouse.io.iceberg import iceberg_table
+
+    # what the apply's commit wrote, from the table's metadata (no Spark job)
+    written = dict(iceberg_table(spark, table).currentSnapshot().summary())
     spark.stop()
     rows = [s for s in stages(EVENT_LOG / app) if s["submitted"] >= since_ms]
     print(f"variant {args.variant}: apply {total:.2f} s, of which MERGE {merge_seconds[-1]:.2f} s "
           f"(report {report.seconds} s); load {os.getloadavg()[0]:.2f}")  # fmt: skip
     print(f"Spark jobs {jobs}, metadata loads {len(loads)} ({', '.join(sorted(set(loads)))})")
+    print(f"files written: {written.get('added-data-files', 0)} data, {written.get('added-delete-files', 0)} delete, "
+          f"{int(written.get('added-files-size', 0)) / 2**20:.1f} MB")  # fmt: skip
     print(
         "| stage | name | tasks | s | task CPU s | input rows | input MB | shuffle read MB | shuffle write MB |"
     )
