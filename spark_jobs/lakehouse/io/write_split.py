@@ -15,6 +15,7 @@ size set there, and only when the batch is large enough to be split at all."""
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 from pyspark.sql import SparkSession
 
 from lakehouse.io.jvm import java_class, java_dict
+
+log = logging.getLogger(__name__)
 
 ADVISORY_PARTITION_SIZE = "spark.sql.iceberg.advisory-partition-size"
 # Below this many shuffle bytes a write stays one task and one file (about 10 MB of zstd Parquet).
@@ -71,8 +74,16 @@ def merge_advisory_bytes(spark: SparkSession, java_table: Any, rows: int) -> int
 
 def sql_with_settings(spark: SparkSession, settings: Mapping[str, str], statement: str) -> None:
     """Run the SQL `statement` in a copy of the session with `settings` on top of its own (`session_copy`):
-    the shared session's settings, which other threads' statements read, are untouched."""
-    session_copy(spark, settings).sql(statement)
+    the shared session's settings, which other threads' statements read, are untouched. Where no copy can be
+    made (a Spark whose catalog manager keeps its catalogs elsewhere), the statement runs in the session as
+    it is, without the settings: they change how it is written, never what."""
+    try:
+        copy = session_copy(spark, settings)
+    except Exception as failure:  # py4j's reflection errors: the write is split as Iceberg would, no worse
+        log.warning("no session copy for %s (%s): run without them", sorted(settings), failure)
+        spark.sql(statement)
+        return
+    copy.sql(statement)
 
 
 def session_copy(spark: SparkSession, settings: Mapping[str, str]) -> Any:

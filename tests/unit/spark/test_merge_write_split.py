@@ -14,6 +14,7 @@ from lakehouse.io.write_split import (
     SPLIT_FLOOR_BYTES,
     merge_advisory_bytes,
     session_copy,
+    sql_with_settings,
     write_advisory_bytes,
 )
 from pyspark.sql import functions as F
@@ -36,6 +37,26 @@ def test_a_batch_under_the_floor_keeps_icebergs_sizing_and_a_large_one_is_split_
         write_advisory_bytes(rows=10 * 2**30, file_bytes_per_row=1, partitions=4, target_file_bytes=MB)
         is None
     )
+
+
+def test_where_no_session_copy_can_be_made_the_statement_still_runs_in_the_session_without_the_settings():
+    # Given a session whose copy cannot be made (a Spark whose catalog manager keeps its catalogs elsewhere)
+    class NoCopy:
+        def cloneSession(self):
+            raise RuntimeError("no field catalogs")
+
+    class Session:
+        _jsparkSession = NoCopy()
+        statements: list[str] = []
+
+        def sql(self, statement):
+            self.statements.append(statement)
+
+    session = Session()
+    # When a MERGE is run with an advisory size
+    sql_with_settings(session, {ADVISORY_PARTITION_SIZE: "1024"}, "MERGE INTO t USING s ON true")
+    # Then it runs once, in the session itself (its write split as Iceberg would)
+    assert session.statements == ["MERGE INTO t USING s ON true"]
 
 
 @pytest.mark.spark
