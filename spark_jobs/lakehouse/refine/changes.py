@@ -77,13 +77,13 @@ def with_row_hash(frame: DataFrame) -> DataFrame:
     )
 
 
-def changed_rows(before: DataFrame, after: DataFrame, one_task: bool = False) -> tuple[DataFrame, DataFrame]:
+def changed_rows(before: DataFrame, after: DataFrame) -> tuple[DataFrame, DataFrame]:
     """(before images, after images): the rows of `before` that `after` no longer holds as they were, and the
     rows of `after` that `before` did not hold (an insert, an update's two images, a delete, a key move). The
     versions' rows are grouped by their hashes in one shuffle, a row counting -1 in `before` and +1 in
     `after`: what does not cancel out changed (both images are read in one query, which shuffles the versions
     once: the caller keeps what it derives from them). Versions of different columns (the schema changed):
-    every row changed. `one_task`: both are few rows in one partition, compared in one task (no shuffle)."""
+    every row changed."""
     if before.columns != after.columns:
         return before, after
     row = F.struct(*[F.col(f"`{c}`") for c in before.columns])
@@ -93,8 +93,7 @@ def changed_rows(before: DataFrame, after: DataFrame, one_task: bool = False) ->
         .unionByName(with_row_hash(after).select(*HASH_COLUMNS, F.lit(1).alias("__side"), row.alias("__row")))
     )
     net = (
-        (sides.coalesce(1) if one_task else sides)
-        .groupBy(*HASH_COLUMNS)
+        sides.groupBy(*HASH_COLUMNS)
         .agg(F.sum("__side").alias("__net"), F.first("__row").alias("__row"))
         .where(F.col("__net") != 0)
         .select("__net", "__row.*")

@@ -433,7 +433,20 @@ def on_columns(
     kept = [F.col(f"`{c}`") for c in removed.columns if c in columns]
     if compared and len(kept) == len(removed.columns):
         return images
-    return changed_rows(removed.select(*kept), added.select(*kept), one_task)
+    side = "__refine_side"
+    sides = removed.select(*kept, F.lit(-1).alias(side)).unionByName(
+        added.select(*kept, F.lit(1).alias(side))
+    )
+    # Grouped by the columns themselves, not by the rows' hashes with the row carried (changed_rows): the model's
+    # few columns are a small grouping key, and a sum alone as the aggregate keeps Spark's hash aggregate (a
+    # carried row of strings makes it a sort aggregate).
+    net = (
+        (sides.coalesce(1) if one_task else sides)
+        .groupBy(*kept)
+        .agg(F.sum(side).alias(side))
+        .where(F.col(side) != 0)
+    )
+    return net.where(F.col(side) < 0).drop(side), net.where(F.col(side) > 0).drop(side)
 
 
 def schema_of(schema: T.StructType) -> list[tuple[str, str]]:
