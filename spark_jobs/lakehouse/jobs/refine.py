@@ -4,6 +4,7 @@ incrementally; a model that failed (the others still refreshed) fails the run, s
 from __future__ import annotations
 
 import argparse
+from dataclasses import fields
 
 from lakehouse.base.config import LakeConfig
 from lakehouse.io.session import build_session
@@ -63,20 +64,16 @@ def parser() -> argparse.ArgumentParser:
     return parser
 
 
+def options_of(args: argparse.Namespace) -> RefineOptions:
+    """The refine's options from the job's arguments, each by the name they share (an empty models folder:
+    the examples)."""
+    given = {f.name: getattr(args, f.name) for f in fields(RefineOptions)}
+    return RefineOptions(**(given | {"models_uri": args.models_uri or None}))
+
+
 def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     spark = build_session(config, "refine")
-    options = RefineOptions(
-        args.source_schema,
-        args.refined_location,
-        args.min_interval_seconds,
-        args.read_at,
-        args.models_uri or None,
-        args.rebuild_below_rows,
-        args.rebuild_above_changed_fraction,
-        args.rebuild_above_affected_fraction,
-        args.models_at_once,
-    )
-    report = refine(spark, config, options, args.run_id)
+    report = refine(spark, config, options_of(args), args.run_id)
     publish_report(report.to_dict(), args.report_uri, config)
     return 1 if report.failed else 0
 

@@ -154,3 +154,27 @@ def test_each_model_runs_in_its_own_fair_pool_with_the_callers_job_group(spark) 
     assert {name: group for name, (group, _) in seen.items()} == dict.fromkeys(seen, "schedule-test")
     pools = [pool for _, pool in seen.values()]
     assert len(set(pools)) == len(FOLDER) and all(name in pool for name, (_, pool) in seen.items())
+
+
+def test_every_refine_option_is_a_job_argument_and_reaches_the_options_by_its_name():
+    # Given the refine job's arguments, each option set to a value other than its default
+    from dataclasses import fields
+
+    from lakehouse.jobs.refine import options_of, parser
+    from lakehouse.refine.refresh import RefineOptions
+
+    argv = [
+        "--source_schema", "sales", "--refined_location", "s3://lake/refined", "--min_interval_seconds", "60",
+        "--read_at", "consistent", "--models_uri", "s3://lake/models/", "--rebuild_below_rows", "7",
+        "--rebuild_above_changed_fraction", "0.3", "--rebuild_above_affected_fraction", "0.6",
+        "--models_at_once", "3",
+    ]  # fmt: skip
+    # When they are parsed into the refine's options
+    options = options_of(parser().parse_args(argv))
+    # Then each reaches the option of its name, and no option lacks an argument
+    assert options == RefineOptions(
+        "sales", "s3://lake/refined", 60.0, "consistent", "s3://lake/models/", 7, 0.3, 0.6, 3
+    )
+    assert {f.name for f in fields(RefineOptions)} == {argv[i][2:] for i in range(0, len(argv), 2)}
+    # and an empty models folder means the examples
+    assert options_of(parser().parse_args(["--models_uri", ""])).models_uri is None
