@@ -13,9 +13,11 @@ compares: its cost follows the change, not the table."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,11 +214,27 @@ class StagedReads:
         self.staged.clear()
 
 
+class KeyedLocks:
+    """A lock per key, made when first asked for: work on one key waits, work on others goes on."""
+
+    def __init__(self) -> None:
+        self.locks: dict[Any, threading.Lock] = {}
+        self.guard = threading.Lock()
+
+    @contextmanager
+    def hold(self, key: Any) -> Iterator[None]:
+        with self.guard:
+            lock = self.locks.setdefault(key, threading.Lock())
+        with lock:
+            yield
+
+
 class SharedChanges:
     """An input's changed rows between two snapshots, found once for every model of a run that reads them (the
     two aggregates of one refined table read its changes between the same snapshots): kept (checkpointed) when
     more than one model reads the input (`readers`: input name → how many models read it), else not kept;
-    `release()` frees what was kept, once the run is over."""
+    `release()` frees what was kept, once the run is over. Models refreshed at once (lakehouse.refine.schedule)
+    that ask for the same changes together find them once: the second waits for the first's."""
 
     SIDE = "__refine_after"
 
@@ -225,6 +243,7 @@ class SharedChanges:
         self.kept: dict[tuple[str, int, int], tuple[DataFrame, DataFrame]] = {}
         self.frames: list[DataFrame] = []
         self.in_one_task: set[tuple[str, int, int]] = set()  # changes kept in one partition
+        self.finding = KeyedLocks()
 
     def one_task(self, images: tuple[DataFrame, DataFrame]) -> bool:
         """Whether `images` are changes kept in one partition (few rows): a comparison of them needs no
@@ -240,6 +259,17 @@ class SharedChanges:
         find: Callable[[], tuple[DataFrame, DataFrame]],
     ) -> tuple[DataFrame, DataFrame]:
         """(before images, after images) of input `name` (the table `table`), from `find` the first time."""
+        with self.finding.hold((table, before_id, after_id)):
+            return self._changes(name, table, before_id, after_id, find)
+
+    def _changes(
+        self,
+        name: str,
+        table: str,
+        before_id: int,
+        after_id: int,
+        find: Callable[[], tuple[DataFrame, DataFrame]],
+    ) -> tuple[DataFrame, DataFrame]:
         if (table, before_id, after_id) in self.kept:
             return self.kept[(table, before_id, after_id)]
         removed, added = find()

@@ -85,7 +85,7 @@ from lakehouse.refine.incremental import kept_keys, merge_by_key, rows_of_input_
 from lakehouse.refine.lineage import columns_read, columns_wanted, key_origin, key_traces
 from lakehouse.refine.models import Model, ModelFolder, Reference, load_folder, reads_of
 from lakehouse.refine.plans import cheaper_to_rebuild, model_hash_of, most_keys_affected, rebuild_reason
-from lakehouse.refine.schedule import KeyedLocks, refresh_after_refs
+from lakehouse.refine.schedule import refresh_after_refs
 
 log = logging.getLogger(__name__)
 
@@ -400,18 +400,6 @@ class _Refiner:
         overwrite_rows(self.spark, table, rows, properties)
 
 
-class _SharedAtOnce(SharedChanges):
-    """SharedChanges for models refreshed at once: changes two of them ask for together are found by one."""
-
-    def __init__(self, readers: Mapping[str, int]) -> None:
-        super().__init__(readers)
-        self.finding = KeyedLocks()
-
-    def changes(self, name: str, table: str, before_id: int, after_id: int, find: Any) -> Any:
-        with self.finding.hold((table, before_id, after_id)):
-            return super().changes(name, table, before_id, after_id, find)
-
-
 def create_refined_table(
     spark: SparkSession, table: str, schema: T.StructType, location: str | None = None
 ) -> None:
@@ -453,7 +441,7 @@ def refine(
         refiner.report.status = "too-soon"
         return refiner.report
     ensure_namespace(spark, config.catalog_name, config.refined_database)
-    refiner.shared = _SharedAtOnce(Counter(r.input_name for m in folder.models for r in set(m.references)))
+    refiner.shared = SharedChanges(Counter(r.input_name for m in folder.models for r in set(m.references)))
     refiner.models = list(folder.models)
     refiner.report.tables = refresh_after_refs(
         folder.models,

@@ -10,11 +10,9 @@ at a time in the folder's order (a ref before the model that reads it, lakehouse
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from typing import Any, Protocol, TypeVar
 
 from lakehouse.refine.models import Model, ModelError, model_failure
@@ -141,18 +139,3 @@ def _logged(report: Report) -> Report:
             "refine: %s %s (%d affected) %s", report.table, report.mode, report.affected, report.reason or ""
         )
     return report
-
-
-class KeyedLocks:
-    """A lock per key, made when first asked for: work on one key waits, work on others goes on."""
-
-    def __init__(self) -> None:
-        self.locks: dict[Any, threading.Lock] = {}
-        self.guard = threading.Lock()
-
-    @contextmanager
-    def hold(self, key: Any) -> Iterator[None]:
-        with self.guard:
-            lock = self.locks.setdefault(key, threading.Lock())
-        with lock:
-            yield
