@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from botocore.exceptions import ClientError
+
 from localaws import replication, sam_app
 from localaws.pipeline_settings import RunSettings
 from tools.source_db import SourceDatabase
@@ -246,7 +248,15 @@ class DeployedStack:
         while True:
             running = [e["executionArn"] for e in self.executions() if e["status"] == "RUNNING"]
             for arn in running:
-                sfn.stop_execution(executionArn=arn, error="Stopped", cause="stopped by the local run")
+                try:
+                    sfn.stop_execution(executionArn=arn, error="Stopped", cause="stopped by the local run")
+                except ClientError as error:
+                    # The emulator starts an execution's interpreter on a thread of its own, and a stop that
+                    # comes before that thread has parsed the definition fails with InternalError ('NoneType'
+                    # object has no attribute 'set_stop'); the next pass stops it.
+                    if error.response.get("Error", {}).get("Code") != "InternalError":
+                        raise
+                    log.info("execution %s still starting, stopping it again: %s", arn, error)
             now = time.monotonic()
             if running:
                 quiet_since = None
