@@ -202,9 +202,41 @@ def in_one_task_if_small(frame: DataFrame) -> DataFrame:
     to take (spark.sql.adaptive.advisoryPartitionSizeInBytes): its aggregates and distinct then need no shuffle,
     so no map job and reduce job each (a change's rows read from a few files). Larger, or of an unknown size (a
     join's estimate is its sides' product): as it is."""
+    return frame.coalesce(1) if fits_one_task(frame) else frame
+
+
+def in_one_partition(frame: DataFrame) -> bool:
+    """Whether Spark plans `frame` in one partition (its physical plan's output partitioning, as adaptive
+    execution starts from it: planning alone, no job)."""
+    plan = frame._jdf.queryExecution().executedPlan()
+    if str(plan.nodeName()) == "AdaptiveSparkPlan":
+        plan = plan.inputPlan()
+    return int(plan.outputPartitioning().numPartitions()) == 1
+
+
+def joined_in_one_task(frame: DataFrame) -> DataFrame:
+    """`frame` in one partition, joined by a shuffled hash join (a hint): joined to a side in one partition
+    too, the join needs neither an exchange nor a broadcast, and runs in that side's task. A broadcast is a Spark
+    job of its own (of a change's keys, of its recomputed rows), which a change of a few rows pays in latency,
+    not CPU."""
+    return frame.coalesce(1).hint("shuffle_hash")
+
+
+def single_partition_join_allowed(*sides: DataFrame) -> bool:
+    """Whether Spark joins `sides` that are each in one partition in that partition: it shuffles them instead when
+    its estimate of one is over spark.sql.maxSinglePartitionBytes, as an estimate of joins over joins (their sides'
+    product) can be, even at its default (the largest long). Planning alone, no job."""
+    limit = bytes_setting(sides[0].sparkSession, "spark.sql.maxSinglePartitionBytes", str(2**63 - 1) + "b")
+    return all(estimated_bytes(side) <= limit for side in sides)
+
+
+def fits_one_task(frame: DataFrame, rows: int | None = None) -> bool:
+    """Whether `frame` is within what one task is meant to take (spark.sql.adaptive.advisoryPartitionSizeInBytes):
+    `rows` rows of its columns' default sizes where the rows are counted, else Spark's estimate (planning
+    alone, no job)."""
     advisory = bytes_setting(frame.sparkSession, "spark.sql.adaptive.advisoryPartitionSizeInBytes", "64MB")
-    size = estimated_bytes(frame)
-    return frame.coalesce(1) if size <= advisory else frame
+    size = estimated_bytes(frame) if rows is None else rows * (8 + int(frame._jdf.schema().defaultSize()))
+    return size <= advisory
 
 
 def estimated_bytes(frame: DataFrame) -> int:

@@ -2,9 +2,10 @@
 
 Recomputing a key's row is running the model for that key alone. Where the model's key is, unchanged, a column of
 one input read once (lakehouse.refine.lineage, `key_origin`), the model's rows of the keys are the model run over
-that input's rows of the keys: the input is filtered by the keys (first by their range, which Iceberg prunes files by, then by
-a broadcast semi-join) before any join, so a refresh reads the rows it recomputes, not the whole input. Any
-other model is run over its whole inputs and its output semi-joined to the keys."""
+that input's rows of the keys: the input is filtered by the keys (first by their range, which Iceberg prunes files
+by, then by a semi-join: in the task that reads the rows where they and the keys are few, else a broadcast)
+before any join, so a refresh reads the rows it recomputes, not the whole input. Any other model is run over its
+whole inputs and its output semi-joined to the keys."""
 
 from __future__ import annotations
 
@@ -23,7 +24,15 @@ from pyspark.sql import types as T
 
 from lakehouse.base.names import quote, sql_string
 from lakehouse.io.iceberg import table_properties, with_commit_properties
-from lakehouse.refine.changes import bytes_setting, estimated_bytes, null_safe_join
+from lakehouse.refine.changes import (
+    bytes_setting,
+    estimated_bytes,
+    fits_one_task,
+    in_one_partition,
+    joined_in_one_task,
+    null_safe_join,
+    single_partition_join_allowed,
+)
 from lakehouse.refine.lineage import KeyOrigin
 
 # The columns a MERGE reads of its target's rows besides the key: where each row is (Iceberg's metadata columns).
@@ -80,10 +89,19 @@ def rows_of_input_keys(
     # The rows in the keys' range, when Iceberg plans them as one split (a change of recent rows: a few small
     # files), are read as one partition: the model's joins and aggregates over them then run in that one task,
     # with no shuffle (two jobs fewer for an aggregate with a distinct count); more splits are left parallel.
+    # Few keys are joined in that task too (no broadcast: a Spark job fewer), by an inner join, the same as the
+    # semi-join for keys without duplicates (they are: kept_keys): Spark pushes a semi-join below the one
+    # partition, an inner join it leaves above; the join's output is then said to be in one partition (an inner
+    # join's is both sides' partitionings, which Spark does not take as one for the joins above it).
     in_range = frame.where(condition)
+    columns = list(origin.columns.values())
     if in_range._jdf.queryExecution().toRdd().getNumPartitions() <= 1:
         in_range = in_range.coalesce(1)
-    return null_safe_join(in_range, F.broadcast(renamed), list(origin.columns.values()), "left_semi")
+        if fits_one_task(renamed, summary.count):
+            joined = null_safe_join(in_range, joined_in_one_task(renamed), columns, "inner").coalesce(1)
+            if in_one_partition(joined):
+                return joined
+    return null_safe_join(in_range, F.broadcast(renamed), columns, "left_semi")
 
 
 def merge_by_key(
@@ -101,13 +119,15 @@ def merge_by_key(
     snapshots advance). The keys' bounds (`summary`) bound the target's rows too: Iceberg skips the data
     files outside them."""
     present = rows.withColumn("__present", F.lit(True))
-    if summary is not None and _fits_a_broadcast(spark, present, summary.count):
-        # A unique key has at most one row per key: the rows are at most the keys' count, so a small set is
-        # joined to its keys by a broadcast (no shuffle of either side: a Spark job fewer, often two).
-        present = F.broadcast(present)
-    source = null_safe_join(keys.select(*[F.col(quote(k)) for k in key]), present, key, "left").withColumn(
-        "__present", F.coalesce(F.col("__present"), F.lit(False))
-    )
+    keyed = keys.select(*[F.col(quote(k)) for k in key])
+    source = _joined_in_one_task(keyed, present, key, summary)
+    if source is None:
+        if summary is not None and _fits_a_broadcast(spark, present, summary.count):
+            # A unique key has at most one row per key: the rows are at most the keys' count, so a small set is
+            # joined to its keys by a broadcast (no shuffle of either side: a Spark job fewer, often two).
+            present = F.broadcast(present)
+        source = null_safe_join(keyed, present, key, "left")
+    source = source.withColumn("__present", F.coalesce(F.col("__present"), F.lit(False)))
     columns = [f.name for f in spark.table(table).schema.fields]
     ranges = [_within_sql(f"t.{quote(c)}", b) for c, b in (summary.bounds if summary else {}).items()]
     within = [r for r in ranges if r is not None]
@@ -146,6 +166,21 @@ def merge_by_key(
         spark.catalog.dropTempView(view)
         if bloom:
             kept.unpersist()
+
+
+def _joined_in_one_task(
+    keys: DataFrame, present: DataFrame, key: Sequence[str], summary: KeysSummary | None
+) -> DataFrame | None:
+    """The keys left-joined to their rows in one task, where the rows are recomputed in one (a change's few keys)
+    and the keys are few: no broadcast, no shuffle (changes.joined_in_one_task). None where Spark would not plan
+    it so: Spark shuffles two sides in one partition each when its estimate of either is over
+    spark.sql.maxSinglePartitionBytes (changes.single_partition_join_allowed)."""
+    if summary is None or not in_one_partition(present) or not fits_one_task(keys, summary.count):
+        return None
+    if not single_partition_join_allowed(keys, present):
+        return None
+    joined = null_safe_join(keys.coalesce(1), joined_in_one_task(present), key, "left")
+    return joined if in_one_partition(joined) else None
 
 
 def _fits_a_broadcast(spark: SparkSession, frame: DataFrame, rows: int) -> bool:

@@ -28,9 +28,12 @@ SELECT s.id, s.amount, i.category FROM {{ source('sales') }} s LEFT JOIN {{ sour
 SELECT category, sum(amount) AS amount, count(*) AS lines FROM {{ ref('enriched') }} GROUP BY category
 """,
 }
-# The most jobs of one model's incremental refresh after a one-file change of one input, whatever the table's size:
-# 9 and 8 after the fact's change, 11 and 9 after the item's, as a rule (adaptive execution's re-planning
-# adds one or two on a loaded machine). Before the MERGE's source was computed in the MERGE (merge-on-read reads
+# The most jobs of one model's incremental refresh after a one-file change of one input, whatever the table's size,
+# by change: 7 and 7 after the fact's change, 11 and 10 after the item's, as counted (adaptive execution's
+# re-planning adds one or two on a loaded machine). Before a change's few keys were joined to the rows in their
+# range, and the recomputed rows to their keys, in the task that reads those rows (no broadcast of either: a job
+# each), 9 and 9 after the fact's change (the fact ceilings fail on that code; the item's change reads every file
+# in range, where nothing changed). Before the MERGE's source was computed in the MERGE (merge-on-read reads
 # it once), not kept by a job of its own: 10 and 9, 12 and 9. Before a change's few keys and the few rows in
 # their range were taken in one task (no shuffle: the keys' distinct, the aggregate's exchange), 11 and 11,
 # 13 and 11: both ceilings fail on that code. Before the keyed recompute it was 25 and 24 after the fact's change; before
@@ -38,7 +41,7 @@ SELECT category, sum(amount) AS amount, count(*) AS lines FROM {{ ref('enriched'
 # with the changed items and without, over the whole fact, and subtracted); before rows only added and deleted
 # were taken as the changes without comparing them, 14 and 14, 16 and 14; before the keys' count and bounds were
 # observed as they were kept, not aggregated after, 13 and 13, 15 and 13.
-JOBS_AT_MOST = {"enriched": 12, "by_category": 10}
+JOBS_AT_MOST = {"fact": {"enriched": 8, "by_category": 8}, "item": {"enriched": 12, "by_category": 10}}
 
 
 def _refresh_jobs(
@@ -107,7 +110,11 @@ def test_a_one_file_change_refreshes_in_a_few_jobs_whatever_the_table_size(
         counted = _refresh_jobs(spark, base_config, monkeypatch, sales, suffix, changes)
         for change, refreshed in zip(changes, counted, strict=True):
             assert {name: mode for name, (mode, _) in refreshed.items()} == dict.fromkeys(
-                JOBS_AT_MOST, "incremental"
+                JOBS_AT_MOST[change], "incremental"
             )
             jobs = {name: count for name, (_, count) in refreshed.items()}
-            assert all(jobs[name] <= most for name, most in JOBS_AT_MOST.items()), (suffix, change, jobs)
+            assert all(jobs[name] <= most for name, most in JOBS_AT_MOST[change].items()), (
+                suffix,
+                change,
+                jobs,
+            )
