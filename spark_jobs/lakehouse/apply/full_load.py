@@ -1,4 +1,6 @@
-"""Full load and reload: a table's DMS LOAD files → its rows and its load facts, in one Iceberg commit.
+"""Full load and reload: a table's DMS LOAD files → its rows and its load facts, in one Iceberg commit (a
+table holding no rows loaded from Parquet: its rows, then its facts in a metadata-only commit, see
+`single_pass_load`).
 
 A reload is order-independent (docs/CONTRACTS.md): a change newer than the reload survives it, a change
 older than it can't undo it (see `_reloaded`).
@@ -39,6 +41,7 @@ from lakehouse.apply.clean_table import (
 from lakehouse.apply.history import keeps_history, record_load
 from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
+from lakehouse.apply.single_pass_load import interrupted_load, load_facts, load_in_one_pass
 from lakehouse.apply.typed_batch import Batch, cached, counted, typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
@@ -50,9 +53,7 @@ from lakehouse.io.frames import empty_frame
 from lakehouse.io.iceberg import (
     FULL_LOAD_DONE,
     LOAD_DONE,
-    LOAD_ENDED,
     LOAD_FLOOR,
-    LOAD_STARTED,
     REPLACED_SNAPSHOT,
     RUN_ID,
     SOURCE_TABLE,
@@ -231,10 +232,19 @@ def _load_table(
     record(read)
     if raw.rows is None:
         raise ValueError(f"{spec.qualified_name}: none of its {len(files)} LOAD file(s) could be read")
-    has_rows = exists and spark.table(table).limit(1).count() > 0
+    # a load interrupted between its rows and its facts (single_pass_load) is replaced as a new table
+    has_rows = exists and not interrupted_load(spark, table) and spark.table(table).limit(1).count() > 0
     # Parquet files are read again by the commit rather than kept, when the commit reads the rows once (a
     # table keeping history writes them twice); CSV's parsing costs more than keeping the rows.
     rereads = not raw.csv_groups and not keeps_history(spec)
+    if rereads and not has_rows and not done:
+        run.flush_quarantine(spec.qualified_name)  # before the commit
+        steps = load_in_one_pass(run, spec, table, raw, found, exists)
+        if steps is not None:
+            for step in steps:
+                record(step)
+            return
+        log.info("%s: records the single pass can't commit: loading in two passes", spec.qualified_name)
     batch = typed_batch(
         run,
         spec,
@@ -267,18 +277,7 @@ def _replace_with_load(
     spark = run.spark
     rows = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     figures = batch.figures
-    started_at = min([t for t in (figures["oldest"], *(m for _, m in found)) if t is not None], default=None)
-    # The rows' timestamps say when DMS transferred them (the same clock as CDC file names); the files' own
-    # times only when the rows carry none.
-    written = [t for t in (figures["oldest"], figures["newest"]) if t is not None] or [
-        m for _, m in found if m
-    ]
-    properties = {LOAD_DONE: str(len(files)), SOURCE_TABLE: spec.qualified_name}
-    properties |= file_size_properties(spec.target_file_size_mb)
-    if started_at is not None:
-        properties[LOAD_STARTED] = started_at.isoformat()
-    if written:
-        properties[LOAD_ENDED] = max(written).isoformat()
+    properties, started_at, written = load_facts(spec, files, found, figures)
     target = target_schema(spark, table, spec, batch.types)
     if has_rows:
         floor = figures["min_seq"]

@@ -18,6 +18,7 @@ from pyspark.sql import types as T
 
 from lakehouse.apply.clean_table import SchemaChangeError, layout_and_types
 from lakehouse.apply.run import ApplyRun
+from lakehouse.base.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN
 from lakehouse.base.schema import TableSpec
 from lakehouse.base.types import can_widen
 from lakehouse.dms import changes as C
@@ -26,6 +27,10 @@ from lakehouse.io.frames import one_row
 from lakehouse.io.jvm import observed_metrics
 
 log = logging.getLogger(__name__)
+
+
+# The message that stops a single-pass commit's job at a record the pass can't commit (guarded_batch).
+PASS_REFUSED = "lakehouse: a record that is not plain valid stops the single-pass commit"
 
 
 class TypeMismatchError(RuntimeError):
@@ -99,13 +104,55 @@ def typed_batch(
     if bad:
         reasons = typed.where(rejected).withColumn(C.REASON, F.coalesce(C.REASON, C.MISMATCH))
         run.quarantine_records(spec, reasons, raw)
-    counts = BatchFigures(
+    return Batch(typed, product, figures, types, batch_counts(figures, bad))
+
+
+def guarded_batch(
+    run: ApplyRun, spec: TableSpec, table: str, raw: RawRead, exists: bool
+) -> tuple[DataFrame, Observation, dict[str, T.DataType]]:
+    """The batch typed for a commit that is its only pass, and the observation of the figures that pass
+    sees (`observed_figures`). A record that is not plain valid (malformed, a value that fits no type or
+    needs a wider one) fails the commit's job with PASS_REFUSED, so nothing is committed: the caller then
+    takes `typed_batch`'s two passes, which quarantine, widen or stop as they always did."""
+    layout, types = layout_and_types(run.spark, spec, table, raw, run.options.names, True, exists)
+    typed = C.typed_changes(raw, spec, layout, types, run.options.names, run.options.reader.csv_null_value)
+    usable = F.col(C.REASON).isNull() & F.col(C.MISMATCH).isNull() & F.col(C.WIDEN).isNull()
+    guarded = typed.where(F.when(usable, F.lit(True)).otherwise(F.raise_error(F.lit(PASS_REFUSED))))
+    observation = Observation(f"load_{spec.iceberg_name}_{id(typed)}")
+    return guarded.observe(observation, *_load_figures()), observation, types
+
+
+def observed_figures(observation: Observation, committed: DataFrame) -> dict[str, Any]:
+    """The figures of a single-pass commit (as `typed_batch`'s, every record usable), as observed; counted
+    on the `committed` rows (their metadata columns) when the metrics were not delivered."""
+    figures = observed_metrics(observation)
+    if "records" not in figures:
+        figures = one_row(
+            committed.select(
+                F.col(COMMIT_TS_COLUMN).alias(C.COMMIT_TS), F.col(CHANGE_SEQ_COLUMN).alias(C.SEQ)
+            ).agg(*_load_figures())
+        ).asDict()
+    return _read_figures(figures | {"bad": 0, "mismatched": 0, "older": 0, "widen": ""})
+
+
+def _load_figures() -> list[Column]:
+    return [
+        F.count(F.lit(1)).alias("records"),
+        F.unix_micros(F.max(C.COMMIT_TS)).alias("newest"),
+        F.unix_micros(F.min(C.COMMIT_TS)).alias("oldest"),
+        F.min(C.SEQ).cast("string").alias("min_seq"),
+        F.count(F.when(F.col(C.SEQ).isNull(), 1)).alias("without_seq"),
+    ]
+
+
+def batch_counts(figures: dict[str, Any], quarantined: int) -> BatchFigures:
+    newest = figures["newest"]
+    return BatchFigures(
         records=figures["records"],
-        quarantined_records=bad,
+        quarantined_records=quarantined,
         ignored_older=figures["older"],
-        newest_commit_ts=figures["newest"].isoformat() if figures["newest"] is not None else None,
+        newest_commit_ts=newest.isoformat() if newest is not None else None,
     )
-    return Batch(typed, product, figures, types, counts)
 
 
 def _checkpointed(frame: DataFrame) -> DataFrame:

@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 
 APPLIED_FILES = "dms.applied-files"  # snapshot summary: JSON list of the CDC file names this commit applied
 FULL_LOAD_DONE = "dms.full-load.files"  # snapshot summary (and, from now on, table property) of a full load
+FULL_LOAD_PENDING = "dms.full-load.pending"  # snapshot summary of a load's rows whose facts commit follows
 RUN_ID = "dms.run-id"
 REPLACED_SNAPSHOT = "dms.replaced-snapshot"  # snapshot summary of a (re)load: the snapshot it replaced
 SOURCE_TABLE = "dms.source-table"  # table property of a clean replica: the `schema.table` it holds

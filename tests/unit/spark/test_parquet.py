@@ -195,3 +195,84 @@ def test_a_parquet_full_load_reads_its_files_again_instead_of_keeping_them(
         "primary key column id is null or missing"
     ]
     assert spark._jsparkSession.sharedState().cacheManager().isEmpty()
+
+
+def test_a_parquet_full_load_of_a_new_table_reads_its_files_once_and_commits_its_facts_right_after(
+    spark, lake_config, dms, monkeypatch
+):
+    """Given two Parquet LOAD files of a new table, DMS's reads of them at two moments, one file stamped
+    with the snapshot's sequence,
+    When the table is fully loaded,
+    Then no first pass runs (its figures are observed on the commit's own pass), the rows are committed
+    (marked pending), then a commit without data files sets the load's facts from those figures: done,
+    its floor (the lowest sequence), when DMS started and ended it, and the summary of a full load."""
+    from lakehouse.apply import full_load as full_load_module
+    from lakehouse.audit.consistent import SOURCE_TS_MAX
+    from lakehouse.io import iceberg
+
+    passes = []
+    monkeypatch.setattr(full_load_module, "counted", lambda frame: passes.append(frame) or frame)
+    monkeypatch.setattr(full_load_module, "cached", lambda frame: passes.append(frame) or frame)
+    first, last = datetime(2026, 11, 22, 8, 0, 0), datetime(2026, 11, 22, 8, 5, 0, 250000)
+    dms.load(CONTACT, COLUMNS, [row(1, "a"), row(2, "b")], moment=first)
+    dms.load(CONTACT, COLUMNS, [row(3, "c")], counter=2, snapshot_seq=7, moment=last)
+
+    report = full_load(spark, lake_config, SCHEMA, str(dms.root))
+
+    assert report.ok, report.failed
+    assert not passes
+    assert rows_of(spark, contact(lake_config), ["id", "name"]) == [(1, "a"), (2, "b"), (3, "c")]
+    properties = iceberg.table_properties(spark, contact(lake_config))
+    assert properties[iceberg.LOAD_DONE] == "2"
+    assert properties[iceberg.LOAD_STARTED] == first.isoformat()
+    assert properties[iceberg.LOAD_ENDED] == last.isoformat()
+    assert Decimal(properties[iceberg.LOAD_FLOOR]) == Decimal(
+        spark.table(contact(lake_config)).agg({"dms_change_seq": "min"}).first()[0]
+    )
+    facts = iceberg.iceberg_table(spark, contact(lake_config)).currentSnapshot()
+    rows_commit = iceberg.iceberg_table(spark, contact(lake_config)).snapshot(facts.parentId())
+    assert iceberg.java_dict(facts.summary())[iceberg.FULL_LOAD_DONE] == "2"
+    assert iceberg.java_dict(facts.summary())[SOURCE_TS_MAX] == last.isoformat()
+    assert (
+        facts.addedDataFiles(iceberg.iceberg_table(spark, contact(lake_config)).io()).iterator().hasNext()
+        is False
+    )
+    assert iceberg.java_dict(rows_commit.summary())[iceberg.FULL_LOAD_PENDING] == "2"
+    assert report.totals()["records"] == 3, report.tables
+
+
+def test_a_crash_between_a_loads_rows_and_its_facts_leaves_the_table_unloaded_and_the_next_load_completes_it(
+    spark, lake_config, dms, monkeypatch
+):
+    """Given a Parquet full load of a new table that crashes after its rows' commit, before its facts',
+    When the full load runs again,
+    Then the crash left a table that is not loaded (no LOAD_DONE, no full load's summary) and the next run
+    replaces the pending rows as a new table: every row once, the table loaded, nothing merged as a reload."""
+    from lakehouse.apply import single_pass_load
+    from lakehouse.io.iceberg import (
+        FULL_LOAD_DONE,
+        LOAD_DONE,
+        REPLACED_SNAPSHOT,
+        snapshot_properties,
+        table_properties,
+    )
+
+    dms.load(CONTACT, COLUMNS, [row(1, "a"), row(2, "b")])
+    dms.load(CONTACT, COLUMNS, [row(3, "c")], counter=2)
+
+    def crash(*_args, **_kwargs):
+        raise RuntimeError("the driver died between the two commits")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(single_pass_load, "commit_load_facts", crash)
+        assert not full_load(spark, lake_config, SCHEMA, str(dms.root)).ok
+    table = contact(lake_config)
+    assert LOAD_DONE not in table_properties(spark, table)
+    assert not any(FULL_LOAD_DONE in summary for summary in snapshot_properties(spark, table))
+
+    report = full_load(spark, lake_config, SCHEMA, str(dms.root))
+
+    assert report.ok, report.failed
+    assert rows_of(spark, table, ["id", "name"]) == [(1, "a"), (2, "b"), (3, "c")]
+    assert table_properties(spark, table)[LOAD_DONE] == "2"
+    assert not any(REPLACED_SNAPSHOT in summary for summary in snapshot_properties(spark, table))
