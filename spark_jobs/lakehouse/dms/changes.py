@@ -35,7 +35,7 @@ WIDEN_SEPARATOR = "\u0001"  # between entries (names may hold any printable char
 WIDEN_TYPE_SEPARATOR = "\u0002"  # between a column and the type it needs
 RAW = "_dms_raw"
 BEFORE_IMAGE = "_dms_bi_"
-STAGED_PREFIX = "_dms_text_"  # a record's texts, computed once before they are typed
+STAGED_PREFIX = "_dms_text_"  # a record's texts and its parsed sequence, computed once before they are typed
 SEQ_TYPE = T.DecimalType(38, 0)
 MAX_DECIMAL_PRECISION = 38
 _RECORD_MASK = (1 << 33) - 1  # monotonically_increasing_id: the record's index within its partition
@@ -125,8 +125,12 @@ def typed_changes(
         return F.col(name)
 
     op = staged_text(F.upper(F.trim(text(op_name)))) if op_name else F.lit("I")  # IncludeOpForFullLoad=false
-    seq_text = staged_text(F.trim(text(seq_name)))
-    written_seq = F.when(seq_text == "", None).otherwise(seq_text).cast(SEQ_TYPE)
+    seq_trimmed = F.trim(text(seq_name))
+    seq_text = staged_text(seq_trimmed)
+    # Parsed once, beside the texts: the sequence, its check and the rejected record's columns each read it,
+    # and inlined in each (conditional branches Spark does not share) a 35-digit AR_H_CHANGE_SEQ went through
+    # BigDecimal two to three times a record (bench/RESULTS.md, "The change sequence parsed once").
+    written_seq = staged_text(F.when(seq_trimmed == "", None).otherwise(seq_trimmed).cast(SEQ_TYPE))
     record_seq = raw.sequence_base().cast(SEQ_TYPE) + F.col(POSITION).bitwiseAND(_RECORD_MASK).cast(SEQ_TYPE)
     is_delete = op == "D"
 

@@ -316,6 +316,46 @@ def test_spark_spells_a_local_files_uri_as_one_of_the_exact_spellings(spark, tmp
     assert uri.startswith("file:///") and spark_path in reader._spellings(uri)
 
 
+def test_a_records_change_sequence_is_parsed_once_and_typed_as_before(spark, lake_config, dms):
+    """Given a CDC file with a sequence of 35 digits, one with spaces around it, an empty one and one that is
+    not a number,
+    When it is typed, observed and its usable records filtered as the CDC first pass does,
+    Then the plan casts the sequence's text to a decimal once (not in the sequence, its check and the
+    rejected record's columns each), the sequences are the numbers written (the empty one the record's
+    synthesized sequence), and the one that is not a number is rejected and named."""
+    import re
+
+    from lake_contracts.dms_files import change_seq, parse_dms_key
+    from lakehouse.apply.run import ApplyRun
+    from lakehouse.dms import changes as C
+    from pyspark.sql import Observation
+
+    path = dms.cdc("sales.customer", COLUMNS, [("I", (1, "a", 1))], seqs=[7])
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write("I,2026-11-22 10:00:01.000000, 20261122100001000000000000000000042 ,2,b,2\n")
+        handle.write("I,2026-11-22 10:00:01.000000,,3,c,3\n")
+        handle.write("I,2026-11-22 10:00:01.000000,not-a-number,4,d,4\n")
+    run = ApplyRun(spark, lake_config, SCHEMA, ApplyOptions(), "run-1", "cdc")
+    file = parse_dms_key(path)
+    typed = run.read_typed(SCHEMA.tables["sales.customer"], [file])[1]
+    usable = F.col(C.REASON).isNull() & F.col(C.MISMATCH).isNull() & F.col(C.WIDEN).isNull()
+    observed = typed.observe(Observation("figures"), F.count(F.lit(1)).alias("records"))
+    fresh = observed.where(usable).drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
+
+    plan = fresh._jdf.queryExecution().optimizedPlan().toString()
+    parses = re.findall(r"cast\((?:trim\([^()]*\)|_dms_text_\d+#\d+) as decimal\(38,0\)\)", plan)
+    assert len(parses) == 1, parses
+    rows = {row.id: row for row in fresh.collect()}
+    assert {number: row[C.SEQ] for number, row in rows.items()} == {
+        1: Decimal(change_seq(7)),
+        2: Decimal("20261122100001000000000000000000042"),
+        3: file.sequence_base + (rows[3][C.POSITION] & ((1 << 33) - 1)),  # none written: the record's own
+    }
+    assert [
+        tuple(row) for row in typed.where(F.col(C.REASON).isNotNull()).select("id", C.REASON).collect()
+    ] == [(4, "AR_H_CHANGE_SEQ is not a number: not-a-number")]
+
+
 def test_a_record_spark_reads_from_an_unexpected_path_is_quarantined_not_dropped(
     spark, lake_config, dms, monkeypatch
 ):
