@@ -174,26 +174,34 @@ def affected_keys(
     changed input, the others are the same in `before` and `after`, so Q[∅] is too: its before and after images
     share one subtraction."""
     parts = []
+    sides: list[DataFrame] = []  # the frames unioned: each traced input's two, each other input's keys
     for name, (removed, added) in changes.items():
         if name in traces:
-            parts.append(
-                traced_keys(traces[name], before, removed, key).unionByName(
-                    traced_keys(traces[name], after, added, key)
-                )
-            )
+            sides += [
+                traced_keys(traces[name], before, removed, key),
+                traced_keys(traces[name], after, added, key),
+            ]
+            parts.append(sides[-2].unionByName(sides[-1]))
         elif len(changes) == 1:
-            parts.append(keys_reached(evaluate, after, name, [removed, added], key))
+            sides.append(keys_reached(evaluate, after, name, [removed, added], key))
+            parts.append(sides[-1])
         else:
-            parts.append(
+            sides.append(
                 keys_reached(evaluate, before, name, [removed], key).unionByName(
                     keys_reached(evaluate, after, name, [added], key)
                 )
             )
+            parts.append(sides[-1])
     if not parts:
         return None
     union = parts[0]
     for part in parts[1:]:
         union = union.unionByName(part)
+    # Keys found each in one partition (a few changes kept in one, lakehouse.refine.consumed.SharedChanges) are
+    # few: their distinct is taken in one task too, whatever Spark estimates (a checkpoint's estimate is that of
+    # the plan that made it): no map job and reduce job.
+    if all(in_one_partition(side) for side in sides):
+        return union.coalesce(1).distinct()
     return in_one_task_if_small(union).distinct()
 
 
