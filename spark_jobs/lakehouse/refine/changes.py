@@ -70,7 +70,7 @@ def with_row_hash(frame: DataFrame) -> DataFrame:
     (1, null) differ)."""
     values: list[Any] = []
     for name in frame.columns:
-        column = F.col(f"`{name}`")
+        column = F.col(quote(name))
         values += [column, column.isNull()]
     return frame.withColumn(HASH_COLUMNS[0], F.xxhash64(*values)).withColumn(
         HASH_COLUMNS[1], F.xxhash64(F.lit("refine"), *values)
@@ -86,7 +86,7 @@ def changed_rows(before: DataFrame, after: DataFrame) -> tuple[DataFrame, DataFr
     every row changed."""
     if before.columns != after.columns:
         return before, after
-    row = F.struct(*[F.col(f"`{c}`") for c in before.columns])
+    row = F.struct(*[F.col(quote(c)) for c in before.columns])
     sides = (
         with_row_hash(before)
         .select(*HASH_COLUMNS, F.lit(-1).alias("__side"), row.alias("__row"))
@@ -119,14 +119,14 @@ def keys_reached(
 ) -> DataFrame:
     """The model's keys the rows of `deltas` (each a set of rows of input `name`) take part in, the other inputs
     as given: keys((Q[Δ1] UNION Q[Δ2] …) EXCEPT Q[∅]), one model run per delta and one without."""
-    columns = [*[F.col(f"`{k}`") for k in key], *[F.col(h) for h in HASH_COLUMNS]]
+    columns = [*[F.col(quote(k)) for k in key], *[F.col(h) for h in HASH_COLUMNS]]
     reached = [with_row_hash(evaluate({**inputs, name: delta})).select(*columns) for delta in deltas]
     with_delta = reached[0]
     for more in reached[1:]:
         with_delta = with_delta.unionByName(more)
     without = with_row_hash(evaluate({**inputs, name: empty_like(deltas[0])})).select(*columns)
     return with_delta.subtract(without).select(
-        *[F.col(f"`{k}`") for k in key]
+        *[F.col(quote(k)) for k in key]
     )  # rows compared by their hashes
 
 
@@ -310,11 +310,11 @@ def _first(children: list[Any], aggregate_allowed: bool) -> str | None:
 def null_safe_join(left: DataFrame, right: DataFrame, columns: Sequence[str], how: str) -> DataFrame:
     """Join on columns that may be null (a group with a null category is still one group)."""
     renamed = right.select(
-        *[F.col(f"`{c}`").alias(f"__r_{c}") if c in columns else F.col(f"`{c}`") for c in right.columns]
+        *[F.col(quote(c)).alias(f"__r_{c}") if c in columns else F.col(quote(c)) for c in right.columns]
     )
     condition = None
     for c in columns:
-        term = left[f"`{c}`"].eqNullSafe(renamed[f"`__r_{c}`"])
+        term = left[quote(c)].eqNullSafe(renamed[quote(f"__r_{c}")])
         condition = term if condition is None else condition & term
     joined = left.join(renamed, condition, how)
     return joined if how in ("left_semi", "left_anti") else joined.drop(*[f"__r_{c}" for c in columns])

@@ -25,6 +25,7 @@ from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakehouse.base.names import quote
 from lakehouse.io.iceberg import iceberg_table, snapshot_properties, table_exists
 from lakehouse.io.jvm import java_class
 from lakehouse.refine.changes import bytes_setting, changed_rows
@@ -327,7 +328,7 @@ def candidate_rows(
     files that differ are opened (StagedReads); else every file is, and its rows filtered by `_file`. The rows
     hold `columns` alone (the table's order; None: all), the only ones their files are read for."""
     before, after = read_as_of(spark, table, before_id), read_as_of(spark, table, after_id)
-    selected = [F.col(f"`{c}`") for c in before.columns if columns is None or c in columns]
+    selected = [F.col(quote(c)) for c in before.columns if columns is None or c in columns]
     rewritten = F.col(FILE).isin(sorted(changes.rewritten))
     if (
         reads is not None
@@ -439,7 +440,7 @@ def changed_rows_between(
     if files is None:
         log.info("refine: %s: comparing snapshots %s and %s in full", table, before_id, after_id)
         versions = [read_as_of(spark, table, snapshot) for snapshot in (before_id, after_id)]
-        chosen = [F.col(f"`{c}`") for c in versions[0].columns if columns is None or c in columns]
+        chosen = [F.col(quote(c)) for c in versions[0].columns if columns is None or c in columns]
         return changed_rows(versions[0].select(*chosen), versions[1].select(*chosen))
     candidates = candidate_rows(spark, table, before_id, after_id, files, reads, java_table, columns)
     return candidates if files.only_changes else changed_rows(*candidates)
@@ -460,7 +461,7 @@ def on_columns(
     removed, added = images
     if columns is None:
         return images
-    kept = [F.col(f"`{c}`") for c in removed.columns if c in columns]
+    kept = [F.col(quote(c)) for c in removed.columns if c in columns]
     if compared and len(kept) == len(removed.columns):
         return images
     side = "__refine_side"

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from lakehouse.base.config import LakeConfig
+from lakehouse.base.names import quote
 from lakehouse.io.iceberg import (
     append_rows,
     create_table,
@@ -23,7 +24,7 @@ from lakehouse.io.iceberg import (
     iceberg_table,
     table_exists,
 )
-from lakehouse.refine.changes import changed_rows
+from lakehouse.refine.changes import changed_rows, null_safe_join
 from lakehouse.refine.consumed import StagedReads, candidate_rows, file_changes, rows_in_files
 from lakehouse.refine.refresh import EXAMPLE_MODELS, RefineOptions, read_models, refine
 from pyspark.sql import types as T
@@ -361,3 +362,23 @@ def test_no_model_no_work(tiny_lake: TinyLake, tmp_path: Path) -> None:
     report = refine(tiny_lake.spark, tiny_lake.config, RefineOptions(models_uri=str(tmp_path)), run_id="none")
 
     assert (report.status, report.tables) == ("no-models", [])
+
+
+def test_a_column_named_with_backticks_is_compared_and_joined_by_its_name(spark) -> None:
+    """Given two versions of rows whose key and value columns are named with backticks, a space and a dot,
+    When their changed rows are found and the after images joined null-safely to their keys,
+    Then the update's two images are found, the null key joins to itself, and every column keeps its name."""
+    key, value = "k`ey. 1", "v``al"
+    schema = f"{quote(key)} INT, {quote(value)} STRING"
+    before = spark.createDataFrame([(1, "a"), (2, "b"), (None, "n")], schema)
+    after = spark.createDataFrame([(1, "a"), (2, "B"), (None, "n2")], schema)
+
+    removed, added = changed_rows(before, after)
+    joined = null_safe_join(
+        added, spark.createDataFrame([(2,), (None,)], f"{quote(key)} INT"), [key], "inner"
+    )
+
+    assert sorted(removed.collect(), key=str) == sorted([(2, "b"), (None, "n")], key=str)
+    assert sorted(added.collect(), key=str) == sorted([(2, "B"), (None, "n2")], key=str)
+    assert joined.columns == [key, value]
+    assert sorted(joined.collect(), key=str) == sorted([(2, "B"), (None, "n2")], key=str)
