@@ -260,19 +260,15 @@ class SharedChanges:
         find: Callable[[], tuple[DataFrame, DataFrame]],
     ) -> tuple[DataFrame, DataFrame]:
         """(before images, after images) of input `name` (the table `table`), from `find` the first time."""
-        with self.finding.hold((table, before_id, after_id)):
-            return self._changes(name, table, before_id, after_id, find)
+        version = (table, before_id, after_id)
+        with self.finding.hold(version):
+            return self._kept_changes(name, version, find)
 
-    def _changes(
-        self,
-        name: str,
-        table: str,
-        before_id: int,
-        after_id: int,
-        find: Callable[[], tuple[DataFrame, DataFrame]],
+    def _kept_changes(
+        self, name: str, version: tuple[str, int, int], find: Callable[[], tuple[DataFrame, DataFrame]]
     ) -> tuple[DataFrame, DataFrame]:
-        if (table, before_id, after_id) in self.kept:
-            return self.kept[(table, before_id, after_id)]
+        if version in self.kept:
+            return self.kept[version]
         removed, added = find()
         if self.readers.get(name, 0) < 2 or removed.columns != added.columns:
             return removed, added
@@ -289,9 +285,9 @@ class SharedChanges:
             # Few enough for one task (counted as they were kept): each model's comparison of them on its
             # columns, and the distinct of their keys, then need no shuffle (a Spark job fewer a model).
             both = both.coalesce(1)
-            self.in_one_task.add((table, before_id, after_id))
+            self.in_one_task.add(version)
         kept = (both.where(~side).drop(self.SIDE), both.where(side).drop(self.SIDE))
-        self.kept[(table, before_id, after_id)] = kept
+        self.kept[version] = kept
         return kept
 
     def release(self) -> None:
