@@ -28,12 +28,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.base.names import quote
-from lakehouse.io.jvm import java_class
 from lakehouse.refine.lineage import KeyTrace
+from lakehouse.refine.planning import in_one_partition, in_one_task_if_small
 
 HASH_COLUMNS = ("__refine_h1", "__refine_h2")
 # Operators a changed row passes through row by row (the optimized plan's node names).
@@ -203,62 +203,6 @@ def affected_keys(
     if all(in_one_partition(side) for side in sides):
         return union.coalesce(1).distinct()
     return in_one_task_if_small(union).distinct()
-
-
-def in_one_task_if_small(frame: DataFrame) -> DataFrame:
-    """`frame` in one partition when Spark estimates it (planning alone, no job) within what one task is meant
-    to take (spark.sql.adaptive.advisoryPartitionSizeInBytes): its aggregates and distinct then need no shuffle,
-    so no map job and reduce job each (a change's rows read from a few files). Larger, or of an unknown size (a
-    join's estimate is its sides' product): as it is."""
-    return frame.coalesce(1) if fits_one_task(frame) else frame
-
-
-def in_one_partition(frame: DataFrame) -> bool:
-    """Whether Spark plans `frame` in one partition (its physical plan's output partitioning, as adaptive
-    execution starts from it: planning alone, no job)."""
-    plan = frame._jdf.queryExecution().executedPlan()
-    if str(plan.nodeName()) == "AdaptiveSparkPlan":
-        plan = plan.inputPlan()
-    return int(plan.outputPartitioning().numPartitions()) == 1
-
-
-def joined_in_one_task(frame: DataFrame) -> DataFrame:
-    """`frame` in one partition, joined by a shuffled hash join (a hint): joined to a side in one partition
-    too, the join needs neither an exchange nor a broadcast, and runs in that side's task. A broadcast is a Spark
-    job of its own (of a change's keys, of its recomputed rows), which a change of a few rows pays in latency,
-    not CPU."""
-    return frame.coalesce(1).hint("shuffle_hash")
-
-
-def single_partition_join_allowed(*sides: DataFrame) -> bool:
-    """Whether Spark joins `sides` that are each in one partition in that partition: it shuffles them instead when
-    its estimate of one is over spark.sql.maxSinglePartitionBytes, as an estimate of joins over joins (their sides'
-    product) can be, even at its default (the largest long). Planning alone, no job."""
-    limit = bytes_setting(sides[0].sparkSession, "spark.sql.maxSinglePartitionBytes", str(2**63 - 1) + "b")
-    return all(estimated_bytes(side) <= limit for side in sides)
-
-
-def fits_one_task(frame: DataFrame, rows: int | None = None) -> bool:
-    """Whether `frame` is within what one task is meant to take (spark.sql.adaptive.advisoryPartitionSizeInBytes):
-    `rows` rows of its columns' default sizes where the rows are counted, else Spark's estimate (planning
-    alone, no job)."""
-    advisory = bytes_setting(frame.sparkSession, "spark.sql.adaptive.advisoryPartitionSizeInBytes", "64MB")
-    size = estimated_bytes(frame) if rows is None else rows * (8 + int(frame._jdf.schema().defaultSize()))
-    return size <= advisory
-
-
-def estimated_bytes(frame: DataFrame) -> int:
-    """Spark's estimate of the frame's size (its optimized plan's statistics: planning alone, no job)."""
-    return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
-
-
-def bytes_setting(spark: SparkSession, key: str, default: str) -> int:
-    """A size setting of the session (e.g. "64MB") in bytes."""
-    return int(
-        java_class(spark, "org.apache.spark.network.util.JavaUtils").byteStringAsBytes(
-            spark.conf.get(key, default)
-        )
-    )
 
 
 def incremental_blocker(rows: DataFrame) -> str | None:

@@ -28,7 +28,8 @@ from pyspark.sql import types as T
 from lakehouse.base.names import quote
 from lakehouse.io.iceberg import iceberg_table, snapshot_properties, table_exists
 from lakehouse.io.jvm import java_class
-from lakehouse.refine.changes import bytes_setting, changed_rows
+from lakehouse.refine.changes import changed_rows
+from lakehouse.refine.planning import bytes_setting
 
 log = logging.getLogger(__name__)
 

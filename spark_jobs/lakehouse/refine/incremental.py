@@ -24,16 +24,16 @@ from pyspark.sql import types as T
 
 from lakehouse.base.names import quote, sql_string
 from lakehouse.io.iceberg import table_properties, with_commit_properties
-from lakehouse.refine.changes import (
-    bytes_setting,
-    estimated_bytes,
+from lakehouse.refine.changes import null_safe_join
+from lakehouse.refine.lineage import KeyOrigin
+from lakehouse.refine.planning import (
+    bloom_filter_may_apply,
+    fits_a_broadcast,
     fits_one_task,
     in_one_partition,
     joined_in_one_task,
-    null_safe_join,
     single_partition_join_allowed,
 )
-from lakehouse.refine.lineage import KeyOrigin
 
 # The columns a MERGE reads of its target's rows besides the key: where each row is (Iceberg's metadata columns).
 ROW_POSITION = ("_file", "_pos", "_spec_id", "_partition")
@@ -122,7 +122,7 @@ def merge_by_key(
     keyed = keys.select(*[F.col(quote(k)) for k in key])
     source = _joined_in_one_task(keyed, present, key, summary)
     if source is None:
-        if summary is not None and _fits_a_broadcast(spark, present, summary.count):
+        if summary is not None and fits_a_broadcast(spark, present, summary.count):
             # A unique key has at most one row per key: the rows are at most the keys' count, so a small set is
             # joined to its keys by a broadcast (no shuffle of either side: a Spark job fewer, often two).
             present = F.broadcast(present)
@@ -142,7 +142,7 @@ def merge_by_key(
     # and filtered by a condition true of every row.
     kept = source.select(*[F.col(quote(c)) for c in columns], "__present")
     target = spark.table(table).alias("t").where(" AND ".join(within or ["true"]))
-    bloom = _bloom_filter_may_apply(spark, target.select(*[F.col(quote(k)) for k in key], *ROW_POSITION))
+    bloom = bloom_filter_may_apply(spark, target.select(*[F.col(quote(k)) for k in key], *ROW_POSITION))
     view = f"refine_source_{abs(hash((table, threading.get_ident())))}"
     on = " AND ".join([*[_key_equal_sql(k, summary) for k in key], *within])
     updates = ", ".join(f"t.{quote(c)} = s.{quote(c)}" for c in columns if c not in key)
@@ -172,34 +172,15 @@ def _joined_in_one_task(
     keys: DataFrame, present: DataFrame, key: Sequence[str], summary: KeysSummary | None
 ) -> DataFrame | None:
     """The keys left-joined to their rows in one task, where the rows are recomputed in one (a change's few keys)
-    and the keys are few: no broadcast, no shuffle (changes.joined_in_one_task). None where Spark would not plan
+    and the keys are few: no broadcast, no shuffle (planning.joined_in_one_task). None where Spark would not plan
     it so: Spark shuffles two sides in one partition each when its estimate of either is over
-    spark.sql.maxSinglePartitionBytes (changes.single_partition_join_allowed)."""
+    spark.sql.maxSinglePartitionBytes (planning.single_partition_join_allowed)."""
     if summary is None or not in_one_partition(present) or not fits_one_task(keys, summary.count):
         return None
     if not single_partition_join_allowed(keys, present):
         return None
     joined = null_safe_join(keys.coalesce(1), joined_in_one_task(present), key, "left")
     return joined if in_one_partition(joined) else None
-
-
-def _fits_a_broadcast(spark: SparkSession, frame: DataFrame, rows: int) -> bool:
-    """Whether `rows` rows of `frame` (Spark's default size of each of its columns) fit the session's broadcast
-    threshold (spark.sql.autoBroadcastJoinThreshold; -1: never broadcast)."""
-    threshold = int(spark._jsparkSession.sessionState().conf().autoBroadcastJoinThreshold())
-    row_bytes = 8 + int(frame._jdf.schema().defaultSize())
-    return threshold >= 0 and rows * row_bytes <= threshold
-
-
-def _bloom_filter_may_apply(spark: SparkSession, target: DataFrame) -> bool:
-    """Whether Spark may build a runtime Bloom filter for a join over `target`'s scan: its estimated size
-    over the session's threshold (planning alone, no Spark job)."""
-    if str(spark.conf.get("spark.sql.optimizer.runtime.bloomFilter.enabled", "true")).lower() != "true":
-        return False
-    threshold = bytes_setting(
-        spark, "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold", "10GB"
-    )
-    return estimated_bytes(target) > threshold
 
 
 def _key_equal_sql(column: str, summary: KeysSummary | None) -> str:
