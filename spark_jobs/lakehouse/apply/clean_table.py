@@ -13,6 +13,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakehouse.apply.pending_load import pending_floor
 from lakehouse.base.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, RESERVED_COLUMNS, quote
 from lakehouse.base.schema import TableSpec
 from lakehouse.base.types import can_widen
@@ -100,10 +101,13 @@ def resolve_types(
 
 
 def load_floor(spark: SparkSession, table: str, java_table: Any = None) -> Decimal | None:
-    """The table's load floor (None: no table, or never loaded); `java_table`: the table as loaded already."""
+    """The table's load floor (None: no table, or never loaded), or the floor of its load left pending
+    (lakehouse.apply.pending_load); `java_table`: the table as loaded already."""
     java_table = load_table(spark, table) if java_table is None else java_table
     value = table_properties(spark, table, java_table).get(LOAD_FLOOR) if java_table is not None else None
-    return Decimal(value) if value else None
+    if value:
+        return Decimal(value)
+    return pending_floor(spark, table, java_table) if java_table is not None else None
 
 
 def loaded_at(spark: SparkSession, table: str) -> datetime | None:

@@ -39,9 +39,10 @@ from lakehouse.apply.clean_table import (
     with_tomb_seq,
 )
 from lakehouse.apply.history import keeps_history, record_load
+from lakehouse.apply.pending_load import LOAD_PENDING_SINCE, pending_load, pending_rows
 from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
-from lakehouse.apply.single_pass_load import interrupted_load, load_facts, load_in_one_pass
+from lakehouse.apply.single_pass_load import load_facts, load_in_one_pass
 from lakehouse.apply.typed_batch import Batch, cached, counted, typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
@@ -232,8 +233,11 @@ def _load_table(
     record(read)
     if raw.rows is None:
         raise ValueError(f"{spec.qualified_name}: none of its {len(files)} LOAD file(s) could be read")
-    # a load interrupted between its rows and its facts (single_pass_load) is replaced as a new table
-    has_rows = exists and not interrupted_load(spark, table) and spark.table(table).limit(1).count() > 0
+    # a load interrupted between its rows and its facts (single_pass_load) is replaced as a new table, unless
+    # something other than a compaction changed its rows since: then they are merged as a reload's
+    pending = pending_load(spark, table) if exists else None
+    as_new = pending is not None and not pending.rows_changed_since
+    has_rows = exists and not as_new and spark.table(table).limit(1).count() > 0
     # Parquet files are read again by the commit rather than kept, when the commit reads the rows once (a
     # table keeping history writes them twice); CSV's parsing costs more than keeping the rows.
     rereads = not raw.csv_groups and not keeps_history(spec)
@@ -257,11 +261,16 @@ def _load_table(
     )
     record(batch.counts)
     run.flush_quarantine(spec.qualified_name)  # before the commit
+    # a table without a key merges what CDC appended to its pending rows, not those rows a second time
+    leaving = pending_rows(spark, table, pending) if has_rows and not spec.has_primary_key else None
     try:
-        for step in _replace_with_load(run, spec, table, found, files, has_rows, batch):
+        for step in _replace_with_load(run, spec, table, found, files, has_rows, batch, leaving):
             record(step)
     finally:
         batch.product.unpersist()
+    if pending is not None:  # loaded now: the mark a replace keeps goes (a metadata commit, no snapshot)
+        check_before_commit()
+        spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES IF EXISTS ('{LOAD_PENDING_SINCE}')")
 
 
 def _replace_with_load(
@@ -272,8 +281,10 @@ def _replace_with_load(
     files: list[DmsFile],
     has_rows: bool,
     batch: Batch,
+    leaving: DataFrame | None = None,
 ) -> tuple[ApplyFigures, CommitFigures]:
-    """Commit a (re)load's rows and its facts (table properties, snapshot summary) in one replace."""
+    """Commit a (re)load's rows and its facts (table properties, snapshot summary) in one replace; `leaving`:
+    rows of the table the LOAD rows stand for (`_reloaded`)."""
     spark = run.spark
     rows = batch.product.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)
     figures = batch.figures
@@ -300,7 +311,7 @@ def _replace_with_load(
             floor = placed if floor is None else min(floor, placed)
             by_time = (placed, settled)
         tombstones = run.state.tombstones_of(spec.qualified_name)
-        result = _reloaded(spark, spec, table, rows, floor, target, tombstones, by_time)
+        result = _reloaded(spark, spec, table, rows, floor, target, tombstones, by_time, leaving)
         summary_extra = {REPLACED_SNAPSHOT: str(current_snapshot_id(spark, table))}
     else:
         floor = figures["min_seq"]
@@ -335,6 +346,7 @@ def _reloaded(
     target: T.StructType,
     tombstones: DataFrame,
     by_time: tuple[Decimal, Decimal] | None = None,
+    leaving: DataFrame | None = None,
 ) -> DataFrame:
     """A reload's rows, whatever CDC the table applied before it and whatever arrives after:
 
@@ -346,8 +358,11 @@ def _reloaded(
     A table without a primary key keeps its rows newer than the floor and adds every LOAD row.
     A reload placed by time (`by_time`: its LOAD rows' sequence `placed`, and `settled`) counts as at
     `settled` against the rows the table holds, and at `placed` against changes arriving later. `tombstones`:
-    the table's (lakehouse.apply.ledger)."""
+    the table's (lakehouse.apply.ledger). `leaving`: rows of the table that the LOAD rows stand for (a pending
+    load's own, lakehouse.apply.pending_load), taken out of it once each first."""
     existing = aligned(spark.table(table), target)
+    if leaving is not None:
+        existing = existing.exceptAll(aligned(leaving, target))
     against = max(floor, by_time[1]) if by_time is not None and floor is not None else floor
 
     def newer_than_floor(seq: str) -> Column:

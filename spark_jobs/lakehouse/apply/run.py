@@ -11,6 +11,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from lake_contracts.dms_files import DmsFile, NotADmsFileError, parse_dms_key
@@ -19,6 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.apply.clean_table import SchemaOutOfDateError, layout_and_types, loaded_at
 from lakehouse.apply.ledger import LedgerEntry, RecordedFile, StateTables
+from lakehouse.apply.pending_load import pending_loads
 from lakehouse.apply.quarantine import (
     REAPPLIED_MARK,
     FileProblem,
@@ -285,6 +287,9 @@ class ApplyRun:
             error = f"ledger: {type(failure).__name__}: {failure}"[:2000]
         self.flush_quarantine()  # what no table's commit wrote: unclassifiable keys, failed tables
         run_records, run_files = quarantined_in_run(self.spark, self.config.quarantine, self.run_id)
+        tables_of_schema = [
+            (s.qualified_name, self.config.clean_table(s.iceberg_name)) for s in self.schema.tables.values()
+        ]
         return RunReport(
             self.run_id,
             self.job,
@@ -295,6 +300,7 @@ class ApplyRun:
             run_quarantined_files=run_files,
             seconds=round(time.monotonic() - started, 3),
             error=error,
+            pending_loads=pending_loads(self.spark, tables_of_schema, datetime.now(UTC)),
         )
 
     def job_group(self, spec: TableSpec) -> str:

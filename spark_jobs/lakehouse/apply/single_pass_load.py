@@ -1,17 +1,17 @@
 """The full load of a table that holds no rows, in one pass over its LOAD files: the commit's own pass
 observes the figures the load's facts need, and a metadata-only commit right after sets those facts.
 
-The rows are committed first, marked pending (`FULL_LOAD_PENDING` in their snapshot's summary, no
-`LOAD_DONE`); the facts commit then sets the table properties a full load sets (`LOAD_DONE`, its floor and
-times) and adds a snapshot without data files whose summary says what the load's single commit said
-(`FULL_LOAD_DONE`, the run id, the source times). A crash between the two leaves a table that is not loaded
-and whose current snapshot is the pending load: the next full load replaces it as a new table
-(`interrupted_load`), and CDC, as before any load, finds no floor.
+The rows are committed first, marked pending (`FULL_LOAD_PENDING` in their snapshot's summary, the table
+property `LOAD_PENDING_SINCE`, no `LOAD_DONE`); the facts commit then sets the table properties a full load
+sets (`LOAD_DONE`, its floor and times), removes the mark, and adds a snapshot without data files whose
+summary says what the load's single commit said (`FULL_LOAD_DONE`, the run id, the source times). A crash
+between the two leaves a table that is not loaded and pending, whatever commits to it next: what CDC, the
+reconcile and the next full load then do is lakehouse.apply.pending_load's.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from lake_contracts.dms_files import DmsFile
@@ -20,6 +20,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from lakehouse.apply.clean_table import aligned, target_schema, with_metadata
+from lakehouse.apply.pending_load import LOAD_PENDING_SINCE
 from lakehouse.apply.run import ApplyRun
 from lakehouse.apply.typed_batch import PASS_REFUSED, batch_counts, guarded_batch, observed_figures
 from lakehouse.audit.freshness import previous_newest, source_time_summary
@@ -40,7 +41,6 @@ from lakehouse.io.iceberg import (
     file_size_properties,
     iceberg_table,
     replace_table,
-    snapshot_properties,
 )
 
 Found = list[tuple[DmsFile, datetime | None]]
@@ -65,11 +65,6 @@ def load_facts(
     return properties, started_at, written
 
 
-def interrupted_load(spark: SparkSession, table: str) -> bool:
-    """Is the table's current snapshot a single-pass load whose facts commit never came?"""
-    return FULL_LOAD_PENDING in next(snapshot_properties(spark, table), {})
-
-
 def load_in_one_pass(
     run: ApplyRun, spec: TableSpec, table: str, raw: RawRead, found: Found, exists: bool
 ) -> tuple[BatchFigures, ApplyFigures, CommitFigures] | None:
@@ -88,7 +83,8 @@ def load_in_one_pass(
             spark,
             table,
             result,
-            {SOURCE_TABLE: spec.qualified_name} | file_size_properties(spec.target_file_size_mb),
+            {SOURCE_TABLE: spec.qualified_name, LOAD_PENDING_SINCE: datetime.now(UTC).isoformat()}
+            | file_size_properties(spec.target_file_size_mb),
             {FULL_LOAD_PENDING: str(len(files)), RUN_ID: run.run_id},
             f"DMS replica of {spec.qualified_name}",
             spec.partition_by,
@@ -112,10 +108,11 @@ def load_in_one_pass(
 def commit_load_facts(
     spark: SparkSession, table: str, properties: dict[str, str], summary: dict[str, str]
 ) -> None:
-    """Set `properties` and add a snapshot of the same rows whose summary is `summary`, in ONE metadata
-    commit (an Iceberg transaction: no data file read or written), the run's lease checked right before."""
+    """Set `properties` (the load no longer pending) and add a snapshot of the same rows whose summary is
+    `summary`, in ONE metadata commit (an Iceberg transaction: no data file read or written), the run's lease
+    checked right before."""
     transaction = iceberg_table(spark, table).newTransaction()
-    update = transaction.updateProperties()
+    update = transaction.updateProperties().remove(LOAD_PENDING_SINCE)
     for key, value in properties.items():
         update = update.set(key, value)
     update.commit()
