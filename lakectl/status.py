@@ -1,6 +1,6 @@
 """`lakectl status`: what the pipeline is doing and how far behind it is, from the stack's own objects: the
 lease, the running execution, the queue, the batches out of line, the newest run report (its freshness per
-table) and the newest reconcile report (its divergence)."""
+table, the tables whose full load was left pending) and the newest reconcile report (its divergence)."""
 
 from __future__ import annotations
 
@@ -72,8 +72,9 @@ def batch_row(batch: FailedBatch) -> dict[str, Any]:
     }
 
 
-def last_run(s3: Any, bucket: str) -> dict[str, Any] | None:
-    """The newest run report but the reconcile's and the raw audit's: its run, error, totals and freshness."""
+def last_run(s3: Any, bucket: str, now: datetime) -> dict[str, Any] | None:
+    """The newest run report but the reconcile's and the raw audit's: its run, error, totals, freshness and
+    the tables its full load left pending (not loaded: committed rows, never their facts), how long at `now`."""
     key = newest_object(s3, bucket, REPORTS, exclude=(RECONCILE_REPORTS, REPORTS + "raw-audit-"))
     document = read_json(s3, bucket, key) if key else None
     if document is None:
@@ -91,6 +92,7 @@ def last_run(s3: Any, bucket: str) -> dict[str, Any] | None:
             if isinstance(t, dict) and t.get("error")
         ),
         "totals": document.get("totals") or {},
+        "pending_loads": _pending_loads(document.get("pending_loads"), now),
         "freshness": [
             {
                 "table": row.get("source_table"),
@@ -136,7 +138,7 @@ def collect_status(stack: Stack, clients: Clients, now: datetime | None = None) 
         "queue": queue_state(clients("sqs"), clients("cloudwatch"), stack.output("QueueUrl"), moment),
         "pending_batches": [batch_row(b) for b in pending_batches(s3, bucket)],
         "failed_batches": [batch_row(b) for b in failed_batches(s3, bucket)],
-        "last_run": last_run(s3, bucket),
+        "last_run": last_run(s3, bucket, moment),
         "last_reconcile": last_reconcile(s3, bucket),
     }
 
@@ -168,6 +170,11 @@ def render_status(status: dict[str, Any]) -> str:
         )
         lines.append(f"last run    {run['job']} {run['run_id']}: {outcome}")
         lines += [
+            f"  {row['table']}: full load pending since {row['pending_since']} ({row['pending_seconds']} s): not "
+            "loaded until the full load runs again"
+            for row in run["pending_loads"]
+        ]
+        lines += [
             f"  {row['table']}: newest change {row['newest_source_change']}, applied through {row['applied_through']}"
             for row in run["freshness"]
         ]
@@ -187,6 +194,23 @@ def render_status(status: dict[str, Any]) -> str:
     else:
         lines.append("reconcile   none reported")
     return "\n".join(lines)
+
+
+def _pending_loads(listed: Any, now: datetime) -> list[dict[str, Any]]:
+    """A report's `pending_loads` as the status shows them (entries of another shape passed over): how long
+    each has been pending now, or at the report where its time does not read."""
+    rows = []
+    for entry in listed if isinstance(listed, list) else []:
+        if not isinstance(entry, dict) or not entry.get("table"):
+            continue
+        since, seconds = entry.get("pending_since"), entry.get("pending_seconds")
+        try:
+            moment = datetime.fromisoformat(str(since))
+            seconds = round((now - (moment if moment.tzinfo else moment.replace(tzinfo=UTC))).total_seconds())
+        except ValueError:
+            pass
+        rows.append({"table": str(entry["table"]), "pending_since": since, "pending_seconds": seconds})
+    return sorted(rows, key=lambda row: row["table"])
 
 
 def _iso(moment: datetime | None) -> str | None:

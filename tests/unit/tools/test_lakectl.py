@@ -233,6 +233,42 @@ def test_status_gathers_lease_execution_queue_batches_last_run_and_divergence(aw
     assert "  sales.customer: 2 missing, 0 extra, 1 differing" in text
 
 
+def test_status_names_each_table_whose_full_load_was_left_pending_and_for_how_long(aws, capsys) -> None:
+    """Given a full-load run report naming a table whose load committed its rows and never its facts an hour
+    ago (and an entry of another shape), When the operator asks the status, Then the JSON names the table,
+    since when and how long it has been pending now, and the human output says it is not loaded."""
+    since = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
+    aws.put(
+        ARTIFACTS,
+        f"manifests/reports/{RUN_ID}.json",
+        {
+            "run_id": RUN_ID,
+            "job": "full-load",
+            "tables": [{"table": "crm.contact", "error": "RuntimeError: the driver died"}],
+            "pending_loads": [
+                {
+                    "table": "crm.contact",
+                    "pending_since": since,
+                    "pending_seconds": 5,
+                    "rows_changed_since": False,
+                },
+                "not an entry",
+            ],
+        },
+    )
+
+    code, status = lakectl(capsys, "status")
+    cli.main(["status", "--stack-name", STACK])
+    text = capsys.readouterr().out
+
+    assert code == 0
+    [pending] = status["last_run"]["pending_loads"]
+    assert (pending["table"], pending["pending_since"]) == ("crm.contact", since)
+    assert 3600 <= pending["pending_seconds"] < 3600 + 600
+    assert f"  crm.contact: full load pending since {since} (" in text
+    assert "not loaded until the full load runs again" in text
+
+
 def test_requeue_lists_pending_and_failed_batches_and_puts_failed_ones_back_in_line(aws, capsys) -> None:
     """Given a pending and a failed batch, When the operator lists, Then both are named; When they requeue
     all, Then the failed one is pending with its attempts reset and failed/ is empty."""
