@@ -151,7 +151,9 @@ def traced_keys(
                 F.col(quote(_traced(step - 1, mine))) == F.col(quote(_traced(step, theirs)))
             )
         current = (
-            F.broadcast(current).join(side, condition, "inner").select(*[_traced(step, c) for c in columns])
+            F.broadcast(current)
+            .join(side, condition, "inner")
+            .select(*[F.col(quote(_traced(step, c))) for c in columns])
         )
     return current.select(*[F.col(quote(_traced(step, origin.columns[k]))).alias(k) for k in key])
 

@@ -30,7 +30,11 @@ SOURCE_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 EXPRESSION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 STATEMENT = re.compile(r"\{%")
-SQL_LINE_COMMENT = re.compile(r"--[^\n]*")
+# What a model's SQL holds besides its code, leftmost first: a quoted identifier (a backtick doubled inside), a
+# string literal in single or double quotes (a backslash escapes), a line comment, a block comment.
+SQL_NOT_CODE = re.compile(
+    r"`(?:[^`]|``)*`|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|--[^\n]*|/\*.*?\*/", re.DOTALL
+)
 MATERIALIZATIONS = ("incremental", "table")
 SPARK_LINE = re.compile(r"line (\d+)")
 
@@ -208,7 +212,7 @@ def _configured(model: Model, settings: Mapping[str, object]) -> Model:
     materialized = settings.get("materialized", "incremental" if key else "table")
     if materialized not in MATERIALIZATIONS:
         raise model.error(f"materialized is one of {list(MATERIALIZATIONS)}, not {materialized!r}")
-    body = SQL_LINE_COMMENT.sub("", model.render(lambda reference: "t")).strip()
+    body = _sql_code(model.render(lambda reference: "t")).strip()
     if not re.match(r"(?is)^\(*\s*(select|with)\b", body):
         raise model.error("a model is one SELECT (or WITH … SELECT) statement", _first_sql_line(model.text))
     if ";" in body.rstrip(";").rstrip():
@@ -220,10 +224,22 @@ def _configured(model: Model, settings: Mapping[str, object]) -> Model:
     )
 
 
+def _sql_code(sql: str) -> str:
+    """The SQL's code alone, line for line: comments blanked, and every quoted identifier and string literal
+    emptied to its quotes (a `;`, `--` or keyword inside one is a name's or a value's, not the statement's)."""
+
+    def blank(match: re.Match[str]) -> str:
+        text = match.group(0)
+        newlines = "\n" * text.count("\n")
+        return (newlines or " ") if text[0] in "-/" else text[0] + newlines + text[0]
+
+    return SQL_NOT_CODE.sub(blank, sql)
+
+
 def _first_sql_line(text: str) -> int:
-    blanked = EXPRESSION.sub("", _blank_comments(text))
+    blanked = _sql_code(EXPRESSION.sub("", _blank_comments(text)))
     for number, line in enumerate(blanked.splitlines(), start=1):
-        if SQL_LINE_COMMENT.sub("", line).strip():
+        if line.strip():
             return number
     return 1
 

@@ -39,7 +39,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -307,9 +307,12 @@ class _Refiner:
         evaluate = self.evaluator(model, views)
         now = {r.input_name: read_as_of(self.spark, self.input_table(r), s) for r, s in inputs.items()}
         rows = evaluate(now)
-        missing = [k for k in model.unique_key if k not in rows.columns]
+        # The key's columns as the SELECT spells them (the lake's names are case-insensitive, as Spark's).
+        selected = {c.lower(): c for c in rows.columns}
+        missing = [k for k in model.unique_key if k.lower() not in selected]
         if missing:
             raise model.error(f"unique_key {missing} is not a column of the SELECT ({rows.columns})")
+        model = replace(model, unique_key=tuple(selected[k.lower()] for k in model.unique_key))
         if reason is None:
             blocker = incremental_blocker(rows)
             if blocker is not None:
