@@ -2,8 +2,9 @@
 changed (updates, deletes, a key move, a dimension's change), refreshed incrementally, and equal to a rebuild of
 the same SQL. The names are the source names tests/unit/spark/test_hostile_names.py carries through the apply
 (a backtick with quotes, `;` and `--`, a dot, a quote, non-ASCII letters, a reserved word), used here as the
-columns a model selects, joins on, groups by and keys by, and a column keyed in another case than it is
-selected in (the lake's names are case-insensitive: lakehouse.base.names.check_column_names)."""
+columns a model selects, joins on, groups by and keys by, a column keyed in another case than it is selected
+in (the lake's names are case-insensitive: lakehouse.base.names.check_column_names), and a model, source and
+refined table named `select`."""
 
 from __future__ import annotations
 
@@ -47,7 +48,7 @@ COLUMNS = {
 }
 KEYS = {FACT: (DOTTED, TICKED), DIMENSION: (PRODUCT_KEY,)}
 LINES = "hostile_lines"
-BY_CATEGORY = "hostile_by_category"
+BY_CATEGORY = RESERVED  # a model, and its refined table, named by a reserved word
 
 
 def model_files() -> dict[str, str]:
@@ -155,7 +156,7 @@ def hostile_lake(spark, base_config, tmp_path) -> HostileLake:
 
 
 def test_models_over_hostile_names_refresh_incrementally_to_their_rebuilds(hostile_lake: HostileLake) -> None:
-    """Given a join model and an aggregate over it whose every column (keys, join columns, groups, sums) has a
+    """Given a join model and an aggregate over it (named `select`) whose every column (keys, join columns, groups, sums) has a
     hostile name, over a fact and a dimension named `Order$Lines` and `select`, built
     When the fact changes (an update, a delete, a key move, an insert) and the refine runs, then the dimension
     (a category renamed, a product deleted) and the fact again
