@@ -1,4 +1,4 @@
-"""Snapshots expiry must keep whatever their age: those someone still reads."""
+"""Snapshots expiry must keep whatever their age: those someone still reads, and a pending load's rows."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from pyspark.sql import SparkSession
 
+from lakehouse.apply.pending_load import pending_load
 from lakehouse.audit.consistent import last_point
 from lakehouse.base.config import LakeConfig
 from lakehouse.base.names import sql_string
@@ -36,3 +37,10 @@ def _consumed(spark: SparkSession, refined: Sequence[str]) -> set[int]:
 def _consistent_point(spark: SparkSession, config: LakeConfig) -> set[int]:
     point = last_point(spark, config)
     return set(point.snapshots.values()) if point is not None else set()
+
+
+def pending_snapshots(spark: SparkSession, tables: Sequence[str]) -> set[int]:
+    """The snapshots of the loads left pending among `tables` (lakehouse.apply.pending_load): the floor CDC
+    reads from their rows, and the rows the next full load merges around, until that load comes."""
+    found = (pending_load(spark, table) for table in tables)
+    return {p.snapshot_id for p in found if p is not None and p.snapshot_id is not None}

@@ -16,7 +16,8 @@ per clean, history, refined table and each of the pipeline's own records, only w
 4. On the slower expiry cadence: the ledger learns first every applied-file name the snapshots about to expire
    hold, and forgets its rows of rolled-back commits among them (lakehouse.maintenance.ledger_check); then
    `expire_snapshots` older than the retention, keeping at least `retain_last` and every snapshot someone still
-   reads (lakehouse.maintenance.kept); then `remove_orphan_files` older than the orphan age.
+   reads and a pending load's rows (lakehouse.maintenance.kept); then `remove_orphan_files` older than the
+   orphan age.
 
 It runs between CDC runs (the state machine schedules it); a rewrite that still meets a concurrent commit
 gives its group up (partial progress) and a MERGE that meets one re-plans (lakehouse.io.iceberg.merge_changes).
@@ -50,7 +51,7 @@ from lakehouse.maintenance.due import (
     slices,
 )
 from lakehouse.maintenance.inspect import inspect_table, snapshot_time
-from lakehouse.maintenance.kept import kept_snapshots
+from lakehouse.maintenance.kept import kept_snapshots, pending_snapshots
 from lakehouse.maintenance.ledger_check import reconcile_before_expiry
 from lakehouse.maintenance.options import MaintenanceOptions
 
@@ -186,7 +187,7 @@ def _expiry_cutoffs(
     candidates = [t for t, s in states.items() if expiry_due(s, options, plain)]
     if not candidates:
         return {}
-    kept = kept_snapshots(spark, config, refined)
+    kept = kept_snapshots(spark, config, refined) | pending_snapshots(spark, candidates)
     cutoffs = {}
     for table in candidates:
         cutoff = expiry_cutoff(moment, options, snapshot_time(spark, table, kept) if kept else None)

@@ -4,6 +4,8 @@ no change applied twice or dropped."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pyarrow as pa
 import pytest
 from lakehouse.apply import single_pass_load
@@ -11,6 +13,9 @@ from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.pending_load import LOAD_PENDING_SINCE, pending_load
 from lakehouse.io.iceberg import LOAD_DONE, iceberg_table, table_properties
+from lakehouse.maintenance.inspect import inspect_table
+from lakehouse.maintenance.options import MaintenanceOptions
+from lakehouse.maintenance.run import _expiry_cutoffs
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
@@ -119,16 +124,33 @@ def test_rows_appended_to_a_pending_table_without_a_key_are_kept_once_by_the_nex
     spark, lake_config, dms, monkeypatch
 ):
     """Given a table without a primary key whose full load (two LOAD files DMS stamped with sequences 5 and 7)
-    crashed between its rows and its facts,
-    When a CDC batch appends a row to it (sequence 8) and the full load runs again,
-    Then the load merges what was appended since with the LOAD rows: every LOAD row once (not also the
-    pending copy of those newer than the floor) and the appended row once."""
+    crashed between its rows and its facts, twice (the first attempt's snapshot older, out of the lineage),
+    When a CDC batch appends a row to it (sequence 8), maintenance's expiry takes every snapshot it may
+    (retention 0, one kept), and the full load runs again,
+    Then the pending rows' snapshot outlived the expiry (the older attempt's did not), and the load merges what was appended since with
+    the LOAD rows: every LOAD row once (not also the pending copy of those newer than the floor) and the
+    appended row once."""
     dms.load(NOTE, COLUMNS, [(1, "a"), (2, "b")], snapshot_seq=5)
     dms.load(NOTE, COLUMNS, [(3, "c")], counter=2, snapshot_seq=7)
     table = lake_config.clean_table("crm_note")
     assert not _crash_between_rows_and_facts(spark, lake_config, dms, monkeypatch, NOTE).ok
+    first = iceberg_table(spark, table).currentSnapshot().snapshotId()
+    assert not _crash_between_rows_and_facts(spark, lake_config, dms, monkeypatch, NOTE).ok
     change = dms.cdc(NOTE, COLUMNS, [("I", (4, "d"))], seqs=[8])
     assert apply_cdc(spark, lake_config, SCHEMA, manifest(change)).ok
+    pending = pending_load(spark, table)
+    assert pending is not None and pending.snapshot_id is not None
+    expire_all = MaintenanceOptions(
+        snapshot_retention_hours=0, retain_last=1, expire_every_hours=0, remove_orphans=False
+    )
+    moment = datetime.utcnow() + timedelta(minutes=1)
+    states = {table: inspect_table(spark, table, expire_all)}
+    cutoff = _expiry_cutoffs(spark, lake_config, [], states, expire_all, moment)[table]
+    # what maintenance's expire_snapshots procedure does, through the Iceberg API (no Spark job)
+    older_than = int(cutoff.replace(tzinfo=UTC).timestamp() * 1000)
+    iceberg_table(spark, table).expireSnapshots().expireOlderThan(older_than).retainLast(1).commit()
+    assert iceberg_table(spark, table).snapshot(pending.snapshot_id) is not None
+    assert iceberg_table(spark, table).snapshot(first) is None
 
     report = full_load(spark, lake_config, SCHEMA, str(dms.root), tables=[NOTE])
 
