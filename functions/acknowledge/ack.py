@@ -11,7 +11,9 @@ retired (LeaseLostError), its files are applied by a later run.
 The CDC job writes its run report to `<prefix>/reports/<run_id>.json` (docs/CONTRACTS.md); its totals become
 metrics: ChangesApplied, QuarantinedRecords, QuarantinedFiles and LagSeconds (now minus the newest applied
 source commit time), and per clean table TableLagSeconds (dimension `table`: now minus the newest source
-commit time the table holds, from the report's `freshness`). A missing or unreadable report never fails the
+commit time the table holds, from the report's `freshness`) and FullLoadPendingSeconds (dimension `table`:
+now minus when a table's full load committed its rows and never its facts, from the report's
+`pending_loads`: not loaded until the full load runs again). A missing or unreadable report never fails the
 acknowledge: nothing is published.
 """
 
@@ -154,18 +156,31 @@ def report_metrics(report: RunSummary, now: datetime) -> dict[str, float]:
 def table_lag_metrics(report: RunSummary, now: datetime) -> dict[str, float]:
     """Per clean table (`schema.table`): now minus the newest source commit time it holds, from the run
     report's `freshness` (lakehouse.audit.freshness; a report without it, or a table without a time, gives none)."""
-    lags: dict[str, float] = {}
-    for row in report.freshness_rows:
-        if not isinstance(row.get("source_table"), str):
-            continue
-        newest = row.get("newest_source_commit_ts")
+    newest = {
+        row["source_table"]: row.get("newest_source_commit_ts")
+        for row in report.freshness_rows
+        if isinstance(row.get("source_table"), str)
+    }
+    return _seconds_since(newest, now)
+
+
+def pending_load_metrics(report: RunSummary, now: datetime) -> dict[str, float]:
+    """Per clean table whose full load committed its rows and never its facts (the report's `pending_loads`,
+    lakehouse.apply.pending_load): how long it has been pending."""
+    return _seconds_since(report.pending_load_since, now)
+
+
+def _seconds_since(moments: dict[str, Any], now: datetime) -> dict[str, float]:
+    """Each table's seconds from its moment to `now` (a moment that is not a time gives none)."""
+    seconds: dict[str, float] = {}
+    for table, text in moments.items():
         try:
-            moment = parse_time(newest) if isinstance(newest, str) and newest else None
+            moment = parse_time(text) if isinstance(text, str) and text else None
         except ValueError:
             moment = None
         if moment is not None:
-            lags[row["source_table"]] = max((now - moment).total_seconds(), 0.0)
-    return lags
+            seconds[table] = max((now - moment).total_seconds(), 0.0)
+    return seconds
 
 
 def load_report_metrics(report: RunSummary) -> dict[str, float]:

@@ -14,6 +14,7 @@ from ack import (
     check_manifest_key,
     load_report_metrics,
     not_applied,
+    pending_load_metrics,
     read_report,
     report_metrics,
     run_cost,
@@ -120,17 +121,20 @@ def handler(request: AcknowledgeRequest, context: LambdaContext) -> dict[str, An
         published |= run_cost(request.glue_run.model_dump())
     for name, value in published.items():
         metrics.add_metric(name=name, unit=UNITS.get(name, MetricUnit.Count), value=value)
-    lags = table_lag_metrics(report, datetime.now(UTC)) if report is not None else {}
-    for table, lag in sorted(lags.items()):  # one metric per table: its own dimension
-        with single_metric(
-            name="TableLagSeconds",
-            unit=MetricUnit.Seconds,
-            value=lag,
-            default_dimensions={"service": SERVICE},
-        ) as metric:
-            metric.add_dimension(name="table", value=table)
+    if report is not None:
+        now = datetime.now(UTC)
+        _publish_per_table("TableLagSeconds", table_lag_metrics(report, now))
+        _publish_per_table("FullLoadPendingSeconds", pending_load_metrics(report, now))
     logger.info("batch acknowledged", extra={"run_id": request.run_id, **result, **published})
     return result | {"run_id": request.run_id, "published": published}
+
+
+def _publish_per_table(name: str, values: dict[str, float]) -> None:
+    for table, value in sorted(values.items()):  # one metric per table: its own dimension
+        with single_metric(
+            name=name, unit=MetricUnit.Seconds, value=value, default_dimensions={"service": SERVICE}
+        ) as metric:
+            metric.add_dimension(name="table", value=table)
 
 
 def publish_load_report(load_run_id: str) -> dict[str, Any]:

@@ -185,6 +185,9 @@ class RunSummary:
     newest_commit_ts: str | None
     ignoring_older: dict[str, int]  # table -> changes it skipped as older than its (re)load or delete
     freshness_rows: tuple[dict[str, Any], ...]  # lakehouse.audit.freshness's rows, as written
+    pending_load_since: dict[str, str] = field(
+        default_factory=dict
+    )  # table -> since when its load is pending
 
     @classmethod
     def from_document(cls, document: Mapping[str, Any]) -> RunSummary:
@@ -197,6 +200,7 @@ class RunSummary:
         stored_rows = freshness.get("tables")
         rows: list[Any] = stored_rows if isinstance(stored_rows, list) else []
         newest = document.get("newest_commit_ts")
+        pending = document.get("pending_loads")
         return cls(
             error=str(document["error"]) if document.get("error") else None,
             failed_tables=tuple(sorted(str(t.get("table")) for t in tables if t.get("error"))),
@@ -210,4 +214,9 @@ class RunSummary:
                 if count_of(t, "ignored_older")
             },
             freshness_rows=tuple(r for r in rows if isinstance(r, dict)),
+            pending_load_since={
+                str(p["table"]): p["pending_since"]
+                for p in (pending if isinstance(pending, list) else [])
+                if isinstance(p, dict) and p.get("table") and isinstance(p.get("pending_since"), str)
+            },
         )

@@ -69,3 +69,30 @@ def test_a_report_without_freshness_publishes_no_table_lag(ack_app, capsys):  # 
     )
     ack_app.handler(event("acknowledge.json"), FakeContext())
     assert table_lags(emitted_documents(capsys)) == {}
+
+
+def test_each_table_whose_full_load_is_pending_is_a_metric_of_its_own(ack_app, capsys):  # noqa: F811
+    """Given a run report naming crm.contact's full load pending for an hour (its rows committed, its facts
+    never) and an entry of another shape,
+    When the batch is acknowledged,
+    Then FullLoadPendingSeconds is published for crm.contact alone, with its `table` dimension."""
+    since = datetime.now(UTC) - timedelta(hours=1)
+    put_report(
+        report(None)
+        | {
+            "pending_loads": [
+                {"table": "crm.contact", "pending_since": since.isoformat(), "pending_seconds": 3600},
+                {"table": "crm.other", "pending_since": 7},
+            ]
+        }
+    )
+
+    ack_app.handler(event("acknowledge.json"), FakeContext())
+
+    pending = {
+        d["table"]: d["FullLoadPendingSeconds"][0]
+        for d in emitted_documents(capsys)
+        if "FullLoadPendingSeconds" in d
+    }
+    assert list(pending) == ["crm.contact"]
+    assert 3599 <= pending["crm.contact"] < 3600 + 60
