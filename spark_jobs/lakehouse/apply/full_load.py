@@ -39,7 +39,7 @@ from lakehouse.apply.clean_table import (
     with_tomb_seq,
 )
 from lakehouse.apply.history import keeps_history, record_load
-from lakehouse.apply.pending_load import LOAD_PENDING_SINCE, pending_load, pending_rows
+from lakehouse.apply.pending_load import clear_pending_mark, pending_load, pending_rows
 from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
 from lakehouse.apply.single_pass_load import load_facts, load_in_one_pass
@@ -268,9 +268,8 @@ def _load_table(
             record(step)
     finally:
         batch.product.unpersist()
-    if pending is not None:  # loaded now: the mark a replace keeps goes (a metadata commit, no snapshot)
-        check_before_commit()
-        spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES IF EXISTS ('{LOAD_PENDING_SINCE}')")
+    if pending is not None:  # loaded now
+        clear_pending_mark(spark, table)
 
 
 def _replace_with_load(

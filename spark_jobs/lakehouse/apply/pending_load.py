@@ -22,7 +22,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.base.names import CHANGE_SEQ_COLUMN, quote
+from lakehouse.base.names import CHANGE_SEQ_COLUMN, quote, sql_string
+from lakehouse.io.fence import check_before_commit
 from lakehouse.io.frames import one_row
 from lakehouse.io.iceberg import (
     FULL_LOAD_DONE,
@@ -75,6 +76,15 @@ def pending_load(spark: SparkSession, table: str, java_table: Any = None) -> Pen
             return PendingLoad(since, changed, int(snapshot.snapshotId()))
         changed = changed or snapshot.operation() != COMPACTION
     return PendingLoad(datetime.fromisoformat(marked), True, None) if marked else None
+
+
+def clear_pending_mark(spark: SparkSession, table: str) -> None:
+    """Remove the mark of a load left pending from a table loaded (or emptied by a repair) otherwise: a
+    replace keeps the table's properties. A metadata commit without a snapshot, fenced; none without a mark."""
+    if LOAD_PENDING_SINCE not in table_properties(spark, table):
+        return
+    check_before_commit()
+    spark.sql(f"ALTER TABLE {table} UNSET TBLPROPERTIES IF EXISTS ({sql_string(LOAD_PENDING_SINCE)})")
 
 
 def pending_rows(spark: SparkSession, table: str, pending: PendingLoad | None) -> DataFrame | None:

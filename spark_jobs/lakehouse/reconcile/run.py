@@ -46,6 +46,7 @@ from lakehouse.apply.clean_table import (
     target_schema,
 )
 from lakehouse.apply.history import record_emptying
+from lakehouse.apply.pending_load import clear_pending_mark
 from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import ApplyOptions
 from lakehouse.base.config import LakeConfig
@@ -350,6 +351,7 @@ def empty_clean_table(
         {FULL_LOAD_DONE: "0", RUN_ID: run_id, REPLACED_SNAPSHOT: str(current_snapshot_id(spark, table))},
         f"DMS replica of {spec.qualified_name}",
     )
+    clear_pending_mark(spark, table)  # emptied as a reload with no LOAD rows would: no load pending since
     log.warning("%s: the source is empty; emptied the clean table (floor %s)", spec.qualified_name, floor)
 
 

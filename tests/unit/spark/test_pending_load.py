@@ -16,6 +16,7 @@ from lakehouse.io.iceberg import LOAD_DONE, iceberg_table, table_properties
 from lakehouse.maintenance.inspect import inspect_table
 from lakehouse.maintenance.options import MaintenanceOptions
 from lakehouse.maintenance.run import _expiry_cutoffs
+from lakehouse.reconcile.run import empty_clean_table
 
 from tests.support import DmsWriter, manifest, rows_of, schema_of
 
@@ -157,3 +158,27 @@ def test_rows_appended_to_a_pending_table_without_a_key_are_kept_once_by_the_nex
     assert report.ok, report.failed
     assert rows_of(spark, table, COLUMNS) == [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
     assert _loaded_and_not_pending(spark, table)
+
+
+def test_a_pending_table_the_reconcile_empties_is_loaded_and_the_next_load_leaves_it_empty(
+    spark, lake_config, dms, monkeypatch
+):
+    """Given a table whose full load crashed between its rows and its facts,
+    When the reconcile empties it (its source TRUNCATEd, which DMS does not replicate) and the full load runs
+    again,
+    Then the emptying settled it as a reload with no LOAD rows would: not pending any more (its mark gone,
+    a replace keeping properties), and the next load leaves it empty rather than loading the old LOAD rows
+    back, its report naming no pending load."""
+    dms.load(CONTACT, COLUMNS, [(1, "a"), (2, "b")], snapshot_seq=10)
+    table = lake_config.clean_table("crm_contact")
+    assert not _crash_between_rows_and_facts(spark, lake_config, dms, monkeypatch, CONTACT).ok
+
+    empty_clean_table(spark, lake_config, SCHEMA.tables[CONTACT], datetime.utcnow(), "reconcile-1")
+
+    assert rows_of(spark, table, COLUMNS) == []
+    assert LOAD_PENDING_SINCE not in table_properties(spark, table)
+    assert pending_load(spark, table) is None
+    report = full_load(spark, lake_config, SCHEMA, str(dms.root), tables=[CONTACT])
+    assert report.ok, report.failed
+    assert report.pending_loads == []
+    assert rows_of(spark, table, COLUMNS) == []
