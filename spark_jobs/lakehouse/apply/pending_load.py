@@ -12,7 +12,6 @@ without a primary key merges what was appended since, `pending_rows`, not its pe
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,8 +34,6 @@ from lakehouse.io.iceberg import (
     table_properties,
 )
 from lakehouse.io.jvm import java_dict
-
-log = logging.getLogger(__name__)
 
 # Table property of a table whose load committed its rows and not yet its facts: when it committed them (UTC).
 LOAD_PENDING_SINCE = "dms.full-load.pending-since"
@@ -111,13 +108,6 @@ def pending_loads(
     for source, table in tables:
         pending = pending_load(spark, table)
         if pending is not None:
-            log.warning(
-                "%s: its full load committed its rows at %s and never its facts: not loaded until the full load "
-                "runs again (full_load_job.py --tables %s)",
-                source,
-                pending.since.isoformat(),
-                source,
-            )
             found.append(
                 {
                     "table": source,

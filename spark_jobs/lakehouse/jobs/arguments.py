@@ -145,4 +145,12 @@ def finish(report: RunReport, args: argparse.Namespace, config: LakeConfig) -> i
             totals["quarantined_files"],
             config.quarantine,
         )
+    for pending in report.pending_loads:
+        log.warning(
+            "%s: its full load committed its rows at %s and never its facts: not loaded until the full load "
+            "runs again (full_load_job.py --tables %s)",
+            pending["table"],
+            pending["pending_since"],
+            pending["table"],
+        )
     return 0 if report.ok else 1

@@ -4,15 +4,19 @@ no change applied twice or dropped."""
 
 from __future__ import annotations
 
+import argparse
+import logging
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pytest
+from lake_contracts.run_report import RunReport
 from lakehouse.apply import single_pass_load
 from lakehouse.apply.cdc import apply_cdc
 from lakehouse.apply.full_load import full_load
 from lakehouse.apply.pending_load import LOAD_PENDING_SINCE, pending_load
 from lakehouse.io.iceberg import LOAD_DONE, iceberg_table, table_properties
+from lakehouse.jobs.arguments import finish
 from lakehouse.maintenance.inspect import inspect_table
 from lakehouse.maintenance.options import MaintenanceOptions
 from lakehouse.maintenance.run import _expiry_cutoffs
@@ -182,3 +186,25 @@ def test_a_pending_table_the_reconcile_empties_is_loaded_and_the_next_load_leave
     assert report.ok, report.failed
     assert report.pending_loads == []
     assert rows_of(spark, table, COLUMNS) == []
+
+
+def test_the_jobs_summary_warns_of_each_table_left_pending(base_config, caplog):
+    """Given a run report naming a table whose full load was left pending,
+    When the job finishes with it,
+    Then its log warns, naming the table, since when, and the full load that cures it; the run itself is
+    not failed by it (the table's own error, if any, does that)."""
+    report = RunReport(
+        "r1",
+        "cdc",
+        pending_loads=[
+            {"table": CONTACT, "pending_since": "2026-11-30T01:00:00+00:00", "pending_seconds": 60}
+        ],
+    )
+
+    with caplog.at_level(logging.WARNING, logger="lakehouse.jobs.arguments"):
+        code = finish(report, argparse.Namespace(report_uri=None), base_config)
+
+    assert code == 0
+    [warning] = [r.getMessage() for r in caplog.records if CONTACT in r.getMessage()]
+    assert "2026-11-30T01:00:00+00:00 and never its facts" in warning
+    assert f"--tables {CONTACT}" in warning
