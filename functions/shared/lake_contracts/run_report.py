@@ -135,7 +135,7 @@ class RunReport:
     error: str | None = None  # a failure of the run itself (not of one table)
     # After a CDC run: each clean table's freshness and the newest consistent point (lakehouse.audit.freshness).
     freshness: dict[str, Any] | None = None
-    # The schema file's tables whose full load committed its rows and not its facts (lakehouse.apply.pending_load):
+    # The run's tables whose full load committed its rows and not its facts (lakehouse.apply.pending_load):
     # {"table", "pending_since", "pending_seconds", "rows_changed_since"} each; not loaded until the next full load.
     pending_loads: list[dict[str, Any]] = field(default_factory=list)
 

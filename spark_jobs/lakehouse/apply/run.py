@@ -287,9 +287,9 @@ class ApplyRun:
             error = f"ledger: {type(failure).__name__}: {failure}"[:2000]
         self.flush_quarantine()  # what no table's commit wrote: unclassifiable keys, failed tables
         run_records, run_files = quarantined_in_run(self.spark, self.config.quarantine, self.run_id)
-        tables_of_schema = [
-            (s.qualified_name, self.config.clean_table(s.iceberg_name)) for s in self.schema.tables.values()
-        ]
+        # the run's own tables (one metadata read each): a table it did not touch is reported by a run that does
+        ran = [self.schema.tables[t.table] for t in tables if t.table in self.schema.tables]
+        run_tables = [(s.qualified_name, self.config.clean_table(s.iceberg_name)) for s in ran]
         return RunReport(
             self.run_id,
             self.job,
@@ -300,7 +300,7 @@ class ApplyRun:
             run_quarantined_files=run_files,
             seconds=round(time.monotonic() - started, 3),
             error=error,
-            pending_loads=pending_loads(self.spark, tables_of_schema, datetime.now(UTC)),
+            pending_loads=pending_loads(self.spark, run_tables, datetime.now(UTC)),
         )
 
     def job_group(self, spec: TableSpec) -> str:
