@@ -7,7 +7,7 @@ the clean tables, in the form a dbt user writes, and becomes the refined table `
     LEFT JOIN {{ source('item') }} i ON ws.ws_item_sk = i.i_item_sk
 
 - `{{ source('table') }}`: the clean table of `<source schema>.<table>` (the refine job's `--source_schema`);
-  `{{ source('schema', 'table') }}` names the schema. `{{ ref('model') }}`: another model's refined table (it
+  `{{ source('schema', 'table') }}` names the schema; each named as the source names it (lakehouse.base.names). `{{ ref('model') }}`: another model's refined table (it
   is refreshed first).
 - `{{ config(...) }}`: `unique_key` (a column or a list of columns of the SELECT, unique per row) and
   `materialized`: `incremental` (the default with a key: refreshed from the sources' changes, MERGEd by key)
@@ -25,8 +25,9 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from lakehouse.base.names import check_source_name
+
 NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
-SOURCE_PART = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]*$")
 EXPRESSION = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 COMMENT = re.compile(r"\{#.*?#\}", re.DOTALL)
 STATEMENT = re.compile(r"\{%")
@@ -143,7 +144,12 @@ def _reference(expression: str) -> Reference | None:
     names = [str(a) for a in args]
     if name == "ref" and len(names) == 1 and NAME.match(names[0]):
         return Reference("ref", names[0])
-    if name == "source" and len(names) in (1, 2) and all(SOURCE_PART.match(n) for n in names):
+    if name == "source" and len(names) in (1, 2):
+        # Named as the source names it (its clean table's name is folded from it: names.table_name); a name DMS
+        # cannot write is refused here (InvalidNameError, a ValueError), with the model's line.
+        roles = ("schema", "table") if len(names) == 2 else ("table",)
+        for part, role in zip(names, roles, strict=True):
+            check_source_name(part, f"source() {role}", folder=True)
         return Reference("source", names[-1].lower(), names[0] if len(names) == 2 else None)
     if name in ("ref", "source"):
         raise ValueError(

@@ -3,8 +3,9 @@ changed (updates, deletes, a key move, a dimension's change), refreshed incremen
 the same SQL. The names are the source names tests/unit/spark/test_hostile_names.py carries through the apply
 (a backtick with quotes, `;` and `--`, a dot, a quote, non-ASCII letters, a reserved word), used here as the
 columns a model selects, joins on, groups by and keys by, a column keyed in another case than it is selected
-in (the lake's names are case-insensitive: lakehouse.base.names.check_column_names), and a model, source and
-refined table named `select`."""
+in (the lake's names are case-insensitive: lakehouse.base.names.check_column_names), a model and its refined
+table named `select`, and sources named as the source does: `Order$Lines`, and a table of the apply's hostile
+ones, whose clean table's name is folded from it."""
 
 from __future__ import annotations
 
@@ -34,8 +35,10 @@ PRODUCT_KEY = next(n for n in SOURCE_NAMES if n == "t.x")
 CATEGORY = "ÜBER Category"
 assert RESERVED in SOURCE_NAMES
 
-# The fact (source `Order$Lines`: mixed case and '$') and the dimension (source `select`, a reserved word).
-FACT, DIMENSION = "Order$Lines", RESERVED
+# The sources as a model names them: the fact `Order$Lines` (mixed case and '$'), the dimension a hostile table of
+# the apply's, `sales`.`back`tick "dq" ;--` (its clean table's name folded from it: names.table_name).
+FACT: tuple[str, ...] = ("Order$Lines",)
+DIMENSION = next(pair for pair in HOSTILE if pair[1] == TICKED)
 COLUMNS = {
     FACT: [
         (DOTTED, "bigint"),
@@ -60,8 +63,8 @@ def model_files() -> dict[str, str]:
         f"SELECT l.{q(DOTTED)}, l.{q(TICKED)}, l.{q(RESERVED)},\n"
         f"       p.{q(CATEGORY)} AS `Category`,\n"
         f"       l.{q(QUOTED)} * l.{q(EMOJI)} AS {q(EMOJI)}\n"
-        f"FROM {{{{ source({FACT!r}) }}}} l\n"
-        f"LEFT JOIN {{{{ source({DIMENSION!r}) }}}} p ON l.{q(RESERVED)} = p.{q(PRODUCT_KEY)}\n"
+        f"FROM {{{{ source({', '.join(map(repr, FACT))}) }}}} l\n"
+        f"LEFT JOIN {{{{ source({', '.join(map(repr, DIMENSION))}) }}}} p ON l.{q(RESERVED)} = p.{q(PRODUCT_KEY)}\n"
     )
     by_category = (
         "{{ config(materialized='incremental', unique_key='category') }}\n"
@@ -79,13 +82,18 @@ class HostileLake:
         self.spark, self.config, self.folder = spark, config, folder
         self.options = RefineOptions(models_uri=str(folder))
 
-    def clean(self, source: str) -> str:
-        return self.config.clean_table(self.options.clean_name(source))
+    def clean(self, source: tuple[str, ...]) -> str:
+        """The clean table of a source named as a model names it: (table,) or (schema, table)."""
+        return self.config.clean_table(
+            self.options.clean_name(source[-1], source[0] if len(source) == 2 else None)
+        )
 
-    def ddl(self, source: str) -> str:
+    def ddl(self, source: tuple[str, ...]) -> str:
         return ", ".join(f"{quote(name)} {kind}" for name, kind in COLUMNS[source])
 
-    def write(self, source: str, changes: list[tuple[Any, ...]], deleted: list[tuple[Any, ...]]) -> None:
+    def write(
+        self, source: tuple[str, ...], changes: list[tuple[Any, ...]], deleted: list[tuple[Any, ...]]
+    ) -> None:
         """One MERGE commit (merge-on-read, as CDC writes): `changes` upserted, `deleted` keys deleted."""
         names = [name for name, _ in COLUMNS[source]]
         key = KEYS[source]
@@ -113,7 +121,9 @@ class HostileLake:
     def rebuilt_rows(self, model: str) -> list[tuple]:
         """The model's SQL run from scratch over the clean tables (a ref over its own rebuild)."""
         models = {m.name: m for m in read_models(str(self.folder)).models}
-        lines = self.spark.sql(models[LINES].render(lambda r: self.clean(r.name)))
+        lines = self.spark.sql(
+            models[LINES].render(lambda r: self.clean((r.schema, r.name) if r.schema else (r.name,)))
+        )
         lines.createOrReplaceTempView("hostile_lines_rebuilt")
         rebuilt = (
             lines
@@ -157,7 +167,7 @@ def hostile_lake(spark, base_config, tmp_path) -> HostileLake:
 
 def test_models_over_hostile_names_refresh_incrementally_to_their_rebuilds(hostile_lake: HostileLake) -> None:
     """Given a join model and an aggregate over it (named `select`) whose every column (keys, join columns, groups, sums) has a
-    hostile name, over a fact and a dimension named `Order$Lines` and `select`, built
+    hostile name, over a fact and a dimension named `Order$Lines` and `sales`.`back`tick "dq" ;--`, built
     When the fact changes (an update, a delete, a key move, an insert) and the refine runs, then the dimension
     (a category renamed, a product deleted) and the fact again
     Then each refine refreshes both models incrementally, each input's keys traced along the join, and both

@@ -58,6 +58,7 @@ def test_a_model_file_gives_its_key_refresh_and_inputs() -> None:
         ("SELECT 1 AS a", 1, "at least one"),
         ("{{ config(unique_key=3) }}\nSELECT a FROM {{ source('t') }}", 1, "unique_key"),
         ("-- x\nSELECT `a;` FROM {{ source('t') }}; SELECT 'b;'", 2, "one statement"),
+        ("{{ config(unique_key='a') }}\nSELECT a\nFROM {{ source('erp', 'a/b') }}", 3, "'/'"),
     ],
 )
 def test_a_model_with_an_error_is_refused_naming_its_file_and_line(text: str, line: int, says: str) -> None:
@@ -71,19 +72,23 @@ def test_a_model_with_an_error_is_refused_naming_its_file_and_line(text: str, li
 
 def test_a_semicolon_or_dashes_in_a_name_a_value_or_a_comment_are_not_code() -> None:
     """Given a model whose quoted column names, string literals and comments hold `;`, `--` and quotes, after a
-    block comment
+    block comment, over a source table named with a space, `;` and `--`
     When it is parsed
-    Then it is one SELECT: what a name, a value or a comment holds is not read as the statement's code."""
+    Then it is one SELECT: what a name, a value or a comment holds is not read as the statement's code; and the
+    source is named as the source names it."""
     text = (
         "/* notes; -- not a line comment */\n"
         "{{ config(unique_key='a;--b') }}\n"
         "SELECT `a;--b`, 'x;--y' AS `c``;'`, \"q\\\";\" AS d -- it's; a note\n"
-        "FROM {{ source('t') }}\n"
+        "FROM {{ source('erp', 'Order Lines;--') }}\n"
     )
 
     model = parse_model("models/odd.sql", text)
 
-    assert (model.unique_key, [r.input_name for r in model.references]) == (("a;--b",), ["t"])
+    assert (model.unique_key, [r.input_name for r in model.references]) == (
+        ("a;--b",),
+        ["erp.order lines;--"],
+    )
 
 
 def test_the_folder_orders_refs_and_refuses_only_the_broken_models() -> None:
