@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -25,6 +26,7 @@ from pyspark.sql import types as T
 from lakehouse.apply.clean_table import KEY, TOMB_SEQ, clean_schema, load_floor, with_metadata, with_tomb_seq
 from lakehouse.apply.history import keeps_history, record_changes
 from lakehouse.apply.ledger import LedgerEntry, RecordedFile, applied_files
+from lakehouse.apply.pending_load import pending_load
 from lakehouse.apply.quarantine import ReappliedFile
 from lakehouse.apply.recorded_source import guard_recorded_source
 from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record, check_options
@@ -110,6 +112,8 @@ def _apply_table_changes(
     spark, config = run.spark, run.config
     table, loaded, layout = _ensure_table(spark, config, spec)  # the table's one load before its commit
     record(layout)
+    pending = pending_load(spark, table, loaded)
+    run.note_pending(spec.qualified_name, pending)
     known = applied_files(
         spark,
         table,
@@ -140,6 +144,8 @@ def _apply_table_changes(
         yield from _apply_without_key(run, spec, table, loaded, raw, floor, properties, record)
     snapshot = commit_of_run(spark, table, run.run_id)
     record(CommitFigures(snapshot))
+    if pending is not None and snapshot is not None:  # the pending rows changed since, by this commit
+        run.note_pending(spec.qualified_name, replace(pending, rows_changed_since=True))
     run.remember(
         [
             LedgerEntry(spec.qualified_name, run.ledger_name(f), f.uri, run.run_id, snapshot)

@@ -236,6 +236,7 @@ def _load_table(
     # a load interrupted between its rows and its facts (single_pass_load) is replaced as a new table, unless
     # something other than a compaction changed its rows since: then they are merged as a reload's
     pending = pending_load(spark, table) if exists else None
+    run.note_pending(spec.qualified_name, pending)
     as_new = pending is not None and not pending.rows_changed_since
     has_rows = exists and not as_new and spark.table(table).limit(1).count() > 0
     # Parquet files are read again by the commit rather than kept, when the commit reads the rows once (a
@@ -270,6 +271,7 @@ def _load_table(
         batch.product.unpersist()
     if pending is not None:  # loaded now
         clear_pending_mark(spark, table)
+    run.note_pending(spec.qualified_name, None)
 
 
 def _replace_with_load(

@@ -12,7 +12,7 @@ without a primary key merges what was appended since, `pending_rows`, not its pe
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -99,21 +99,17 @@ def pending_floor(spark: SparkSession, table: str, java_table: Any = None) -> De
     return Decimal(lowest) if lowest is not None else None
 
 
-def pending_loads(
-    spark: SparkSession, tables: Sequence[tuple[str, str]], now: datetime
-) -> list[dict[str, Any]]:
-    """The run report's `pending_loads`: each of `tables` ((source table, clean table)) left pending, when
-    since and for how long at `now` (UTC)."""
+def pending_loads(pending: Mapping[str, PendingLoad], now: datetime) -> list[dict[str, Any]]:
+    """The run report's `pending_loads`: each table of `pending` (source table -> its load left pending, as the
+    run's jobs found them), since when and for how long at `now` (UTC), in the order of their names."""
     found = []
-    for source, table in tables:
-        pending = pending_load(spark, table)
-        if pending is not None:
-            found.append(
-                {
-                    "table": source,
-                    "pending_since": pending.since.isoformat(),
-                    "pending_seconds": round((now - pending.since).total_seconds()),
-                    "rows_changed_since": pending.rows_changed_since,
-                }
-            )
+    for source, load in sorted(pending.items()):
+        found.append(
+            {
+                "table": source,
+                "pending_since": load.since.isoformat(),
+                "pending_seconds": round((now - load.since).total_seconds()),
+                "rows_changed_since": load.rows_changed_since,
+            }
+        )
     return found

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from lakehouse.apply.clean_table import SchemaOutOfDateError, layout_and_types, loaded_at
 from lakehouse.apply.ledger import LedgerEntry, RecordedFile, StateTables
-from lakehouse.apply.pending_load import pending_loads
+from lakehouse.apply.pending_load import PendingLoad, pending_loads
 from lakehouse.apply.quarantine import (
     REAPPLIED_MARK,
     FileProblem,
@@ -119,6 +119,7 @@ class ApplyRun:
         self.ledger_forget: list[tuple[str, RecordedFile]] = []
         self.unknown_tables: dict[str, list[str]] = defaultdict(list)
         self.skipped_files: list[str] = []  # files a table's job skipped as a whole (a load done before)
+        self.pending: dict[str, PendingLoad] = {}  # the run's tables left pending, as its jobs found them
         self.quarantine_rows_added = 0
         self.deletes: list[tuple[str, DataFrame]] = []  # by source table, for the run's one tombstone append
         self._lock = threading.Lock()
@@ -269,6 +270,15 @@ class ApplyRun:
             self.ledger_entries.extend(entries)
             self.ledger_forget.extend(forget)
 
+    def note_pending(self, source_table: str, pending: PendingLoad | None) -> None:
+        """What a table's job found of its load left pending (None: not, or no longer, pending), from the table
+        it loaded already: the run report's `pending_loads` costs no catalog load of its own."""
+        with self._lock:
+            if pending is None:
+                self.pending.pop(source_table, None)
+            else:
+                self.pending[source_table] = pending
+
     def skip(self, files: Sequence[DmsFile]) -> None:
         """Files a table's job skipped as a whole (the run report's `skipped_files`)."""
         with self._lock:
@@ -287,9 +297,6 @@ class ApplyRun:
             error = f"ledger: {type(failure).__name__}: {failure}"[:2000]
         self.flush_quarantine()  # what no table's commit wrote: unclassifiable keys, failed tables
         run_records, run_files = quarantined_in_run(self.spark, self.config.quarantine, self.run_id)
-        # the run's own tables (one metadata read each): a table it did not touch is reported by a run that does
-        ran = [self.schema.tables[t.table] for t in tables if t.table in self.schema.tables]
-        run_tables = [(s.qualified_name, self.config.clean_table(s.iceberg_name)) for s in ran]
         return RunReport(
             self.run_id,
             self.job,
@@ -300,7 +307,7 @@ class ApplyRun:
             run_quarantined_files=run_files,
             seconds=round(time.monotonic() - started, 3),
             error=error,
-            pending_loads=pending_loads(self.spark, run_tables, datetime.now(UTC)),
+            pending_loads=pending_loads(self.pending, datetime.now(UTC)),
         )
 
     def job_group(self, spec: TableSpec) -> str:

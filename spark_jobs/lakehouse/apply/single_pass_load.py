@@ -20,7 +20,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from lakehouse.apply.clean_table import aligned, target_schema, with_metadata
-from lakehouse.apply.pending_load import LOAD_PENDING_SINCE
+from lakehouse.apply.pending_load import LOAD_PENDING_SINCE, PendingLoad
 from lakehouse.apply.run import ApplyRun
 from lakehouse.apply.typed_batch import PASS_REFUSED, batch_counts, guarded_batch, observed_figures
 from lakehouse.audit.freshness import previous_newest, source_time_summary
@@ -78,12 +78,13 @@ def load_in_one_pass(
         with_metadata(rows.drop(C.REASON, C.MISMATCH, C.WIDEN, C.RAW)),
         target_schema(spark, table, spec, types),
     )
+    pending_since = datetime.now(UTC)
     try:
         replace_table(
             spark,
             table,
             result,
-            {SOURCE_TABLE: spec.qualified_name, LOAD_PENDING_SINCE: datetime.now(UTC).isoformat()}
+            {SOURCE_TABLE: spec.qualified_name, LOAD_PENDING_SINCE: pending_since.isoformat()}
             | file_size_properties(spec.target_file_size_mb),
             {FULL_LOAD_PENDING: str(len(files)), RUN_ID: run.run_id},
             f"DMS replica of {spec.qualified_name}",
@@ -93,6 +94,9 @@ def load_in_one_pass(
         if PASS_REFUSED in str(error):
             return None
         raise
+    run.note_pending(
+        spec.qualified_name, PendingLoad(pending_since, False, current_snapshot_id(spark, table))
+    )
     figures = observed_figures(observation, spark.table(table))
     properties, _, written = load_facts(spec, files, found, figures)
     if figures["min_seq"] is not None:
@@ -101,6 +105,7 @@ def load_in_one_pass(
     # the rows may differ from the table's in any change: the oldest is unbounded (lakehouse.audit.consistent)
     summary |= source_time_summary(previous, datetime.min, max(written) if written else None)
     commit_load_facts(spark, table, properties, summary)
+    run.note_pending(spec.qualified_name, None)
     applied = ApplyFigures(inserted_or_updated=figures["records"])
     return batch_counts(figures, 0), applied, CommitFigures(current_snapshot_id(spark, table))
 
