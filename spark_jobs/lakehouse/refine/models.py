@@ -7,8 +7,8 @@ the clean tables, in the form a dbt user writes, and becomes the refined table `
     LEFT JOIN {{ source('item') }} i ON ws.ws_item_sk = i.i_item_sk
 
 - `{{ source('table') }}`: the clean table of `<source schema>.<table>` (the refine job's `--source_schema`);
-  `{{ source('schema', 'table') }}` names the schema; each named as the source names it (lakehouse.base.names). `{{ ref('model') }}`: another model's refined table (it
-  is refreshed first).
+  `{{ source('schema', 'table') }}` names the schema; each named as the source names it
+  (lakehouse.base.names). `{{ ref('model') }}`: another model's refined table (it is refreshed first).
 - `{{ config(...) }}`: `unique_key` (a column or a list of columns of the SELECT, unique per row) and
   `materialized`: `incremental` (the default with a key: refreshed from the sources' changes, MERGEd by key)
   or `table` (rebuilt whenever a source changed); `incremental_strategy='merge'` is accepted (the only one).
