@@ -4,12 +4,14 @@ incrementally; a model that failed (the others still refreshed) fails the run, s
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import fields
 
 from lakehouse.base.config import LakeConfig
 from lakehouse.io.session import build_session
+from lakehouse.io.storage import write_text
 from lakehouse.jobs.shape import job_main, publish_report
-from lakehouse.refine.refresh import RefineOptions, refine
+from lakehouse.refine.refresh import RefineOptions, RefineReport, refine
 
 
 def parser() -> argparse.ArgumentParser:
@@ -61,6 +63,12 @@ def parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--run_id", default="refine", help="names the run in the commits and the report")
     parser.add_argument("--report_uri", default=None, help="where to write the run report (JSON)")
+    parser.add_argument(
+        "--refreshed_report_uri",
+        default=None,
+        help="where a run that left no model failed (and was not skipped as too soon) also writes its report: "
+        "the refined zone's lag is measured from the newest such run (docs/CONTRACTS.md)",
+    )
     return parser
 
 
@@ -75,7 +83,18 @@ def run(config: LakeConfig, args: argparse.Namespace, parser: argparse.ArgumentP
     spark = build_session(config, "refine")
     report = refine(spark, config, options_of(args), args.run_id)
     publish_report(report.to_dict(), args.report_uri, config)
+    publish_if_refreshed(report, args.refreshed_report_uri, config)
     return 1 if report.failed else 0
+
+
+def publish_if_refreshed(report: RefineReport, uri: str | None, config: LakeConfig) -> bool:
+    """Write the report to `uri` when the run left the refined zone reflecting what it read: no model failed
+    and the run was not skipped as too soon (one whose models wait for data, or with no model, reflects
+    all there is). Whether it was written."""
+    if not uri or report.failed or report.status == "too-soon":
+        return False
+    write_text(uri, json.dumps(report.to_dict(), default=str), config.s3_endpoint_url)
+    return True
 
 
 main = job_main(parser, run)
