@@ -73,9 +73,11 @@ def batch_row(batch: FailedBatch) -> dict[str, Any]:
 
 
 def last_run(s3: Any, bucket: str, now: datetime) -> dict[str, Any] | None:
-    """The newest run report but the reconcile's and the raw audit's: its run, error, totals, freshness and
-    the tables its full load left pending (not loaded: committed rows, never their facts), how long at `now`."""
-    key = newest_object(s3, bucket, REPORTS, exclude=(RECONCILE_REPORTS, REPORTS + "raw-audit-"))
+    """The newest run report but the reconcile's, the raw audit's and the refine's: its run, error, totals,
+    freshness and the tables its full load left pending (not loaded: committed rows, never their facts), how
+    long at `now`."""
+    others = (RECONCILE_REPORTS, REPORTS + "raw-audit-", REPORTS + "refine-")
+    key = newest_object(s3, bucket, REPORTS, exclude=others)
     document = read_json(s3, bucket, key) if key else None
     if document is None:
         return None

@@ -50,8 +50,12 @@ class ArtifactsLayout:
     def pending_key(self, run_id: str) -> str:
         return f"{self.pending_prefix}{run_id}.json"
 
+    @property
+    def done_prefix(self) -> str:
+        return f"{self.prefix}/done/"
+
     def done_key(self, run_id: str) -> str:
-        return f"{self.prefix}/done/{run_id}.json"
+        return f"{self.done_prefix}{run_id}.json"
 
     def failed_key(self, name: str) -> str:
         """A batch moved aside (`name` is the pending manifest's file name; "" gives the folder)."""
@@ -85,3 +89,9 @@ class ArtifactsLayout:
     def report_key(self, run_id: str) -> str:
         """The run report a job writes (a CDC batch's run id, a full load's or a reload's)."""
         return f"{self.prefix}/reports/{run_id}.json"
+
+    @property
+    def refined_report_key(self) -> str:
+        """The report of the newest refine run that left no model failed (the refine job's
+        `--refreshed_report_uri`): the watchdog measures the refined zone's lag from it."""
+        return f"{self.prefix}/reports/refine-latest.json"

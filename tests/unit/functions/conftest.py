@@ -73,7 +73,11 @@ REQUIRED_ENVIRONMENT = {
     "acknowledge": {"ARTIFACTS_BUCKET": "unused-artifacts"},
     "lease": {"ARTIFACTS_BUCKET": "unused-artifacts"},
     "reloads": {"ARTIFACTS_BUCKET": "unused-artifacts"},
-    "watchdog": {"STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:unused"},
+    "watchdog": {
+        "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:unused",
+        "ARTIFACTS_BUCKET": "unused-artifacts",
+        "MEASURE_REFINED_LAG": "false",
+    },
 }
 
 

@@ -34,6 +34,7 @@ REFUSED = [
     ("history_guard", {"HISTORY_THRESHOLD": "25000"}, "HISTORY_THRESHOLD"),
     ("history_guard", {"HISTORY_THRESHOLD": "20k"}, "HISTORY_THRESHOLD"),
     ("watchdog", {"STATE_MACHINE_ARN": None}, "STATE_MACHINE_ARN"),
+    ("watchdog", {"MEASURE_REFINED_LAG": "maybe"}, "MEASURE_REFINED_LAG"),
 ]
 DEPLOYED = {
     "queue_drain": {
@@ -55,7 +56,11 @@ DEPLOYED = {
     },
     "dms_progress": {"DMS_TASK_ARN": "arn:aws:dms:us-east-1:123456789012:task:X"},
     "history_guard": {"HISTORY_THRESHOLD": "20000"},
-    "watchdog": {"STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:dev-pipeline"},
+    "watchdog": {
+        "STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:dev-pipeline",
+        "ARTIFACTS_BUCKET": "dev-artifacts",
+        "MEASURE_REFINED_LAG": "true",
+    },
 }
 
 
@@ -102,6 +107,8 @@ def test_the_deployed_environment_is_read_into_the_functions_settings(
         value = settings[name]
         if name == "GLUE_JOB_NAMES":
             assert value == ("dev-full-load", "dev-cdc")
+        elif isinstance(value, bool):
+            assert value == (text == "true")
         elif isinstance(value, int | float):
             assert value == float(text)
         else:

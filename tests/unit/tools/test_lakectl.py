@@ -553,3 +553,16 @@ def test_a_refused_rollback_exits_non_zero_with_its_reason_and_redrives_nothing(
     assert result["refused"] == why and "redrive" not in result
     assert f"refused: {why}" in text
     assert aws.sqs.receive_message(QueueUrl=aws.queue_url, MaxNumberOfMessages=10).get("Messages", []) == []
+
+
+def test_the_status_last_run_is_not_the_refines_report(aws, capsys) -> None:
+    """Given a CDC run's report, then the refine's report at its fixed key (manifests/reports/refine-latest.json,
+    the watchdog's) written after it, When the operator asks the status, Then the last run is still the CDC
+    run's, with its pending loads: the refine's report holds none of what the status shows of a run."""
+    aws.put(ARTIFACTS, f"manifests/reports/{RUN_ID}.json", {"run_id": RUN_ID, "job": "cdc", "tables": []})
+    aws.put(ARTIFACTS, "manifests/reports/refine-latest.json", {"run_id": "idle-x", "batch": 1, "tables": []})
+
+    code, status = lakectl(capsys, "status")
+
+    assert code == 0
+    assert status["last_run"]["run_id"] == RUN_ID
