@@ -280,6 +280,64 @@ def timed_refine(
     }
 
 
+def clean_zone(
+    work: Path, rows: int, files: int, dated: bool, profile: bool
+) -> tuple[SparkSession, LakeConfig, Path | None]:
+    """The bench's session (its settings; with `profile`, Spark's event log under `work`, each refresh step's
+    jobs labelled) and its clean zone of `rows` sales (source_tables) written as Iceberg tables under `work`:
+    (the session, its lake's config, the event log's folder or None)."""
+    config = LakeConfig(
+        warehouse=str(work / "warehouse"), staging_dir=str(work / "staging"), shuffle_partitions=4
+    )
+    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
+    event_log = work / "events" if profile else None
+    tuning = {}
+    if event_log is not None:
+        event_log.mkdir(parents=True, exist_ok=True)
+        tuning = {
+            "spark.eventLog.enabled": "true",
+            "spark.eventLog.dir": event_log.as_uri(),
+            "spark.eventLog.compress": "false",
+        }
+    spark = build_session(config, "bench-refine-models", tuning)
+    if event_log is not None:
+        label_steps(spark)
+    ensure_namespace(spark, config.catalog_name, config.clean_database)
+    for name, frame in source_tables(spark, rows, files, dated).items():
+        writer = frame.writeTo(config.clean_table(f"main_{name}")).using("iceberg")
+        for key, value in TABLE_PROPERTIES.items():
+            writer = writer.tableProperty(key, value)
+        writer.createOrReplace()
+    return spark, config, event_log
+
+
+SALE_ID = f"(ws_order_number * {ITEMS} + ws_item_sk - 1)"  # the id a sale was made from
+
+
+def change_sales(spark: SparkSession, config: LakeConfig, rows: int, fraction: float, recent: bool) -> None:
+    """The sales' change: `fraction` of them updated (their net paid), a tenth of those deleted; `recent`:
+    the newest sales (a CDC stream's usual change: a few files), else every 1/fraction-th sale."""
+    sales = config.clean_table("main_web_sales")
+    every = max(int(1 / fraction), 1)
+    if recent:
+        newest = int(rows * (1 - fraction))
+        spark.sql(f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 WHERE {SALE_ID} >= {newest}")
+        spark.sql(f"DELETE FROM {sales} WHERE {SALE_ID} >= {newest} AND {SALE_ID} % 10 = 1")
+    else:
+        spark.sql(
+            f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 "
+            f"WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every} = 0"
+        )
+        spark.sql(f"DELETE FROM {sales} WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every * 10} = 1")
+
+
+def change_items(spark: SparkSession, config: LakeConfig, fraction: float) -> None:
+    """The items' change: every 1/fraction-th item reclassified."""
+    every = max(int(1 / fraction), 1)
+    items = config.clean_table("main_item")
+    spark.sql(f"UPDATE {items} SET i_category = 'reclassified' WHERE i_item_sk % {every} = 0")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -324,28 +382,7 @@ def main() -> None:
     at_once = {} if args.models_at_once is None else {"models_at_once": args.models_at_once}
     options = RefineOptions(rebuild_above_affected_fraction=args.rebuild_above_affected_fraction, **at_once)
     work = Path(args.work or tempfile.mkdtemp(prefix="bench-refine-"))
-    config = LakeConfig(
-        warehouse=str(work / "warehouse"), staging_dir=str(work / "staging"), shuffle_partitions=4
-    )
-    os.environ.setdefault("LAKE_SPARK_DRIVER_MEMORY", "3g")
-    event_log = work / "events" if args.profile else None
-    tuning = {}
-    if event_log is not None:
-        event_log.mkdir(parents=True, exist_ok=True)
-        tuning = {
-            "spark.eventLog.enabled": "true",
-            "spark.eventLog.dir": event_log.as_uri(),
-            "spark.eventLog.compress": "false",
-        }
-    spark = build_session(config, "bench-refine-models", tuning)
-    if event_log is not None:
-        label_steps(spark)
-    ensure_namespace(spark, config.catalog_name, config.clean_database)
-    for name, frame in source_tables(spark, args.rows, args.files, args.dated).items():
-        writer = frame.writeTo(config.clean_table(f"main_{name}")).using("iceberg")
-        for key, value in TABLE_PROPERTIES.items():
-            writer = writer.tableProperty(key, value)
-        writer.createOrReplace()
+    spark, config, event_log = clean_zone(work, args.rows, args.files, args.dated, args.profile)
     results: dict[str, Any] = {
         "rows": args.rows,
         "fraction": args.fraction,
@@ -358,21 +395,9 @@ def main() -> None:
     }
     results["build"] = timed_refine(spark, config, "build", options, event_log)
 
-    sales, items = config.clean_table("main_web_sales"), config.clean_table("main_item")
-    every = max(int(1 / args.fraction), 1)
-    sale_id = f"(ws_order_number * {ITEMS} + ws_item_sk - 1)"  # the id the sale was made from
-    if args.recent:
-        newest = int(args.rows * (1 - args.fraction))
-        spark.sql(f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 WHERE {sale_id} >= {newest}")
-        spark.sql(f"DELETE FROM {sales} WHERE {sale_id} >= {newest} AND {sale_id} % 10 = 1")
-    else:
-        spark.sql(
-            f"UPDATE {sales} SET ws_net_paid = ws_net_paid + 1 "
-            f"WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every} = 0"
-        )
-        spark.sql(f"DELETE FROM {sales} WHERE (ws_order_number * {ITEMS} + ws_item_sk) % {every * 10} = 1")
+    change_sales(spark, config, args.rows, args.fraction, args.recent)
     results["sales_changed"] = timed_refine(spark, config, "sales-changed", options, event_log)
-    spark.sql(f"UPDATE {items} SET i_category = 'reclassified' WHERE i_item_sk % {every} = 0")
+    change_items(spark, config, args.fraction)
     results["items_changed"] = timed_refine(spark, config, "items-changed", options, event_log)
 
     for table in results["build"]["models"]:
