@@ -33,7 +33,7 @@ from lakehouse.apply.run import DEFAULT_OPTIONS, ApplyOptions, ApplyRun, Record,
 from lakehouse.apply.typed_batch import typed_batch
 from lakehouse.audit.freshness import commit_properties
 from lakehouse.base.config import LakeConfig
-from lakehouse.base.names import CHANGE_SEQ_COLUMN, INTERNAL_PREFIX, quote
+from lakehouse.base.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN, INTERNAL_PREFIX, quote
 from lakehouse.base.schema import SchemaFile, TableSpec
 from lakehouse.dms import changes as C
 from lakehouse.dms.reader import RawRead
@@ -206,8 +206,7 @@ def _apply_keyed(
         if append_key is not None:
             figures.append(F.min(quote(append_key)).cast("string").alias("lowest_key"))
             figures.append(F.max(quote(append_key)).cast("string").alias("highest_key"))
-        # What the commit reads: the target's columns, the Op, the change's sequence, time and key text.
-        return latest.observe(outcome, *figures).where(~buried).drop(TOMB_SEQ, *_FIRST_PASS_ONLY)
+        return commit_rows(latest.observe(outcome, *figures).where(~buried))
 
     batch = typed_batch(run, spec, table, raw, floor, latest_changes, exists=True)
     record(batch.counts)
@@ -222,10 +221,7 @@ def _apply_keyed(
     if counts["deletes"]:
         # Written before the MERGE (ApplyRun.before_commits): a crash between the two leaves a tombstone
         # for a row the retry deletes.
-        deletes = batch.product.where(F.col(C.OP) == "D").select(
-            F.col(KEY).alias("key"), F.col(C.SEQ).alias("change_seq"), F.col(C.COMMIT_TS).alias("commit_ts")
-        )
-        run.bury(spec.qualified_name, deletes)
+        run.bury(spec.qualified_name, tombstone_rows(batch.product, key))
     changes = evolve_schema(spark, table, batch.types)
     record(
         ApplyFigures(
@@ -258,9 +254,28 @@ def _apply_keyed(
     )
 
 
-# A typed change's columns the first pass needs (the tie rule's file and record order) and the commit does not
-# (the file's URI is a rejected record's only): not kept.
-_FIRST_PASS_ONLY = (C.FILE_ORDER, C.POSITION, C.FILE_URI)
+# A typed change's columns the first pass needs and the commit does not, not kept: the tie rule's file and record
+# order, the file's URI (a rejected record's only), the key's text (the tombstones' join; a delete's tombstone
+# writes it again from the key, tombstone_rows), the sequence and time under their change names (the commit reads
+# their copies, the table's metadata columns). Each read of the kept batch (the tombstones, the Bloom filter of
+# its keys, the MERGE) then reads the table's columns and the Op alone (bench/RESULTS.md, "The CDC apply
+# against the engine's floor").
+_FIRST_PASS_ONLY = (C.FILE_ORDER, C.POSITION, C.FILE_URI, KEY, C.SEQ, C.COMMIT_TS, TOMB_SEQ)
+
+
+def commit_rows(latest: DataFrame) -> DataFrame:
+    """The latest changes (`one_change_per_key`) as the commit reads them: the table's columns and the Op."""
+    return latest.drop(*_FIRST_PASS_ONLY)
+
+
+def tombstone_rows(kept: DataFrame, key: Sequence[str]) -> DataFrame:
+    """The tombstones of the deletes among the kept rows (`commit_rows`): the key's text (changes.key_json, as
+    `one_change_per_key` named it), the delete's sequence and time."""
+    return kept.where(F.col(C.OP) == "D").select(
+        C.key_json(key).alias("key"),
+        F.col(CHANGE_SEQ_COLUMN).alias("change_seq"),
+        F.col(COMMIT_TS_COLUMN).alias("commit_ts"),
+    )
 
 
 def one_change_per_key(fresh: DataFrame, key: Sequence[str], tombstones: DataFrame) -> DataFrame:

@@ -148,6 +148,47 @@ def test_a_batch_is_grouped_sorted_and_joined_with_its_tombstones_by_its_keys_ha
     assert plan.count("Exchange") == 2, plan  # the batch's and the tombstones', once each
 
 
+def test_the_kept_batch_holds_the_tables_columns_and_the_op_and_its_deletes_tombstones_name_their_keys(
+    spark, lake_config
+):
+    """Given a batch reduced to one change per key with its tombstones (key 1 deleted, key 2 updated),
+    When it is cut to the rows the commit reads (cdc.commit_rows, what the first pass keeps) and the deletes'
+    tombstones are made from those rows (cdc.tombstone_rows),
+    Then the kept rows hold the table's columns, the Op and the two metadata columns only: not the key's text nor
+    the sequence and time a second time under their change names (each of the kept batch's three reads read them:
+    a quarter of its bytes at 1M changes); and the tombstone names its key as the first pass did, with the
+    delete's sequence and time."""
+    from lakehouse.apply.cdc import commit_rows, one_change_per_key, tombstone_rows
+    from lakehouse.apply.clean_table import KEY
+    from lakehouse.base.names import CHANGE_SEQ_COLUMN, COMMIT_TS_COLUMN
+    from lakehouse.dms import changes as C
+
+    state = StateTables(spark, lake_config)
+    state.ensure()
+    moment = datetime(2026, 3, 1, 12, 0, 0, 123456)
+    changes = spark.createDataFrame(
+        [(1, "D", "a", 7), (2, "U", "b", 8)], f"id bigint, {C.OP} string, name string, seq int"
+    ).select(
+        "id",
+        "name",
+        C.OP,
+        F.col("seq").cast(C.SEQ_TYPE).alias(C.SEQ),
+        F.lit(moment).alias(C.COMMIT_TS),
+        F.lit(0).alias(C.FILE_ORDER),
+        F.lit(0).cast("long").alias(C.POSITION),
+    )
+    latest = one_change_per_key(changes, ["id"], state.tombstones_of(ORDERS))
+    keys_as_named = {r["id"]: r[KEY] for r in latest.collect()}
+
+    kept = commit_rows(latest)
+
+    assert sorted(kept.columns) == sorted(["id", "name", C.OP, COMMIT_TS_COLUMN, CHANGE_SEQ_COLUMN]), (
+        kept.columns
+    )
+    tombstones = [tuple(r) for r in tombstone_rows(kept, ["id"]).collect()]
+    assert tombstones == [(keys_as_named[1], Decimal(7), moment)] == [('{"id":1}', Decimal(7), moment)]
+
+
 def planned(spark, frame) -> str:
     """The physical plan as Spark plans it (no adaptive re-planning, no broadcast: the apply's sessions)."""
     settings = {"spark.sql.adaptive.enabled": "false", "spark.sql.autoBroadcastJoinThreshold": "-1"}
