@@ -211,3 +211,19 @@ def refreshed(spark, table: str) -> None:
     for name in (table, *(f"{database}{RECORDS_SUFFIX}.{state}" for state in STATE_TABLES)):
         if spark.catalog.tableExists(name):
             spark.sql(f"REFRESH TABLE {name}")
+
+
+def reset_table(spark, table_dir: Path, table: str) -> None:
+    """The table (and the pipeline's own tables) back at the base snapshot, nothing an earlier run kept cached (a
+    variant's, or the last run's reads of the tables)."""
+    spark.catalog.clearCache()
+    restore(table_dir)
+    refreshed(spark, table)
+
+
+def check_rows(spark, table: str, expected: int, label: str) -> None:
+    """The table holds the rows the batch should leave (`expected_rows`)."""
+    refreshed(spark, table)
+    count = spark.table(table).count()
+    if count != expected:
+        raise RuntimeError(f"{label}: {count} rows after the batch, expected {expected}")

@@ -23,9 +23,10 @@ from lake_runs import (
     apply_in_session,
     base_metadata_json,
     build_base,
+    check_rows,
     expected_rows,
     refreshed,
-    restore,
+    reset_table,
     run_job,
     table_name,
     write_manifest,
@@ -45,15 +46,10 @@ def measure_cdc(spark, lake: Lake, dataset: Dataset, args: argparse.Namespace, f
     per_file = n // len(files)
 
     def reset() -> None:
-        spark.catalog.clearCache()  # what a variant kept of an earlier run (it reads the tables)
-        restore(table_dir)
-        refreshed(spark, table)
+        reset_table(spark, table_dir, table)
 
     def check(label: str) -> None:
-        refreshed(spark, table)
-        count = spark.table(table).count()
-        if count != expected:
-            raise RuntimeError(f"{label}: {count} rows after the batch, expected {expected}")
+        check_rows(spark, table, expected, label)
 
     if "cdc-session" in args.parts:
         # Warm up the JVM with whole throw-away applies of the same batch: the first applies in a JVM
