@@ -20,15 +20,12 @@ jobs, tasks and task CPU (Spark's event log, bench/refine_models.py's profiler) 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -45,6 +42,7 @@ from refine_models import (
     SALE_ID,
     change_sales,
     clean_zone,
+    finish,
     profile_of,
     spark_work,
     timed_refine,
@@ -314,14 +312,7 @@ def main() -> None:
             sum(v for k, v in spent.items() if k.startswith(("merge", "read"))), 3
         ),
     }
-    results["command"] = " ".join(["bench/refine_floor.py", *sys.argv[1:]])
-    results["at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
-    spark.stop()
-    shutil.rmtree(work, ignore_errors=True)
+    finish(spark, results, "bench/refine_floor.py", args.out, work)
 
 
 if __name__ == "__main__":

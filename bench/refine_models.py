@@ -338,6 +338,22 @@ def change_items(spark: SparkSession, config: LakeConfig, fraction: float) -> No
     spark.sql(f"UPDATE {items} SET i_category = 'reclassified' WHERE i_item_sk % {every} = 0")
 
 
+def finish(
+    spark: SparkSession, results: dict[str, Any], script: str, out: str | None, work: Path | None
+) -> None:
+    """The results, with their command and time, printed and written to `out`; the session stopped and the
+    scratch folder `work` removed (None: kept)."""
+    results["command"] = " ".join([script, *sys.argv[1:]])
+    results["at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    text = json.dumps(results, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n", encoding="utf-8")
+    spark.stop()
+    if work is not None:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -404,15 +420,7 @@ def main() -> None:
         spark.sql(f"DROP TABLE {config.table(config.refined_database, table)}")
     results["rebuild"] = timed_refine(spark, config, "rebuild", options, event_log)
     results["library"] = LIBRARY
-    results["command"] = " ".join(["bench/refine_models.py", *sys.argv[1:]])
-    results["at"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    text = json.dumps(results, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n", encoding="utf-8")
-    spark.stop()
-    if not args.work:
-        shutil.rmtree(work, ignore_errors=True)
+    finish(spark, results, "bench/refine_models.py", args.out, None if args.work else work)
 
 
 if __name__ == "__main__":
