@@ -34,6 +34,7 @@ from lakehouse.refine.planning import bytes_setting
 log = logging.getLogger(__name__)
 
 FILE, POSITION = "_file", "_pos"
+AFTER_SIDE = "__refine_after"  # in kept changes (MarkedChanges): true on the after images' rows
 
 CONSUMED_PREFIX = "refine.consumed."
 REFINE_RUN_ID = "refine.run-id"
@@ -231,6 +232,20 @@ class KeyedLocks:
             yield
 
 
+class MarkedChanges(tuple[DataFrame, DataFrame]):
+    """(before images, after images) kept in one frame, `marked` (AFTER_SIDE true on the after images' rows):
+    on_columns reads it once for both sides, not once for each; `in_one_task`: it is in one partition."""
+
+    marked: DataFrame
+    in_one_task: bool
+
+    def __new__(cls, marked: DataFrame, in_one_task: bool) -> MarkedChanges:
+        after = F.col(AFTER_SIDE)
+        images = super().__new__(cls, [marked.where(side).drop(AFTER_SIDE) for side in (~after, after)])
+        images.marked, images.in_one_task = marked, in_one_task
+        return images
+
+
 class SharedChanges:
     """An input's changed rows between two snapshots, found once for every model of a run that reads them (the
     two aggregates of one refined table read its changes between the same snapshots): kept (checkpointed) when
@@ -238,19 +253,16 @@ class SharedChanges:
     `release()` frees what was kept, once the run is over. Models refreshed at once (lakehouse.refine.schedule)
     that ask for the same changes together find them once: the second waits for the first's."""
 
-    SIDE = "__refine_after"
-
     def __init__(self, readers: Mapping[str, int]) -> None:
         self.readers = readers
         self.kept: dict[tuple[str, int, int], tuple[DataFrame, DataFrame]] = {}
         self.frames: list[DataFrame] = []
-        self.in_one_task: set[tuple[str, int, int]] = set()  # changes kept in one partition
         self.finding = KeyedLocks()
 
     def one_task(self, images: tuple[DataFrame, DataFrame]) -> bool:
         """Whether `images` are changes kept in one partition (few rows): a comparison of them needs no
         shuffle."""
-        return any(images is self.kept[found] for found in self.in_one_task if found in self.kept)
+        return isinstance(images, MarkedChanges) and images.in_one_task
 
     def changes(
         self,
@@ -273,21 +285,18 @@ class SharedChanges:
         removed, added = find()
         if self.readers.get(name, 0) < 2 or removed.columns != added.columns:
             return removed, added
-        side = F.col(self.SIDE)
-        both = removed.withColumn(self.SIDE, F.lit(False)).unionByName(
-            added.withColumn(self.SIDE, F.lit(True))
+        both = removed.withColumn(AFTER_SIDE, F.lit(False)).unionByName(
+            added.withColumn(AFTER_SIDE, F.lit(True))
         )
         observation = Observation(f"refine_changes_{uuid.uuid4().hex}")
         both = both.observe(observation, F.count(F.lit(1)).alias("rows")).localCheckpoint()
         self.frames.append(both)
-        if int(observation.get["rows"]) * (8 + int(both._jdf.schema().defaultSize())) <= bytes_setting(
-            both.sparkSession, "spark.sql.adaptive.advisoryPartitionSizeInBytes", "64MB"
-        ):
-            # Few enough for one task (counted as they were kept): each model's comparison of them on its
-            # columns, and the distinct of their keys, then need no shuffle (a Spark job fewer a model).
-            both = both.coalesce(1)
-            self.in_one_task.add(version)
-        kept = (both.where(~side).drop(self.SIDE), both.where(side).drop(self.SIDE))
+        # Few enough for one task (counted as they were kept): each model's comparison of them on its columns,
+        # and the distinct of their keys, then need no shuffle (a Spark job fewer a model).
+        in_one_task = int(observation.get["rows"]) * (
+            8 + int(both._jdf.schema().defaultSize())
+        ) <= bytes_setting(both.sparkSession, "spark.sql.adaptive.advisoryPartitionSizeInBytes", "64MB")
+        kept = MarkedChanges(both.coalesce(1) if in_one_task else both, in_one_task)
         self.kept[version] = kept
         return kept
 
@@ -296,7 +305,6 @@ class SharedChanges:
             frame.unpersist()
         self.frames.clear()
         self.kept.clear()
-        self.in_one_task.clear()
 
 
 def _table_cache(spark: SparkSession) -> Any:
@@ -462,9 +470,12 @@ def on_columns(
     if compared and len(kept) == len(removed.columns):
         return images
     side = "__refine_side"
-    sides = removed.select(*kept, F.lit(-1).alias(side)).unionByName(
-        added.select(*kept, F.lit(1).alias(side))
-    )
+    if isinstance(images, MarkedChanges):  # one read of the kept images for both sides, not one for each
+        sides = images.marked.select(*kept, F.when(F.col(AFTER_SIDE), 1).otherwise(-1).alias(side))
+    else:
+        sides = removed.select(*kept, F.lit(-1).alias(side)).unionByName(
+            added.select(*kept, F.lit(1).alias(side))
+        )
     # Grouped by the columns themselves, not by the rows' hashes with the row carried (changed_rows): the model's
     # few columns are a small grouping key, and a sum alone as the aggregate keeps Spark's hash aggregate (a
     # carried row of strings makes it a sort aggregate).
