@@ -25,7 +25,7 @@ linked and key columns alone (a dimension's change reads two columns of the fact
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -63,6 +63,29 @@ RELATIONS = {
 ROW_WISE_JOINS = {"Inner", "LeftOuter", "RightOuter", "FullOuter", "LeftSemi", "Cross"}
 
 Evaluate = Callable[[Mapping[str, DataFrame]], DataFrame]
+
+
+class ReadOnUse(Mapping[str, DataFrame]):
+    """Input name → its rows (`read`), read when first asked for: a change traced along its links reads only
+    the inputs the links join, a change traced by running the model reads them all."""
+
+    def __init__(self, names: Iterable[str], read: Callable[[str], DataFrame]) -> None:
+        self._names = tuple(names)
+        self._read = read
+        self._frames: dict[str, DataFrame] = {}
+
+    def __getitem__(self, name: str) -> DataFrame:
+        if name not in self._names:
+            raise KeyError(name)
+        if name not in self._frames:
+            self._frames[name] = self._read(name)
+        return self._frames[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
 
 
 def with_row_hash(frame: DataFrame) -> DataFrame:

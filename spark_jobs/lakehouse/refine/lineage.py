@@ -302,27 +302,43 @@ def columns_wanted(
     name: str,
     table_of: Callable[[Reference], str],
     evaluator: Callable[[Model, dict[str, str]], Callable[[Mapping[str, DataFrame]], DataFrame]],
+    known: dict[str, dict[str, frozenset[str]] | None],
 ) -> frozenset[str] | None:
     """The columns of input `name` that the `models` reading it read (None: all, or one model's not known),
     each model's from its plan over no rows of its inputs as they are now (`table_of`: an input's table;
-    `evaluator`: the model's rows over given inputs, its temporary views added to the dict it is given)."""
+    `evaluator`: the model's rows over given inputs, its temporary views added to the dict it is given).
+    `known`: each model's columns_read found so far in the run (None: its plan did not analyse), used and
+    added to, so that a model's SQL is analysed for it once a run whatever the inputs asked about."""
     wanted: set[str] = set()
     for model in models:
         if name not in {r.input_name for r in model.references}:
             continue
-        views: dict[str, str] = {}
-        try:
-            empty = {
-                r.input_name: spark.createDataFrame([], spark.table(table_of(r)).schema)
-                for r in model.references
-            }
-            columns = columns_read(evaluator(model, views)(empty), views, reads_of(model)).get(name)
-        except Exception:  # a model that does not analyse now: the input is read in full
-            columns = None
-        finally:
-            for view in views:
-                spark.catalog.dropTempView(view)
+        if model.name not in known:
+            known[model.name] = _columns_over_no_rows(spark, model, table_of, evaluator)
+        read = known[model.name]
+        columns = None if read is None else read.get(name)
         if columns is None:
             return None
         wanted |= columns
     return frozenset(wanted)
+
+
+def _columns_over_no_rows(
+    spark: SparkSession,
+    model: Model,
+    table_of: Callable[[Reference], str],
+    evaluator: Callable[[Model, dict[str, str]], Callable[[Mapping[str, DataFrame]], DataFrame]],
+) -> dict[str, frozenset[str]] | None:
+    """columns_read of the model's plan over no rows of its inputs as they are now; None when it does not
+    analyse now."""
+    views: dict[str, str] = {}
+    try:
+        empty = {
+            r.input_name: spark.createDataFrame([], spark.table(table_of(r)).schema) for r in model.references
+        }
+        return columns_read(evaluator(model, views)(empty), views, reads_of(model))
+    except Exception:  # a model that does not analyse now: its inputs are read in full
+        return None
+    finally:
+        for view in views:
+            spark.catalog.dropTempView(view)

@@ -61,7 +61,7 @@ from lakehouse.io.iceberg import (
     table_exists,
 )
 from lakehouse.io.storage import list_objects, read_text
-from lakehouse.refine.changes import affected_keys, incremental_blocker, null_safe_join
+from lakehouse.refine.changes import ReadOnUse, affected_keys, incremental_blocker, null_safe_join
 from lakehouse.refine.consumed import (
     CONSUMED_PREFIX,
     REFINE_RUN_ID,
@@ -183,6 +183,8 @@ class _Refiner:
         self.shared = SharedChanges({})  # the changed rows two models read, found once
         self.models: list[Model] = []  # the run's models
         self.wanted: dict[str, frozenset[str] | None] = {}  # input → the columns its readers read
+        self.columns_of: dict[str, dict[str, frozenset[str]] | None] = {}  # model → columns_read, once a run
+        self.wanted_lock = threading.Lock()  # models refreshed at once find an input's wanted columns once
 
     def refined(self, name: str) -> str:
         return self.config.table(self.config.refined_database, name)
@@ -329,12 +331,10 @@ class _Refiner:
             model_reads = reads_of(model)
             origin = key_origin(rows, views, model.unique_key, model_reads)
             traces = {} if origin is None else key_traces(rows, views, origin, model_reads)
-            before = {
-                r.input_name: read_as_of(self.spark, self.input_table(r), consumed[r.input_name])
-                for r in inputs
-            }
+            tables = {r.input_name: self.input_table(r) for r in inputs}
+            before = ReadOnUse(tables, lambda name: read_as_of(self.spark, tables[name], consumed[name]))
             changes = {}
-            read_columns = columns_read(rows, views, model_reads)
+            read_columns = self.columns_of[model.name] = columns_read(rows, views, model_reads)
             for reference in inputs:
                 name = reference.input_name
                 if consumed[name] == by_name[name]:
@@ -344,10 +344,17 @@ class _Refiner:
                 files, java_table = differing[reference], loaded[reference]
                 own = read_columns.get(name)
                 own = None if own is None or own >= set(now[name].columns) else own
-                if own is not None and self.shared.readers.get(name, 0) > 1 and name not in self.wanted:
-                    self.wanted[name] = columns_wanted(
-                        self.spark, self.models, name, self.input_table, self.evaluator
-                    )
+                if own is not None and self.shared.readers.get(name, 0) > 1:
+                    with self.wanted_lock:
+                        if name not in self.wanted:
+                            self.wanted[name] = columns_wanted(
+                                self.spark,
+                                self.models,
+                                name,
+                                self.input_table,
+                                self.evaluator,
+                                self.columns_of,
+                            )
                 wanted = own if own is None else self.wanted.get(name, own)
                 images = self.shared.changes(
                     name,
